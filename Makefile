@@ -1,0 +1,45 @@
+# Two commands do all set-up on a fresh machine:
+#   make demo   - install, fetch real corpora, run the main job on the embedded catalog
+#   make test   - install (plus PostgreSQL, Java and the Spark/Iceberg jars), run every test
+# Everything installed lives in .venv/ and .cache/ inside this folder, except Debian
+# packages (PostgreSQL, a JDK) which `make system-deps` installs with apt-get when missing.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export OMNI_CACHE ?= $(CURDIR)/.cache
+EXTRAS := spark,test,viz
+
+.PHONY: demo test install system-deps jars corpora clean
+
+demo: install
+	$(VENV)/bin/omni demo
+
+test: install system-deps jars corpora
+	$(PY) -m pytest -q tests
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "omni-iceberg needs Python >= 3.11"'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+# PostgreSQL (shared JDBC catalog in tests) and a JDK (Spark) come from Debian.
+system-deps:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
+		echo "installing Debian packages: postgresql openjdk-17-jre-headless"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q postgresql openjdk-17-jre-headless; \
+	fi
+
+jars: install
+	$(PY) -m spark_udfs.jars
+
+corpora: install
+	$(VENV)/bin/omni corpus
+
+clean:
+	rm -rf .omni .pytest_cache

@@ -1,0 +1,55 @@
+"""Open the pyiceberg catalog an :class:`OmniConfig` names, and translate its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omni_iceberg.config import OmniConfig
+from omni_iceberg.errors import ConfigError
+
+
+def open_catalog(config: OmniConfig) -> Any:
+    """Return a pyiceberg catalog: SQL (SQLite / PostgreSQL), REST, or one named in .pyiceberg.yaml."""
+    uri = config.catalog_uri
+    props: dict[str, str] = {"warehouse": config.warehouse, **config.extra_properties}
+    try:
+        if uri.startswith("sqlite:"):
+            db = uri.split(":///", 1)[-1].split("?", 1)[0]
+            Path(db).parent.mkdir(parents=True, exist_ok=True)
+            if config.warehouse.startswith("file:"):
+                Path(config.warehouse.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+            # several processes may commit at once: wait for SQLite's write lock
+            # instead of failing at once with "database is locked"
+            if "timeout=" not in uri:
+                uri += ("&" if "?" in uri else "?") + "timeout=60"
+            return _sql_catalog(config.catalog_name, uri, props)
+        if uri.startswith(("postgresql", "mysql")):
+            return _sql_catalog(config.catalog_name, uri, props)
+        if uri.startswith(("http://", "https://")):
+            from pyiceberg.catalog.rest import RestCatalog
+
+            return RestCatalog(config.catalog_name, uri=uri, **props)
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog(uri, **({"warehouse": config.warehouse} if config.warehouse else {}))
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - translate every backend failure into one message
+        raise ConfigError(
+            f"cannot open catalog {uri!r}: {type(e).__name__}: {e}. "
+            "Set --catalog/OMNI_CATALOG to a SQLAlchemy URI, a REST URL or a .pyiceberg.yaml catalog name."
+        ) from e
+
+
+def _sql_catalog(name: str, uri: str, props: dict[str, str]) -> Any:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    # schema_version v1 adds iceberg_type, which Spark/Trino JDBC catalogs need for views
+    return SqlCatalog(name, uri=uri, schema_version="v1", **props)
+
+
+def is_sql_catalog(catalog: Any) -> bool:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return isinstance(catalog, SqlCatalog)

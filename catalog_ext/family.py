@@ -1,0 +1,221 @@
+"""The five-layer mapping between one logical wide table and its physical family.
+
+LogicalTable -> LogicalColumn -> PhysicalColumn <- PhysicalTable <- PhysicalTableGroup.
+One :class:`FamilyState` is the whole mapping at one logical version. It is an
+immutable, canonically serialisable record: changes are made by the typed updates in
+:mod:`catalog_ext.updates`, which return a new state, never by mutation.
+
+Links are stored once, by name, and navigated both ways through indexes built on
+first use (``physical_columns_of`` / ``logical_column_of``, ``tables_in_group`` /
+``group_of`` ...), so the stored document can never hold two disagreeing copies of
+the same link.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
+
+ColumnKind = Literal["key", "stage", "feature"]
+IdMode = Literal["md5", "uuid"]
+
+
+class _Frozen(BaseModel):
+    # extra="ignore": documents written by a newer release still load
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class LogicalTable(_Frozen):
+    """What users name in SQL: ``aidata.web``."""
+
+    namespace: str
+    name: str
+    id_mode: IdMode = "md5"
+    bucket_count: int = 16
+    created_ms: int = 0
+    comment: str = ""
+
+    @property
+    def identifier(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+
+class LogicalColumn(_Frozen):
+    """A column of the logical contract. Stage fields are named ``Stage.field``."""
+
+    path: str
+    type: str
+    kind: ColumnKind
+    comment: str = ""
+    #: name@version of the feature that produces it, for feature and derived stage columns
+    producer: str | None = None
+
+    @property
+    def stage(self) -> str | None:
+        head = self.path.split(".", 1)[0]
+        return head if head in STAGES and "." in self.path else None
+
+    @property
+    def leaf(self) -> str:
+        return self.path.rsplit(".", 1)[-1]
+
+
+class PhysicalColumn(_Frozen):
+    """Where a logical column's values physically live."""
+
+    table: str  # key of the PhysicalTable
+    name: str  # column path inside that Iceberg table, e.g. ``RawData.url``
+    logical: str  # LogicalColumn.path
+
+
+class PhysicalTable(_Frozen):
+    """One real Iceberg table of the family, pinned to one snapshot per version."""
+
+    key: str
+    identifier: str  # namespace.table in the catalog
+    group: str
+    snapshot_id: int | None = None  # None: nothing committed yet
+    role: Literal["base", "feature", "materialized"] = "base"
+
+
+class PhysicalTableGroup(_Frozen):
+    """Physical tables grouped by function (base rows, CPU features, ...)."""
+
+    name: str
+    purpose: str = ""
+
+
+class Batch(_Frozen):
+    """One committed ingest batch (``_ai_append_name_`` value)."""
+
+    name: str
+    rows: int
+    read: int
+    duplicates: int
+    rejected: int
+    sources: list[str] = Field(default_factory=list)
+    version: int
+    committed_ms: int
+
+
+class FamilyState(_Frozen):
+    """The full mapping at one logical version."""
+
+    format_version: int = 1
+    version: int
+    parent_version: int | None = None
+    operation: str
+    command: str = ""
+    committed_ms: int
+    summary: dict[str, str] = Field(default_factory=dict)
+    table: LogicalTable
+    columns: tuple[LogicalColumn, ...]
+    groups: tuple[PhysicalTableGroup, ...]
+    tables: tuple[PhysicalTable, ...]
+    physical_columns: tuple[PhysicalColumn, ...]
+    batches: tuple[Batch, ...] = ()
+
+    # ---- serialisation -------------------------------------------------------------
+    def to_json(self) -> str:
+        """Canonical JSON (sorted keys) so equal states serialise to equal bytes."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "FamilyState":
+        return cls.model_validate_json(text)
+
+    # ---- navigation, both ways -----------------------------------------------------
+    # Indexes are rebuilt per call on purpose: states are small, and model_copy would
+    # carry a cached index over to a changed copy.
+    @property
+    def _columns_by_path(self) -> dict[str, LogicalColumn]:
+        return {c.path: c for c in self.columns}
+
+    @property
+    def _tables_by_key(self) -> dict[str, PhysicalTable]:
+        return {t.key: t for t in self.tables}
+
+    @property
+    def _pcols_by_logical(self) -> dict[str, list[PhysicalColumn]]:
+        out: dict[str, list[PhysicalColumn]] = {}
+        for pc in self.physical_columns:
+            out.setdefault(pc.logical, []).append(pc)
+        return out
+
+    @property
+    def _pcols_by_table(self) -> dict[str, list[PhysicalColumn]]:
+        out: dict[str, list[PhysicalColumn]] = {}
+        for pc in self.physical_columns:
+            out.setdefault(pc.table, []).append(pc)
+        return out
+
+    def column(self, path: str) -> LogicalColumn:
+        try:
+            return self._columns_by_path[path]
+        except KeyError:
+            raise KeyError(f"no logical column {path!r} in {self.table.identifier}") from None
+
+    def has_column(self, path: str) -> bool:
+        return path in self._columns_by_path
+
+    def physical_table(self, key: str) -> PhysicalTable:
+        return self._tables_by_key[key]
+
+    def physical_columns_of(self, logical_path: str) -> list[PhysicalColumn]:
+        """Logical -> physical. Empty when the column has no values anywhere yet."""
+        return list(self._pcols_by_logical.get(logical_path, ()))
+
+    def logical_column_of(self, table_key: str, physical_name: str) -> LogicalColumn:
+        """Physical -> logical."""
+        for pc in self._pcols_by_table.get(table_key, ()):
+            if pc.name == physical_name:
+                return self.column(pc.logical)
+        raise KeyError(f"physical column {table_key}.{physical_name} maps to no logical column")
+
+    def columns_of_table(self, table_key: str) -> list[PhysicalColumn]:
+        """PhysicalTable -> its PhysicalColumns (key columns are implicit in every table)."""
+        return list(self._pcols_by_table.get(table_key, ()))
+
+    def tables_in_group(self, group: str) -> list[PhysicalTable]:
+        """PhysicalTableGroup -> PhysicalTables."""
+        return [t for t in self.tables if t.group == group]
+
+    def group_of(self, table_key: str) -> PhysicalTableGroup:
+        """PhysicalTable -> PhysicalTableGroup."""
+        name = self.physical_table(table_key).group
+        return next(g for g in self.groups if g.name == name)
+
+    def tables_for(self, logical_paths: list[str]) -> list[PhysicalTable]:
+        """The minimal set of physical tables that hold the given logical columns."""
+        keys: dict[str, None] = {}
+        for path in logical_paths:
+            for pc in self.physical_columns_of(path):
+                keys.setdefault(pc.table, None)
+        return [self._tables_by_key[k] for k in keys]
+
+    @property
+    def base_table(self) -> PhysicalTable:
+        """The table that holds every row's keys (the left side of every family join)."""
+        return next(t for t in self.tables if t.role == "base")
+
+    def batch(self, name: str) -> Batch | None:
+        return next((b for b in self.batches if b.name == name), None)
+
+    def stage_fields(self, stage: str) -> list[LogicalColumn]:
+        return [c for c in self.columns if c.stage == stage]
+
+    def top_level_columns(self) -> list[str]:
+        """Logical column order of the wide table: keys, stages, then features."""
+        out = [ID_COLUMN, BATCH_COLUMN]
+        out += [s for s in STAGES if self.stage_fields(s)]
+        out += [c.path for c in self.columns if c.kind == "feature"]
+        return out
+
+    @property
+    def pins(self) -> dict[str, int | None]:
+        """Physical table identifier -> pinned snapshot id."""
+        return {t.identifier: t.snapshot_id for t in self.tables}

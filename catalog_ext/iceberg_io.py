@@ -1,0 +1,61 @@
+"""The few pyiceberg internals omni relies on, kept in one adapter.
+
+pyiceberg writes data files and commits them in one call (``Table.append``). omni
+needs the two halves apart: write files chunk by chunk while streaming (bounded
+memory), commit them later as ONE snapshot on a staging branch, and re-commit the
+same files onto a newer base after a lost race without rewriting them. pyiceberg
+0.12 exposes those halves only as private helpers; if they move, only this module
+changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+
+def write_data_files(table: Any, data: pa.Table, write_uuid: uuid.UUID, counter: itertools.count) -> list[Any]:
+    """Write ``data`` as Parquet data files of ``table`` (partitioned per its spec); commit nothing."""
+    from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, _dataframe_to_data_files
+
+    _check_pyarrow_schema_compatible(
+        table.metadata.schema(), provided_schema=data.schema, format_version=table.metadata.format_version
+    )
+    if data.num_rows == 0:
+        return []
+    return list(
+        _dataframe_to_data_files(table_metadata=table.metadata, df=data, io=table.io, write_uuid=write_uuid, counter=counter)
+    )
+
+
+def commit_data_files(table: Any, data_files: Iterable[Any], branch: str, properties: dict[str, str]) -> Any:
+    """Commit already-written data files as one append snapshot on ``branch``; return the table."""
+    with table.transaction() as tx:
+        with tx.update_snapshot(snapshot_properties=properties, branch=branch).fast_append() as append:
+            for data_file in data_files:
+                append.append_data_file(data_file)
+    return table
+
+
+def added_data_files(table: Any, snapshot_id: int) -> list[Any]:
+    """The data files a snapshot added (what a rebase re-commits)."""
+    snapshot = table.snapshot_by_id(snapshot_id)
+    out = []
+    for manifest in snapshot.manifests(table.io):
+        if manifest.added_snapshot_id != snapshot_id:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.snapshot_id == snapshot_id:
+                out.append(entry.data_file)
+    return out
+
+
+def commit_empty_snapshot(table: Any, properties: dict[str, str]) -> int:
+    """Give a new table its first (empty) snapshot: branches can only start from a snapshot."""
+    with table.transaction() as tx:
+        with tx.update_snapshot(snapshot_properties=properties).fast_append():
+            pass
+    return table.current_snapshot().snapshot_id

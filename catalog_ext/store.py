@@ -1,0 +1,311 @@
+"""Logical tables and their versions, stored as Iceberg views in the catalog.
+
+One logical table = one Iceberg view. Each logical version is one view version: its
+SQL pins the snapshot of every physical table (see :mod:`catalog_ext.view_sql`), and
+its summary points at the immutable family document (the five-layer mapping) of
+that version. The view's properties carry the current version and mapping pointer,
+so the table-family metadata lives in the catalog itself.
+
+A commit is one compare-and-swap of the view's metadata location. The loser of a
+race reloads, re-applies its typed updates to the winner's state (rebasing staged
+physical snapshots if both touched the same table), and tries again.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from catalog_ext import view_sql
+from catalog_ext.contract import (
+    BATCH_COLUMN,
+    DEFAULT_STAGE_FIELDS,
+    ID_COLUMN,
+    PHYSICAL_SEPARATOR,
+    RAW_STAGE,
+    check_table_name,
+)
+from catalog_ext.family import (
+    FamilyState,
+    LogicalColumn,
+    LogicalTable,
+    PhysicalColumn,
+    PhysicalTable,
+    PhysicalTableGroup,
+)
+from catalog_ext.physical import StagedWrite, create_physical_table, iceberg_type
+from catalog_ext.updates import PinConflict, PreconditionFailed, Update, apply_updates
+from catalog_ext.views import (
+    LoadedView,
+    NoSuchViewError,
+    SqlViewCatalog,
+    ViewExistsError,
+    ViewRepresentation,
+    new_view_metadata,
+    with_new_version,
+)
+from omni_iceberg.errors import (
+    CommitConflictError,
+    ConfigError,
+    LogicalTableExistsError,
+    NoSuchLogicalTableError,
+    NoSuchVersionError,
+)
+
+FAMILY_FORMAT = "omni-family/1"
+PROP_FORMAT = "omni.format"
+PROP_VERSION = "omni.logical-version"
+PROP_FAMILY = "omni.family-location"
+SUMMARY_FAMILY = "omni.family-location"
+SUMMARY_OPERATION = "omni.operation"
+MAX_COMMIT_ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    version: int
+    operation: str
+    command: str
+    committed_ms: int
+    summary: dict[str, str]
+
+
+class FamilyStore:
+    """Create, load, list and commit logical tables on one SQL catalog."""
+
+    def __init__(self, catalog: Any):
+        from catalog_ext.catalog import is_sql_catalog
+
+        if not is_sql_catalog(catalog):
+            raise ConfigError(
+                "logical tables need view commits; pyiceberg only offers them through omni's SQL catalog "
+                "support (SQLite or PostgreSQL). REST catalogs are supported for reading physical tables only."
+            )
+        self.catalog = catalog
+        self.views = SqlViewCatalog(catalog)
+
+    # ---- documents ---------------------------------------------------------------------
+    def _write_family(self, view_location: str, state: FamilyState) -> str:
+        path = f"{view_location.rstrip('/')}/omni/family-v{state.version:06d}-{uuid.uuid4()}.json"
+        io = self.catalog._load_file_io(location=path)
+        with io.new_output(path).create(overwrite=False) as out:
+            out.write(state.to_json().encode())
+        return path
+
+    def _read_family(self, path: str) -> FamilyState:
+        io = self.catalog._load_file_io(location=path)
+        with io.new_input(path).open() as stream:
+            return FamilyState.from_json(stream.read())
+
+    def _representations(self, state: FamilyState) -> list[ViewRepresentation]:
+        return [ViewRepresentation(d, view_sql.render_view_sql(state, d)) for d in ("spark", "trino")]
+
+    def _properties(self, state: FamilyState, family_location: str) -> dict[str, str]:
+        return {
+            PROP_FORMAT: FAMILY_FORMAT,
+            PROP_VERSION: str(state.version),
+            PROP_FAMILY: family_location,
+            "omni.id-mode": state.table.id_mode,
+            "omni.bucket-count": str(state.table.bucket_count),
+            "comment": state.table.comment or f"omni logical table {state.table.identifier}",
+        }
+
+    def _summary(self, state: FamilyState, family_location: str) -> dict[str, str]:
+        return {SUMMARY_FAMILY: family_location, SUMMARY_OPERATION: state.operation, "omni.command": state.command[:500]}
+
+    # ---- create / load -----------------------------------------------------------------
+    def create(
+        self, namespace: str, name: str, *, id_mode: str = "md5", bucket_count: int = 16, comment: str = "",
+        command: str = "",
+    ) -> FamilyState:
+        """Create a logical table: its base physical table and its view (version 1)."""
+        check_table_name(name)
+        if self.exists(namespace, name):
+            raise LogicalTableExistsError(f"logical table {namespace}.{name} already exists")
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+        try:
+            self.catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        base_ident = f"{namespace}.{name}{PHYSICAL_SEPARATOR}base"
+        raw_fields = DEFAULT_STAGE_FIELDS[RAW_STAGE]
+        from pyiceberg.types import NestedField, StructType
+
+        raw_struct = StructType(
+            *[NestedField(100 + i, f, iceberg_type(t), required=False) for i, (f, t) in enumerate(raw_fields.items())]
+        )
+        try:
+            table, snapshot_id = create_physical_table(
+                self.catalog, base_ident, {RAW_STAGE: raw_struct}, bucket_count,
+                {"omni.logical-table": f"{namespace}.{name}", "omni.role": "base"},
+            )
+        except Exception as e:
+            from pyiceberg.exceptions import TableAlreadyExistsError
+
+            if isinstance(e, TableAlreadyExistsError):
+                raise LogicalTableExistsError(
+                    f"physical table {base_ident} exists without its logical view; drop it or pick another name"
+                ) from e
+            raise
+        now = int(time.time() * 1000)
+        columns = [LogicalColumn(path=ID_COLUMN, type="string", kind="key", comment="md5 of raw content or uuid"),
+                   LogicalColumn(path=BATCH_COLUMN, type="string", kind="key", comment="ingest batch")]
+        for stage, fields in DEFAULT_STAGE_FIELDS.items():
+            columns += [LogicalColumn(path=f"{stage}.{f}", type=t, kind="stage") for f, t in fields.items()]
+        state = FamilyState(
+            version=1,
+            operation="create",
+            command=command,
+            committed_ms=now,
+            table=LogicalTable(namespace=namespace, name=name, id_mode=id_mode, bucket_count=bucket_count,
+                               created_ms=now, comment=comment),
+            columns=tuple(columns),
+            groups=(PhysicalTableGroup(name="base", purpose="raw rows: keys and RawData"),),
+            tables=(PhysicalTable(key="base", identifier=base_ident, group="base", snapshot_id=snapshot_id, role="base"),),
+            physical_columns=tuple(
+                PhysicalColumn(table="base", name=f"{RAW_STAGE}.{f}", logical=f"{RAW_STAGE}.{f}") for f in raw_fields
+            ),
+        )
+        location = table.location().rsplit("/", 1)[0] + f"/{name}"
+        family_location = self._write_family(location, state)
+        metadata = new_view_metadata(
+            location, view_sql.view_schema(state), self._representations(state), [namespace],
+            self._properties(state, family_location), self._summary(state, family_location),
+        )
+        try:
+            self.views.create_view(namespace, name, metadata)
+        except ViewExistsError as e:
+            self.catalog.drop_table(base_ident)
+            raise LogicalTableExistsError(f"logical table {namespace}.{name} already exists") from e
+        return state
+
+    def exists(self, namespace: str, name: str) -> bool:
+        return self.views.view_exists(namespace, name)
+
+    def _load_view(self, namespace: str, name: str) -> LoadedView:
+        try:
+            view = self.views.load_view(namespace, name)
+        except NoSuchViewError:
+            view = None
+        if view is None or view.properties.get(PROP_FORMAT) != FAMILY_FORMAT:
+            known = ", ".join(self.list_tables(namespace)) or "none"
+            raise NoSuchLogicalTableError(
+                f"no logical table {namespace}.{name} (known in {namespace}: {known}); create it with "
+                f"'omni table create {namespace}.{name}'"
+            )
+        return view
+
+    def load(self, namespace: str, name: str, version: int | None = None) -> FamilyState:
+        """The mapping at ``version`` (default: the current one)."""
+        state, _ = self._load_with_view(namespace, name, version)
+        return state
+
+    def _load_with_view(self, namespace: str, name: str, version: int | None = None) -> tuple[FamilyState, LoadedView]:
+        view = self._load_view(namespace, name)
+        if version is None:
+            return self._read_family(view.properties[PROP_FAMILY]), view
+        v = view.version(version)
+        if v is None or SUMMARY_FAMILY not in v.get("summary", {}):
+            latest = view.properties.get(PROP_VERSION)
+            raise NoSuchVersionError(
+                f"logical table {namespace}.{name} has no version {version} (versions 1..{latest}; see 'omni log')"
+            )
+        return self._read_family(v["summary"][SUMMARY_FAMILY]), view
+
+    def list_tables(self, namespace: str | None = None) -> list[str]:
+        namespaces = [namespace] if namespace else [".".join(n) for n in self.catalog.list_namespaces()]
+        out = []
+        for ns in namespaces:
+            for name in self.views.list_views(ns):
+                try:
+                    view = self.views.load_view(ns, name)
+                except NoSuchViewError:
+                    continue
+                if view.properties.get(PROP_FORMAT) == FAMILY_FORMAT:
+                    out.append(f"{ns}.{name}")
+        return out
+
+    def log(self, namespace: str, name: str) -> list[VersionInfo]:
+        """Every logical version, oldest first."""
+        view = self._load_view(namespace, name)
+        out = []
+        for v in view.metadata["versions"]:
+            summary = v.get("summary", {})
+            if SUMMARY_FAMILY not in summary:
+                continue
+            out.append(VersionInfo(v["version-id"], summary.get(SUMMARY_OPERATION, ""),
+                                   summary.get("omni.command", ""), v["timestamp-ms"],
+                                   {k: x for k, x in summary.items() if k not in (SUMMARY_FAMILY,)}))
+        return out
+
+    # ---- commit ------------------------------------------------------------------------
+    def commit(
+        self,
+        namespace: str,
+        name: str,
+        updates: Callable[[FamilyState], tuple[Update, ...]],
+        *,
+        operation: str,
+        command: str = "",
+        summary: Callable[[FamilyState], dict[str, str]] | None = None,
+        staged: Iterable[StagedWrite] = (),
+    ) -> FamilyState:
+        """Make one new logical version, atomically.
+
+        ``updates(latest)`` returns the typed updates to apply; it is called again on the
+        new latest state after a lost race. ``staged`` writes are rebased onto the
+        winner's snapshots when a :class:`PinConflict` says both touched a table.
+        """
+        staged_by_key: dict[str, StagedWrite] = {}
+        for sw in staged:
+            staged_by_key[sw.identifier] = sw
+        last_error: Exception | None = None
+        for attempt in range(MAX_COMMIT_ATTEMPTS):
+            base, view = self._load_with_view(namespace, name)
+            try:
+                new_state = apply_updates(
+                    base, updates(base), operation=operation, command=command,
+                    summary=summary(base) if summary else {}, now_ms=int(time.time() * 1000),
+                )
+            except PinConflict as conflict:
+                table = base.physical_table(conflict.table_key)
+                writer = staged_by_key.get(table.identifier)
+                if writer is None or conflict.actual is None:
+                    raise
+                writer.rebase(conflict.actual)  # same files, new parent: nothing recomputed
+                last_error = conflict
+                continue
+            family_location = self._write_family(view.metadata["location"], new_state)
+            metadata = with_new_version(
+                view.metadata, view_sql.view_schema(new_state), self._representations(new_state),
+                [namespace], self._properties(new_state, family_location),
+                self._summary(new_state, family_location), version_id=new_state.version,
+            )
+            try:
+                self.views.replace_view(view, metadata)
+            except CommitConflictError as e:
+                last_error = e
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+                continue
+            for writer in staged_by_key.values():
+                try:
+                    writer.publish()
+                except Exception:  # noqa: BLE001 - best effort by design, see StagedWrite.publish
+                    pass
+            return new_state
+        raise CommitConflictError(
+            f"could not commit to {namespace}.{name} after {MAX_COMMIT_ATTEMPTS} attempts "
+            f"(last: {last_error}); other writers keep winning - retry later"
+        )
+
+
+def describe_updates(updates: Iterable[Update]) -> str:
+    return json.dumps([type(u).__name__ for u in updates])
+
+
+__all__ = ["FamilyStore", "VersionInfo", "PreconditionFailed"]

@@ -1,0 +1,134 @@
+"""Typed changes to a :class:`FamilyState`, each with its precondition.
+
+A logical commit is a tuple of updates applied to the latest state. When a commit
+loses the race, the same updates are re-applied to the new latest state; a
+precondition that no longer holds either asks for a rebase (:class:`PinConflict`:
+another writer moved a physical table we also wrote) or fails the commit cleanly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from catalog_ext.family import Batch, FamilyState, LogicalColumn, PhysicalColumn, PhysicalTable, PhysicalTableGroup
+from omni_iceberg.errors import CommitConflictError
+
+
+class PreconditionFailed(CommitConflictError):
+    """The latest state no longer allows this update; retrying cannot help."""
+
+
+class PinConflict(CommitConflictError):
+    """A physical table we wrote was moved by another commit: rebase, then retry."""
+
+    def __init__(self, table_key: str, expected: int | None, actual: int | None):
+        super().__init__(
+            f"physical table {table_key!r} moved from snapshot {expected} to {actual} during this commit"
+        )
+        self.table_key = table_key
+        self.expected = expected
+        self.actual = actual
+
+
+@dataclass(frozen=True)
+class AddBatch:
+    batch: Batch
+
+    def apply(self, s: FamilyState) -> dict:
+        if s.batch(self.batch.name) is not None:
+            raise PreconditionFailed(
+                f"batch {self.batch.name!r} of {s.table.identifier} was committed by another writer "
+                f"at version {s.batch(self.batch.name).version}"
+            )
+        return {"batches": s.batches + (self.batch,)}
+
+
+@dataclass(frozen=True)
+class PinSnapshot:
+    """Move a physical table's pin from ``expected`` to ``snapshot_id``."""
+
+    table_key: str
+    snapshot_id: int
+    expected: int | None
+
+    def apply(self, s: FamilyState) -> dict:
+        current = s.physical_table(self.table_key).snapshot_id
+        if current != self.expected:
+            raise PinConflict(self.table_key, self.expected, current)
+        tables = tuple(
+            t.model_copy(update={"snapshot_id": self.snapshot_id}) if t.key == self.table_key else t for t in s.tables
+        )
+        return {"tables": tables}
+
+
+@dataclass(frozen=True)
+class AddLogicalColumns:
+    columns: tuple[LogicalColumn, ...]
+
+    def apply(self, s: FamilyState) -> dict:
+        new = []
+        for col in self.columns:
+            if s.has_column(col.path):
+                existing = s.column(col.path)
+                if existing.type != col.type:
+                    raise PreconditionFailed(
+                        f"column {col.path!r} of {s.table.identifier} is {existing.type}, not {col.type}"
+                    )
+                continue  # same column added concurrently: idempotent
+            new.append(col)
+        return {"columns": s.columns + tuple(new)}
+
+
+@dataclass(frozen=True)
+class AddPhysicalTable:
+    table: PhysicalTable
+    group: PhysicalTableGroup
+
+    def apply(self, s: FamilyState) -> dict:
+        if any(t.key == self.table.key for t in s.tables):
+            raise PreconditionFailed(f"physical table {self.table.key!r} already belongs to {s.table.identifier}")
+        groups = s.groups if any(g.name == self.group.name for g in s.groups) else s.groups + (self.group,)
+        return {"tables": s.tables + (self.table,), "groups": groups}
+
+
+@dataclass(frozen=True)
+class AddPhysicalColumns:
+    columns: tuple[PhysicalColumn, ...]
+
+    def apply(self, s: FamilyState) -> dict:
+        existing = {(p.table, p.name) for p in s.physical_columns}
+        new = []
+        for pc in self.columns:
+            if not s.has_column(pc.logical):
+                raise PreconditionFailed(f"physical column {pc.table}.{pc.name} maps to unknown column {pc.logical!r}")
+            if (pc.table, pc.name) not in existing:
+                new.append(pc)
+        return {"physical_columns": s.physical_columns + tuple(new)}
+
+
+Update = AddBatch | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns
+
+
+def apply_updates(
+    base: FamilyState,
+    updates: tuple[Update, ...],
+    *,
+    operation: str,
+    command: str,
+    summary: dict[str, str],
+    now_ms: int,
+) -> FamilyState:
+    """Return the next version of ``base`` with every update applied, or raise."""
+    state = base
+    for update in updates:
+        state = state.model_copy(update=update.apply(state))
+    return state.model_copy(
+        update={
+            "version": base.version + 1,
+            "parent_version": base.version,
+            "operation": operation,
+            "command": command,
+            "summary": dict(summary),
+            "committed_ms": now_ms,
+        }
+    )

@@ -1,0 +1,1 @@
+"""Add rows: read sources, map fields, make ids, deduplicate, write, then commit."""

@@ -1,0 +1,338 @@
+"""``omni submit``: stream sources into a logical table as one atomic batch.
+
+read -> map fields -> id -> dedup -> write data files (chunk by chunk) -> stage on a
+private branch -> ONE logical commit. Until that commit nothing of the batch is
+visible through the logical view; a failure at any point leaves the table as it was.
+Records that cannot be ingested are counted and kept in ``omni_sys.rejects``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from catalog_ext import system_tables
+from catalog_ext.contract import ID_COLUMN, RAW_CONTENT_FIELD, RAW_STAGE, check_batch_name
+from catalog_ext.family import Batch, FamilyState, LogicalColumn, PhysicalColumn
+from catalog_ext.physical import StagedWrite, arrow_type, iceberg_type, key_arrow_fields
+from catalog_ext.store import FamilyStore
+from catalog_ext.updates import AddBatch, AddLogicalColumns, AddPhysicalColumns, PinSnapshot
+from omni_iceberg.errors import RejectLimitExceededError, SchemaConflictError
+from omni_iceberg.ingest import fields as F
+from omni_iceberg.ingest.identity import content_id, random_id
+from omni_iceberg.ingest.sources import iter_sources, reader_for
+from omni_iceberg.ingest.sources.records import RecordProblem, SourceRecord
+
+CHUNK_ROWS = 20_000
+CHUNK_BYTES = 32 * 1024 * 1024
+MAX_REJECT_MESSAGES = 20
+
+
+@dataclass
+class SubmitReport:
+    """What ``omni submit --json`` prints."""
+
+    logical_table: str
+    batch: str
+    read: int = 0
+    written: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    logical_version: int | None = None
+    already_committed: bool = False
+    submit_id: str = ""
+    seconds: float = 0.0
+    new_fields: list[str] = field(default_factory=list)
+    reject_messages: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Chunk:
+    """Column buffers for one chunk of accepted rows."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.values: dict[str, list[Any]] = {}
+        self.bytes = 0
+
+    def add(self, rid: str, record: dict[str, Any], size: int) -> None:
+        n = len(self.ids)
+        for name, value in record.items():
+            col = self.values.get(name)
+            if col is None:
+                col = self.values[name] = [None] * n
+            col.append(value)
+        self.ids.append(rid)
+        for col in self.values.values():
+            if len(col) <= n:
+                col.append(None)
+        self.bytes += size
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def submit(
+    store: FamilyStore,
+    namespace: str,
+    name: str,
+    sources: list[str],
+    batch: str,
+    *,
+    field_map: dict[str, str] | None = None,
+    kind: str | None = None,
+    max_reject_ratio: float | None = None,
+    command: str = "",
+    progress: bool | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> SubmitReport:
+    """Ingest ``sources`` as batch ``batch`` of ``namespace.name``; see module docstring."""
+    started = time.perf_counter()
+    check_batch_name(batch)
+    field_map = F.parse_field_map(field_map)
+    state = store.load(namespace, name)
+    report = SubmitReport(logical_table=state.table.identifier, batch=batch, submit_id=uuid.uuid4().hex[:16])
+    committed = state.batch(batch)
+    if committed is not None:
+        report.already_committed = True
+        report.logical_version = committed.version
+        report.read, report.written = committed.read, committed.rows
+        report.duplicates, report.rejected = committed.duplicates, committed.rejected
+        return report
+    for path in sources:  # fail before any write when a source is missing or unknown
+        reader_for(path, kind)
+
+    types = _raw_field_types(state)
+    known_fields = set(types)
+    dedup = state.table.id_mode == "md5"
+    seen: set[str] = _existing_ids(store, state) if dedup else set()
+    base = state.base_table
+    writer = StagedWrite(store.catalog, base.identifier, base.snapshot_id, report.submit_id,
+                         {"omni.operation": "ingest", "omni.batch": batch, "omni.submit-id": report.submit_id})
+    rejects: list[dict[str, Any]] = []
+    chunk = _Chunk()
+    bar = _progress(progress, f"{name}/{batch}")
+    try:
+        for item in iter_sources(sources, kind):
+            report.read += 1
+            if bar is not None:
+                bar.update(1)
+            if isinstance(item, RecordProblem):
+                _reject(report, rejects, item, batch, state)
+                continue
+            record, problem = _map_record(item, field_map, types)
+            if problem is not None:
+                _reject(report, rejects, problem, batch, state)
+                continue
+            raw = record[RAW_CONTENT_FIELD]
+            rid = content_id(raw) if dedup else random_id()
+            if dedup:
+                if rid in seen:
+                    report.duplicates += 1
+                    continue
+                seen.add(rid)
+            chunk.add(rid, record, len(raw))
+            if len(chunk) >= chunk_rows or chunk.bytes >= chunk_bytes:
+                _flush(writer, chunk, batch, types, known_fields, report)
+                chunk = _Chunk()
+        _flush(writer, chunk, batch, types, known_fields, report)
+        if bar is not None:
+            bar.close()
+        _save_rejects(store, rejects)
+        if max_reject_ratio is not None and report.read and report.rejected / report.read > max_reject_ratio:
+            raise RejectLimitExceededError(
+                f"batch {batch!r}: {report.rejected} of {report.read} records rejected "
+                f"({report.rejected / report.read:.2%} > {max_reject_ratio:.2%}); nothing committed. "
+                f"See: omni rejects {state.table.identifier} --batch {batch}"
+            )
+        new_state = _commit(store, namespace, name, writer, report, batch, sources, types, command)
+    except BaseException:
+        if bar is not None:
+            bar.close()
+        _abandon(writer)
+        raise
+    report.logical_version = new_state.version
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+# ---- steps ------------------------------------------------------------------------------
+
+def _raw_field_types(state: FamilyState) -> dict[str, str]:
+    return {c.leaf: c.type for c in state.stage_fields(RAW_STAGE)}
+
+
+def _existing_ids(store: FamilyStore, state: FamilyState) -> set[str]:
+    """Ids already in the table at the pinned snapshot (dedup against earlier batches)."""
+    base = state.base_table
+    if not state.batches:
+        return set()
+    table = store.catalog.load_table(base.identifier)
+    ids: set[str] = set()
+    scan = table.scan(snapshot_id=base.snapshot_id, selected_fields=(ID_COLUMN,))
+    for rb in scan.to_arrow_batch_reader():
+        ids.update(rb.column(0).to_pylist())
+    return ids
+
+
+def _map_record(
+    item: SourceRecord, field_map: dict[str, str], types: dict[str, str]
+) -> tuple[dict[str, Any] | None, RecordProblem | None]:
+    """Rename, normalise and type-check one record; a problem names file, line and field."""
+    out: dict[str, Any] = {}
+    for key, value in item.fields.items():
+        target = field_map.get(key) or F.normalise_name(key)
+        out[target] = F.plain_value(value)
+    raw = out.get(RAW_CONTENT_FIELD)
+    if raw is None:
+        mapped_from = next((s for s, t in field_map.items() if t == RAW_CONTENT_FIELD), None)
+        hint = f" (mapped from '{mapped_from}')" if mapped_from else " (use --map SOURCE_FIELD=raw_data)"
+        return None, _problem(item, f"missing mapped field{hint}", RAW_CONTENT_FIELD)
+    if not isinstance(raw, str):
+        return None, _problem(item, f"raw content must be text, got {F.value_type(raw)}", RAW_CONTENT_FIELD)
+    if not raw.strip():
+        return None, _problem(item, "empty raw content", RAW_CONTENT_FIELD)
+    for key, value in out.items():
+        expected = types.get(key)
+        if expected is None:
+            continue
+        ok, fitted = F.coerce(value, expected)
+        if not ok:
+            return None, _problem(item, f"expected {expected}, got {F.value_type(value)} {str(value)[:40]!r}", key)
+        out[key] = fitted
+    for key, value in out.items():  # fields first seen in this record fix their type now
+        if key not in types and value is not None:
+            types[key] = F.value_type(value)
+    return out, None
+
+
+def _problem(item: SourceRecord, reason: str, field_name: str) -> RecordProblem:
+    return RecordProblem(item.source_file, reason, line=item.line, offset=item.offset, field=field_name)
+
+
+def _reject(report: SubmitReport, rejects: list, problem: RecordProblem, batch: str, state: FamilyState) -> None:
+    report.rejected += 1
+    message = problem.message()
+    if len(report.reject_messages) < MAX_REJECT_MESSAGES:
+        report.reject_messages.append(message)
+    rejects.append({
+        "logical_table": state.table.identifier, "batch": batch, "submit_id": report.submit_id,
+        "source_file": problem.source_file, "line": problem.line, "offset": problem.offset,
+        "field": problem.field, "reason": problem.reason, "rejected_at": datetime.now(timezone.utc),
+    })
+
+
+def _flush(writer: StagedWrite, chunk: _Chunk, batch: str, types: dict[str, str], known: set[str],
+           report: SubmitReport) -> None:
+    if not len(chunk):
+        return
+    new = [f for f in chunk.values if f not in known and types.get(f)]
+    if new:
+        _add_raw_fields(writer, new, types)
+        known.update(new)
+        report.new_fields += new
+    # the table's own struct decides the layout: it may hold fields a concurrent writer added
+    table_fields = [(f.name, arrow_type(str(f.field_type)))
+                    for f in writer.table.schema().find_field(RAW_STAGE).field_type.fields]
+    struct_type = pa.struct([pa.field(f, t) for f, t in table_fields])
+    n = len(chunk)
+    arrays = [pa.array(chunk.values.get(f, [None] * n), type=t) for f, t in table_fields]
+    raw_struct = pa.StructArray.from_arrays(arrays, fields=list(struct_type))
+    data = pa.Table.from_arrays(
+        [pa.array(chunk.ids, pa.string()), pa.array([batch] * n, pa.string()), raw_struct],
+        schema=pa.schema(key_arrow_fields() + [pa.field(RAW_STAGE, struct_type)]),
+    )
+    writer.write(data)
+    report.written += n
+
+
+def _add_raw_fields(writer: StagedWrite, names: list[str], types: dict[str, str]) -> None:
+    """Evolve the base table's RawData struct (a schema change, visible to nobody until pinned)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(5):
+        table = writer.catalog.load_table(writer.identifier)
+        existing = {f.name: f for f in table.schema().find_field(RAW_STAGE).field_type.fields}
+        todo = [n for n in names if n not in existing]
+        for n in names:
+            if n in existing and str(existing[n].field_type) != str(iceberg_type(types[n])):
+                raise SchemaConflictError(
+                    f"field RawData.{n} is {existing[n].field_type} in {writer.identifier}, "
+                    f"but this source has {types[n]}: map it to another name with --map {n}=NEW_NAME"
+                )
+        if not todo:
+            break
+        try:
+            with table.update_schema() as update:
+                for n in todo:
+                    update.add_column((RAW_STAGE, n), iceberg_type(types[n]))
+            break
+        except CommitFailedException:
+            time.sleep(0.05 * (attempt + 1))
+    writer.reload()
+
+
+def _save_rejects(store: FamilyStore, rejects: list[dict[str, Any]]) -> None:
+    system_tables.append_rows(store.catalog, system_tables.REJECTS, rejects)
+
+
+def _commit(store, namespace, name, writer: StagedWrite, report: SubmitReport, batch: str,
+            sources: list[str], types: dict[str, str], command: str) -> FamilyState:
+    has_data = bool(writer.data_files)
+    if has_data:
+        writer.stage()
+    now = int(time.time() * 1000)
+
+    def updates(latest: FamilyState):
+        ups: list = []
+        new_cols = [f for f in report.new_fields if not latest.has_column(f"{RAW_STAGE}.{f}")]
+        if new_cols:
+            ups.append(AddLogicalColumns(tuple(
+                LogicalColumn(path=f"{RAW_STAGE}.{f}", type=types[f], kind="stage") for f in new_cols)))
+        if report.new_fields:
+            ups.append(AddPhysicalColumns(tuple(
+                PhysicalColumn(table=latest.base_table.key, name=f"{RAW_STAGE}.{f}", logical=f"{RAW_STAGE}.{f}")
+                for f in report.new_fields)))
+        if has_data:
+            ups.append(PinSnapshot(latest.base_table.key, writer.staged_snapshot_id, writer.base_snapshot_id))
+        ups.append(AddBatch(Batch(
+            name=batch, rows=report.written, read=report.read, duplicates=report.duplicates,
+            rejected=report.rejected, sources=[str(s) for s in sources][:100], version=latest.version + 1,
+            committed_ms=now)))
+        return tuple(ups)
+
+    summary = {"omni.batch": batch, "omni.rows": str(report.written), "omni.duplicates": str(report.duplicates),
+               "omni.rejected": str(report.rejected)}
+    return store.commit(namespace, name, updates, operation="ingest", command=command,
+                        summary=lambda _: summary, staged=[writer] if has_data else [])
+
+
+def _abandon(writer: StagedWrite) -> None:
+    try:
+        writer.abandon()
+    except Exception:  # noqa: BLE001 - the original error matters more than cleanup
+        pass
+
+
+def _progress(enabled: bool | None, label: str):
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(desc=f"ingest {label}", unit="doc", file=sys.stderr, dynamic_ncols=True)
+
+
+def iter_items(sources: Iterable[str], kind: str | None = None):
+    """Re-exported for benchmarks: the same reader stream submit uses."""
+    return iter_sources(list(sources), kind)

@@ -1,0 +1,82 @@
+"""What every source reader yields.
+
+A reader turns one input path into a stream of :class:`SourceRecord` (a flat dict of
+field values plus where it came from) interleaved with :class:`RecordProblem` for a
+record that could not be read (malformed JSON, invalid UTF-8, ...). A problem is not
+an exception: the ingest pipeline counts it and keeps it in the rejects table, and the
+rest of the file is still read. Errors that stop the whole source (path missing,
+unknown format) raise :class:`omni_iceberg.errors.SourceError` instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Protocol, Union
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """One record read from a source.
+
+    ``fields`` holds plain Python values (str, int, float, bool, None, or nested
+    dict/list which the pipeline stores as JSON text). ``line`` is 1-based where the
+    format has lines (JSONL, CSV); ``offset`` is a byte offset (WARC) or row index
+    (Parquet); for one-record-per-file sources both may be None.
+    """
+
+    fields: dict[str, Any]
+    source_file: str
+    line: int | None = None
+    offset: int | None = None
+
+    @property
+    def location(self) -> str:
+        """Human-readable place, e.g. ``data.jsonl:12`` or ``crawl.warc.gz@4096``."""
+        return format_location(self.source_file, self.line, self.offset)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordProblem:
+    """A record that could not be turned into a :class:`SourceRecord`."""
+
+    source_file: str
+    reason: str
+    line: int | None = None
+    offset: int | None = None
+    field: str | None = None
+
+    @property
+    def location(self) -> str:
+        return format_location(self.source_file, self.line, self.offset)
+
+    def message(self) -> str:
+        """One line naming file, line/offset, field and what is wrong."""
+        where = self.location
+        if self.field:
+            return f"{where}: field '{self.field}': {self.reason}"
+        return f"{where}: {self.reason}"
+
+
+SourceItem = Union[SourceRecord, RecordProblem]
+
+
+class SourceReader(Protocol):
+    """A reader for one kind of source. ``kind`` is its CLI name (``jsonl``, ``warc``...)."""
+
+    kind: str
+
+    def matches(self, path: str) -> bool:
+        """True when this reader handles ``path`` (by suffix, or a folder's content)."""
+        ...
+
+    def read(self, path: str) -> Iterator[SourceItem]:
+        """Yield records and problems, streaming: never load the whole input."""
+        ...
+
+
+def format_location(source_file: str, line: int | None, offset: int | None) -> str:
+    if line is not None:
+        return f"{source_file}:{line}"
+    if offset is not None:
+        return f"{source_file}@{offset}"
+    return source_file

@@ -1,0 +1,107 @@
+"""Read a logical table at one version straight from its pinned physical snapshots.
+
+Only the physical tables holding the requested columns are scanned (column pruning),
+only the requested batches are planned (partition pruning on ``_ai_append_name_``),
+and every scan reads the exact snapshot the version pins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES, check_batch_name
+from catalog_ext.family import FamilyState
+from catalog_ext.physical import arrow_type
+
+KEYS = [ID_COLUMN, BATCH_COLUMN]
+
+
+def expand_columns(state: FamilyState, columns: list[str] | None) -> tuple[list[str], list[str]]:
+    """Requested names -> (output names, leaf logical paths). ``RawData`` expands to its fields."""
+    from omni_iceberg.errors import SchemaConflictError
+
+    requested = columns or state.top_level_columns()
+    leaves: list[str] = []
+    for name in requested:
+        if name in KEYS:
+            continue
+        if name in STAGES:
+            leaves += [c.path for c in state.stage_fields(name)]
+        elif state.has_column(name):
+            leaves.append(name)
+        else:
+            import difflib
+
+            known = [c.path for c in state.columns] + list(STAGES)
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise SchemaConflictError(f"no column {name!r} in {state.table.identifier}{hint}")
+    return list(requested), list(dict.fromkeys(leaves))
+
+
+def read_logical(catalog: Any, state: FamilyState, columns: list[str] | None = None,
+                 batches: list[str] | None = None) -> pa.Table:
+    out_names, leaves = expand_columns(state, columns)
+    for b in batches or ():
+        check_batch_name(b)
+    base = state.base_table
+    per_table: dict[str, list[tuple[str, str]]] = {base.key: []}  # table key -> [(physical name, logical path)]
+    for path in leaves:
+        pcols = state.physical_columns_of(path)
+        if pcols:
+            per_table.setdefault(pcols[0].table, []).append((pcols[0].name, path))
+    joined: pa.Table | None = None
+    for key, cols in per_table.items():
+        part = _scan(catalog, state, key, cols, batches)
+        joined = part if joined is None else joined.join(part, keys=KEYS, join_type="left outer")
+    assert joined is not None
+    return _assemble(state, joined, out_names, leaves)
+
+
+def _scan(catalog, state: FamilyState, key: str, cols: list[tuple[str, str]], batches) -> pa.Table:
+    from pyiceberg.expressions import AlwaysTrue, In
+
+    table_meta = state.physical_table(key)
+    table = catalog.load_table(table_meta.identifier)
+    top = list(dict.fromkeys(name.split(".", 1)[0] for name, _ in cols))
+    row_filter = In(BATCH_COLUMN, set(batches)) if batches else AlwaysTrue()
+    data = table.scan(row_filter=row_filter, snapshot_id=table_meta.snapshot_id,
+                      selected_fields=tuple(KEYS + top)).to_arrow()
+    # flatten to one column per logical path: joins cannot carry struct payloads
+    arrays = [data.column(ID_COLUMN), data.column(BATCH_COLUMN)]
+    names = list(KEYS)
+    for physical, logical in cols:
+        parts = physical.split(".")
+        arr = data.column(parts[0])
+        for sub in parts[1:]:
+            arr = pc.struct_field(arr, sub)
+        arrays.append(arr)
+        names.append(logical)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _assemble(state: FamilyState, joined: pa.Table, out_names: list[str], leaves: list[str]) -> pa.Table:
+    n = joined.num_rows
+    present = set(joined.column_names)
+
+    def leaf(path: str) -> pa.ChunkedArray | pa.Array:
+        if path in present:
+            return joined.column(path)
+        return pa.nulls(n, type=arrow_type(state.column(path).type))  # not computed anywhere yet
+
+    arrays, names = [], []
+    for name in out_names:
+        if name in KEYS:
+            arrays.append(joined.column(name))
+        elif name in STAGES:
+            fields = state.stage_fields(name)
+            children = [pa.chunked_array(leaf(f.path)).combine_chunks() if n else pa.array([], arrow_type(f.type))
+                        for f in fields]
+            arrays.append(pa.StructArray.from_arrays(children, names=[f.leaf for f in fields]))
+        else:
+            arrays.append(leaf(name))
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
