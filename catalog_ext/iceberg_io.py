@@ -59,3 +59,36 @@ def commit_empty_snapshot(table: Any, properties: dict[str, str]) -> int:
         with tx.update_snapshot(snapshot_properties=properties).fast_append():
             pass
     return table.current_snapshot().snapshot_id
+
+
+def is_commit_race(error: Exception) -> bool:
+    """True when a physical-table commit failed only because another writer got there first.
+
+    pyiceberg reports this as CommitFailedException, or - when the table moved between
+    load and commit - as a ValueError about the snapshot sequence number.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    if isinstance(error, CommitFailedException):
+        return True
+    return isinstance(error, ValueError) and "sequence number" in str(error)
+
+
+def with_table_retry(catalog: Any, identifier: str, action, attempts: int = 20):
+    """Run ``action(fresh_table)`` and retry on a lost race with a freshly loaded table.
+
+    Used for metadata-only commits on family tables (branches, appends of already
+    written files): retrying them is cheap and never rewrites data.
+    """
+    import random
+    import time
+
+    for attempt in range(attempts):
+        table = catalog.load_table(identifier)
+        try:
+            return action(table)
+        except Exception as e:  # noqa: BLE001
+            if not is_commit_race(e) or attempt == attempts - 1:
+                raise
+            time.sleep(min(1.0, 0.02 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")

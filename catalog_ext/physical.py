@@ -126,13 +126,17 @@ class StagedWrite:
     def stage(self, onto_snapshot_id: int | None = None) -> int:
         """Commit the written files as one snapshot on the staging branch; return its id."""
         onto = self.base_snapshot_id if onto_snapshot_id is None else onto_snapshot_id
-        table = self.catalog.load_table(self.identifier)
-        snapshots = table.manage_snapshots()
-        if self.branch in table.metadata.refs:
-            snapshots = snapshots.remove_branch(self.branch)
-        snapshots.create_branch(onto, self.branch).commit()
-        table = iceberg_io.commit_data_files(
-            self.catalog.load_table(self.identifier), self.data_files, self.branch, self.properties
+
+        def reset_branch(table):
+            ops = table.manage_snapshots()
+            if self.branch in table.metadata.refs:
+                ops = ops.remove_branch(self.branch)
+            ops.create_branch(onto, self.branch).commit()
+
+        iceberg_io.with_table_retry(self.catalog, self.identifier, reset_branch)
+        table = iceberg_io.with_table_retry(
+            self.catalog, self.identifier,
+            lambda t: iceberg_io.commit_data_files(t, self.data_files, self.branch, self.properties),
         )
         self.base_snapshot_id = onto
         self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
@@ -149,20 +153,25 @@ class StagedWrite:
         on our snapshot), it is left alone. Failure here is harmless - pins, not
         ``main``, define what readers see - so it is best effort.
         """
-        table = self.catalog.load_table(self.identifier)
-        ops = table.manage_snapshots()
-        main = table.metadata.refs.get("main")
-        if main is None or _is_ancestor(table, main.snapshot_id, self.staged_snapshot_id):
-            ops = ops.set_current_snapshot(self.staged_snapshot_id)
-        if self.branch in table.metadata.refs:
-            ops = ops.remove_branch(self.branch)
-        ops.commit()
+        def fast_forward(table):
+            ops = table.manage_snapshots()
+            main = table.metadata.refs.get("main")
+            if main is None or _is_ancestor(table, main.snapshot_id, self.staged_snapshot_id):
+                ops = ops.set_current_snapshot(self.staged_snapshot_id)
+            if self.branch in table.metadata.refs:
+                ops = ops.remove_branch(self.branch)
+            ops.commit()
+
+        iceberg_io.with_table_retry(self.catalog, self.identifier, fast_forward)
 
     def abandon(self) -> None:
         """Drop the staging branch of a failed commit; its files become orphans for cleanup."""
-        table = self.catalog.load_table(self.identifier)
-        if self.branch in table.metadata.refs:
-            table.manage_snapshots().remove_branch(self.branch).commit()
+
+        def drop(table):
+            if self.branch in table.metadata.refs:
+                table.manage_snapshots().remove_branch(self.branch).commit()
+
+        iceberg_io.with_table_retry(self.catalog, self.identifier, drop)
 
 
 def _is_ancestor(table: Any, ancestor_id: int, snapshot_id: int | None) -> bool:

@@ -115,7 +115,8 @@ class FamilyStore:
         }
 
     def _summary(self, state: FamilyState, family_location: str) -> dict[str, str]:
-        return {SUMMARY_FAMILY: family_location, SUMMARY_OPERATION: state.operation, "omni.command": state.command[:500]}
+        return {**state.summary, SUMMARY_FAMILY: family_location, SUMMARY_OPERATION: state.operation,
+                "omni.command": state.command[:500]}
 
     # ---- create / load -----------------------------------------------------------------
     def create(

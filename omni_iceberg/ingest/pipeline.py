@@ -112,6 +112,7 @@ def submit(
         reader_for(path, kind)
 
     types = _raw_field_types(state)
+    _check_declared_schemas(sources, field_map, types, state)
     known_fields = set(types)
     dedup = state.table.id_mode == "md5"
     seen: set[str] = _existing_ids(store, state) if dedup else set()
@@ -169,6 +170,43 @@ def submit(
 
 def _raw_field_types(state: FamilyState) -> dict[str, str]:
     return {c.leaf: c.type for c in state.stage_fields(RAW_STAGE)}
+
+
+def _declared_types(path: str) -> dict[str, str]:
+    """Column types a typed source declares up front (Parquet); other formats declare none."""
+    from pathlib import Path
+
+    files = [Path(path)] if Path(path).is_file() else sorted(Path(path).rglob("*.parquet"))
+    out: dict[str, str] = {}
+    for f in files:
+        if f.suffix != ".parquet":
+            continue
+        import pyarrow.parquet as pq
+
+        for fld in pq.read_schema(f):
+            t = fld.type
+            kind = ("string" if pa.types.is_string(t) or pa.types.is_large_string(t) else
+                    "long" if pa.types.is_integer(t) else "double" if pa.types.is_floating(t) else
+                    "boolean" if pa.types.is_boolean(t) else None)
+            if kind:
+                out.setdefault(fld.name, f"{kind}@{f}")
+    return out
+
+
+def _check_declared_schemas(sources: list[str], field_map: dict[str, str], types: dict[str, str],
+                            state: FamilyState) -> None:
+    """A typed source whose columns contradict the table is refused before anything is written."""
+    for path in sources:
+        for name, typed in _declared_types(path).items():
+            declared, where = typed.split("@", 1)
+            target = field_map.get(name) or F.normalise_name(name)
+            expected = types.get(target)
+            if expected is None or expected == declared or (expected == "double" and declared == "long"):
+                continue
+            raise SchemaConflictError(
+                f"{where}: column '{name}' is {declared}, but RawData.{target} of {state.table.identifier} is "
+                f"{expected}; rename it with --map {name}=NEW_NAME or convert the source"
+            )
 
 
 def _existing_ids(store: FamilyStore, state: FamilyState) -> set[str]:
@@ -257,27 +295,23 @@ def _flush(writer: StagedWrite, chunk: _Chunk, batch: str, types: dict[str, str]
 
 def _add_raw_fields(writer: StagedWrite, names: list[str], types: dict[str, str]) -> None:
     """Evolve the base table's RawData struct (a schema change, visible to nobody until pinned)."""
-    from pyiceberg.exceptions import CommitFailedException
+    from catalog_ext import iceberg_io
 
-    for attempt in range(5):
-        table = writer.catalog.load_table(writer.identifier)
+    def evolve(table):
         existing = {f.name: f for f in table.schema().find_field(RAW_STAGE).field_type.fields}
-        todo = [n for n in names if n not in existing]
         for n in names:
             if n in existing and str(existing[n].field_type) != str(iceberg_type(types[n])):
                 raise SchemaConflictError(
                     f"field RawData.{n} is {existing[n].field_type} in {writer.identifier}, "
                     f"but this source has {types[n]}: map it to another name with --map {n}=NEW_NAME"
                 )
-        if not todo:
-            break
-        try:
+        todo = [n for n in names if n not in existing]
+        if todo:
             with table.update_schema() as update:
                 for n in todo:
                     update.add_column((RAW_STAGE, n), iceberg_type(types[n]))
-            break
-        except CommitFailedException:
-            time.sleep(0.05 * (attempt + 1))
+
+    iceberg_io.with_table_retry(writer.catalog, writer.identifier, evolve)
     writer.reload()
 
 

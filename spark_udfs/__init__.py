@@ -1,0 +1,31 @@
+"""The Spark side of the engine protocol: jars, session, and (elsewhere) fused stages.
+
+Nothing here imports pyspark at module level - :func:`build_spark_session` imports it
+when called - and the public names below are loaded on first use, so importing
+``spark_udfs`` (or running ``python -m spark_udfs.jars``) stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["build_spark_session", "ensure_jars", "spark_catalog_conf"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_udfs.jars import ensure_jars
+    from spark_udfs.session import build_spark_session, spark_catalog_conf
+
+_EXPORTS = {
+    "ensure_jars": "spark_udfs.jars",
+    "build_spark_session": "spark_udfs.session",
+    "spark_catalog_conf": "spark_udfs.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spark_udfs' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
