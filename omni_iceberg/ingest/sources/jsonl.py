@@ -1,0 +1,141 @@
+"""Read JSON Lines (plain or gzip): one record per line holding a JSON object.
+
+Lines are read as bytes and decoded one at a time, so one line with invalid UTF-8
+or broken JSON becomes a :class:`RecordProblem` and the rest of the file is still
+read. A corrupt or truncated gzip stream ends the file with one problem naming the
+line where reading stopped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from omni_iceberg.errors import SourceError
+from omni_iceberg.ingest.sources.html_dir import iter_files, one_line, utf8_reason
+from omni_iceberg.ingest.sources.records import RecordProblem, SourceItem, SourceRecord
+
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson", ".ndjson.gz")
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+#: What a damaged file raises while being read (gzip.BadGzipFile is an OSError).
+STREAM_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def open_raw(path: Path) -> io.BufferedReader:
+    """Open ``path`` for reading bytes as stored; :class:`SourceError` when impossible."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError as e:
+        raise SourceError(f"source not found: {path} (check the path exists)") from e
+    except OSError as e:
+        raise SourceError(f"cannot open {path}: {e.strerror or e} (check its permissions)") from e
+
+
+def open_binary(path: Path) -> io.BufferedIOBase:
+    """Open ``path`` for streaming bytes, decompressing gzip by suffix or magic number.
+
+    Raises :class:`SourceError` when the file cannot be opened at all.
+    """
+    f = open_raw(path)
+    # the magic check also catches gzip data behind a plain name (a common export bug)
+    if path.name.lower().endswith(".gz") or f.peek(2)[:2] == _GZIP_MAGIC:
+        # reopen by name: a GzipFile over a fileobj would not close that file
+        f.close()
+        return gzip.open(path, "rb")
+    return f
+
+
+def stream_failure(source_file: str, line: int, e: BaseException) -> RecordProblem:
+    """The problem recorded when the byte stream itself breaks at ``line``."""
+    return RecordProblem(
+        source_file,
+        f"corrupt or truncated file, stopped reading here: {one_line(e)}",
+        line=line,
+    )
+
+
+def input_files(path: str, suffixes: tuple[str, ...]) -> Iterator[Path]:
+    """The file itself, or the matching files of a folder in sorted order."""
+    p = Path(path)
+    if p.is_dir():
+        yield from iter_files(p, suffixes)
+    elif p.exists():
+        yield p
+    else:
+        raise SourceError(f"source not found: {p} (check the path exists and is readable)")
+
+
+class JsonlReader:
+    """JSON Lines -> records whose fields are each object's top-level keys.
+
+    ``line`` is the 1-based physical line. Blank lines are skipped. A folder is read
+    as all its JSON Lines files in sorted order.
+    """
+
+    kind = "jsonl"
+    suffixes = JSONL_SUFFIXES
+
+    def matches(self, path: str) -> bool:
+        """True for ``.jsonl``, ``.jsonl.gz``, ``.json.gz``, ``.ndjson`` (``.gz``) files."""
+        return Path(path).name.lower().endswith(JSONL_SUFFIXES)
+
+    def read(self, path: str) -> Iterator[SourceItem]:
+        """Stream records and per-line problems from a file or folder."""
+        for file in input_files(path, JSONL_SUFFIXES):
+            yield from self._read_file(file)
+
+    def _read_file(self, path: Path) -> Iterator[SourceItem]:
+        src = str(path)
+        with open_binary(path) as stream:
+            lines = iter(stream)
+            line_no = 0
+            while True:
+                try:
+                    raw = next(lines)
+                except StopIteration:
+                    return
+                except STREAM_ERRORS as e:
+                    yield stream_failure(src, line_no + 1, e)
+                    return
+                line_no += 1
+                if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]  # a UTF-8 BOM is an editor artefact, not data
+                if not raw.strip():
+                    continue
+                yield self._parse_line(raw, src, line_no)
+
+    @staticmethod
+    def _parse_line(raw: bytes, src: str, line_no: int) -> SourceItem:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return RecordProblem(src, utf8_reason(e, unit="line"), line=line_no)
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            return RecordProblem(src, f"malformed JSON at column {e.colno}: {e.msg}", line=line_no)
+        except RecursionError:
+            return RecordProblem(src, "malformed JSON: nested too deeply", line=line_no)
+        if not isinstance(value, dict):
+            return RecordProblem(
+                src, f"expected a JSON object, got {_json_type(value)}", line=line_no
+            )
+        return SourceRecord(fields=value, source_file=src, line=line_no)
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return "a number"
