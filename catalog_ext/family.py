@@ -102,6 +102,36 @@ class Batch(_Frozen):
     committed_ms: int
 
 
+class FeatureBinding(_Frozen):
+    """A feature version registered on this table, and where its outputs live."""
+
+    name: str
+    version: str
+    definition: str  # canonical JSON of the FeatureDefinition
+    code_hash: str
+    table_key: str  # the physical table holding this version's outputs
+    outputs: tuple[str, ...]  # logical paths it produces
+    current: bool = True  # False once a newer version of the feature is registered
+    registered_version: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+class ComputedUnit(_Frozen):
+    """Feature ``name@version`` has been computed for batch ``batch`` (errors are null outputs)."""
+
+    feature: str
+    version: str
+    batch: str
+    run_id: str
+    rows: int
+    errors: int
+    reused: int = 0
+    logical_version: int
+
+
 class FamilyState(_Frozen):
     """The full mapping at one logical version."""
 
@@ -118,6 +148,8 @@ class FamilyState(_Frozen):
     tables: tuple[PhysicalTable, ...]
     physical_columns: tuple[PhysicalColumn, ...]
     batches: tuple[Batch, ...] = ()
+    features: tuple[FeatureBinding, ...] = ()
+    computed: tuple[ComputedUnit, ...] = ()
 
     # ---- serialisation -------------------------------------------------------------
     def to_json(self) -> str:
@@ -204,6 +236,20 @@ class FamilyState(_Frozen):
 
     def batch(self, name: str) -> Batch | None:
         return next((b for b in self.batches if b.name == name), None)
+
+    def feature(self, name: str, version: str | None = None) -> FeatureBinding | None:
+        """The current binding of feature ``name`` (or the given version)."""
+        for f in self.features:
+            if f.name == name and (f.version == version if version else f.current):
+                return f
+        return None
+
+    def producer_of(self, logical_path: str) -> FeatureBinding | None:
+        """The current feature that produces ``logical_path`` (None for ingested columns)."""
+        return next((f for f in self.features if f.current and logical_path in f.outputs), None)
+
+    def computed_batches(self, name: str, version: str) -> set[str]:
+        return {u.batch for u in self.computed if u.feature == name and u.version == version}
 
     def stage_fields(self, stage: str) -> list[LogicalColumn]:
         return [c for c in self.columns if c.stage == stage]

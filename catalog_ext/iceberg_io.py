@@ -92,3 +92,26 @@ def with_table_retry(catalog: Any, identifier: str, action, attempts: int = 20):
                 raise
             time.sleep(min(1.0, 0.02 * 2**attempt) * (0.5 + random.random()))
     raise AssertionError("unreachable")
+
+
+def scan_tasks_by_bucket(table: Any, snapshot_id: int, selected: tuple[str, ...], row_filter: Any) -> tuple[Any, dict[int, list[Any]]]:
+    """Plan a scan and group its file tasks by the id-bucket partition value.
+
+    Every family table is partitioned (batch, bucket(N, id)) with the same N, so the
+    rows of bucket k of one table only ever join rows of bucket k of another: reading
+    one bucket at a time bounds memory by the data size divided by N.
+    """
+    scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id, selected_fields=selected)
+    spec = table.metadata.specs()[0]
+    position = next(i for i, f in enumerate(spec.fields) if str(f.transform).startswith("bucket"))
+    groups: dict[int, list[Any]] = {}
+    for task in scan.plan_files():
+        groups.setdefault(task.file.partition[position], []).append(task)
+    return scan, groups
+
+
+def read_tasks(scan: Any, tasks: list[Any]) -> Any:
+    """Read some of a scan's file tasks as one Arrow table (the scan's projection and filter)."""
+    from pyiceberg.io.pyarrow import ArrowScan
+
+    return ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter, scan.case_sensitive).to_table(tasks)

@@ -99,7 +99,13 @@ def create_physical_table(
 
 
 class StagedWrite:
-    """Data for one physical table, staged on a private branch until the logical commit."""
+    """Data for one physical table, staged on a private branch until the logical commit.
+
+    Data files are written as chunks arrive (``write``) and committed to the branch at
+    checkpoints (``checkpoint``), each checkpoint one snapshot labelled with the unit
+    of work it finished. The branch is the durable record of progress: after a crash
+    ``attach`` finds it again, tells which units are done and which files they added.
+    """
 
     def __init__(self, catalog: Any, identifier: str, base_snapshot_id: int, run_id: str, properties: dict[str, str]):
         self.catalog = catalog
@@ -108,11 +114,16 @@ class StagedWrite:
         self.branch = f"{STAGING_BRANCH_PREFIX}{run_id}"
         self.properties = dict(properties)
         self.table = catalog.load_table(identifier)
-        self.data_files: list[Any] = []
+        self.pending_files: list[Any] = []  # written, not yet on the branch
+        self.branch_files: list[Any] = []  # committed on the branch
         self.rows = 0
         self.staged_snapshot_id: int | None = None
         self._uuid = uuid.uuid4()
         self._counter = itertools.count()
+
+    @property
+    def data_files(self) -> list[Any]:
+        return self.branch_files + self.pending_files
 
     def reload(self) -> None:
         """Pick up schema changes made since this write started."""
@@ -120,31 +131,67 @@ class StagedWrite:
 
     def write(self, data: pa.Table) -> None:
         """Write one chunk as data files now (memory is released), commit later."""
-        self.data_files += iceberg_io.write_data_files(self.table, data, self._uuid, self._counter)
+        self.pending_files += iceberg_io.write_data_files(self.table, data, self._uuid, self._counter)
         self.rows += data.num_rows
 
-    def stage(self, onto_snapshot_id: int | None = None) -> int:
-        """Commit the written files as one snapshot on the staging branch; return its id."""
-        onto = self.base_snapshot_id if onto_snapshot_id is None else onto_snapshot_id
+    def checkpoint(self, properties: dict[str, str] | None = None) -> int:
+        """Commit the pending files as one snapshot on the branch (created at the base if new)."""
 
-        def reset_branch(table):
-            ops = table.manage_snapshots()
-            if self.branch in table.metadata.refs:
-                ops = ops.remove_branch(self.branch)
-            ops.create_branch(onto, self.branch).commit()
+        def commit(table):
+            if self.branch not in table.metadata.refs:
+                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
+                table = self.catalog.load_table(self.identifier)
+            return iceberg_io.commit_data_files(table, self.pending_files, self.branch,
+                                                {**self.properties, **(properties or {})})
 
-        iceberg_io.with_table_retry(self.catalog, self.identifier, reset_branch)
-        table = iceberg_io.with_table_retry(
-            self.catalog, self.identifier,
-            lambda t: iceberg_io.commit_data_files(t, self.data_files, self.branch, self.properties),
-        )
-        self.base_snapshot_id = onto
+        table = iceberg_io.with_table_retry(self.catalog, self.identifier, commit)
+        self.branch_files += self.pending_files
+        self.pending_files = []
         self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
         return self.staged_snapshot_id
 
+    def stage(self) -> int:
+        """Commit everything written so far to the staging branch; return the snapshot id."""
+        return self.checkpoint()
+
+    def attach(self, label_property: str) -> dict[str, dict[str, str]]:
+        """Resume a crashed run: adopt its branch; return label -> properties of finished checkpoints."""
+        table = self.catalog.load_table(self.identifier)
+        ref = table.metadata.refs.get(self.branch)
+        if ref is None:
+            return {}
+        labels: dict[str, dict[str, str]] = {}
+        files: list[Any] = []
+        snap = table.snapshot_by_id(ref.snapshot_id)
+        while snap is not None and snap.snapshot_id != self.base_snapshot_id:
+            props = snap.summary.additional_properties if snap.summary else {}
+            if label_property in props:
+                labels[props[label_property]] = dict(props)
+            files = iceberg_io.added_data_files(table, snap.snapshot_id) + files
+            snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+        if snap is None:  # the branch does not start at our base: it cannot be resumed
+            self.abandon()
+            return {}
+        self.branch_files = files
+        self.staged_snapshot_id = ref.snapshot_id
+        return labels
+
     def rebase(self, onto_snapshot_id: int) -> int:
-        """Re-commit the same data files on top of another writer's snapshot."""
-        return self.stage(onto_snapshot_id)
+        """Re-commit the same data files on top of another writer's snapshot (nothing rewritten)."""
+
+        def recommit(table):
+            ops = table.manage_snapshots()
+            if self.branch in table.metadata.refs:
+                ops = ops.remove_branch(self.branch)
+            ops.create_branch(onto_snapshot_id, self.branch).commit()
+            return iceberg_io.commit_data_files(self.catalog.load_table(self.identifier), self.data_files,
+                                                self.branch, self.properties)
+
+        table = iceberg_io.with_table_retry(self.catalog, self.identifier, recommit)
+        self.branch_files, self.pending_files = self.data_files, []
+        self.base_snapshot_id = onto_snapshot_id
+        self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
+        return self.staged_snapshot_id
 
     def publish(self) -> None:
         """After the logical commit: move ``main`` forward to the pinned snapshot, drop the branch.
@@ -153,6 +200,7 @@ class StagedWrite:
         on our snapshot), it is left alone. Failure here is harmless - pins, not
         ``main``, define what readers see - so it is best effort.
         """
+
         def fast_forward(table):
             ops = table.manage_snapshots()
             main = table.metadata.refs.get("main")

@@ -16,6 +16,11 @@ from catalog_ext.contract import SYSTEM_NAMESPACE
 from omni_iceberg.errors import CommitConflictError
 
 REJECTS = "rejects"
+FEATURES = "features"
+RUNS = "runs"
+LINEAGE = "lineage"
+ERRORS = "errors"
+_TS = pa.timestamp("us", tz="UTC")
 
 SCHEMAS: dict[str, pa.Schema] = {
     REJECTS: pa.schema([
@@ -27,7 +32,69 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("offset", pa.int64()),
         pa.field("field", pa.string()),
         pa.field("reason", pa.string(), nullable=False),
-        pa.field("rejected_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("rejected_at", _TS, nullable=False),
+    ]),
+    FEATURES: pa.schema([
+        pa.field("logical_table", pa.string(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("udf", pa.string(), nullable=False),
+        pa.field("code_hash", pa.string(), nullable=False),
+        pa.field("engine", pa.string(), nullable=False),
+        pa.field("inputs", pa.string(), nullable=False),
+        pa.field("outputs", pa.string(), nullable=False),
+        pa.field("definition", pa.string(), nullable=False),
+        pa.field("logical_version", pa.int64(), nullable=False),
+        pa.field("registered_at", _TS, nullable=False),
+    ]),
+    RUNS: pa.schema([
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("logical_table", pa.string(), nullable=False),
+        pa.field("features", pa.string(), nullable=False),
+        pa.field("batches", pa.string(), nullable=False),
+        pa.field("engine", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("plan", pa.string(), nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+        pa.field("errors", pa.int64(), nullable=False),
+        pa.field("reused", pa.int64(), nullable=False),
+        pa.field("logical_version", pa.int64()),
+        pa.field("started_at", _TS, nullable=False),
+        pa.field("finished_at", _TS, nullable=False),
+        pa.field("message", pa.string()),
+    ]),
+    LINEAGE: pa.schema([
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("logical_table", pa.string(), nullable=False),
+        pa.field("output_column", pa.string(), nullable=False),
+        pa.field("feature", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("batch", pa.string(), nullable=False),
+        pa.field("input_columns", pa.string(), nullable=False),
+        pa.field("input_snapshots", pa.string(), nullable=False),
+        pa.field("output_table", pa.string(), nullable=False),
+        pa.field("output_snapshot", pa.int64()),
+        pa.field("logical_version", pa.int64()),
+        pa.field("code_hash", pa.string(), nullable=False),
+        pa.field("engine", pa.string(), nullable=False),
+        pa.field("started_at", _TS, nullable=False),
+        pa.field("finished_at", _TS, nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+        pa.field("errors", pa.int64(), nullable=False),
+        pa.field("reused", pa.int64(), nullable=False),
+    ]),
+    ERRORS: pa.schema([
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("logical_table", pa.string(), nullable=False),
+        pa.field("feature", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("_ai_unique_id_", pa.string(), nullable=False),
+        pa.field("batch", pa.string(), nullable=False),
+        pa.field("exception_class", pa.string(), nullable=False),
+        pa.field("message", pa.string(), nullable=False),
+        pa.field("traceback_digest", pa.string(), nullable=False),
+        pa.field("attempt", pa.int32(), nullable=False),
+        pa.field("failed_at", _TS, nullable=False),
     ]),
 }
 

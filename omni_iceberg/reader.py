@@ -47,18 +47,59 @@ def read_logical(catalog: Any, state: FamilyState, columns: list[str] | None = N
     out_names, leaves = expand_columns(state, columns)
     for b in batches or ():
         check_batch_name(b)
-    base = state.base_table
-    per_table: dict[str, list[tuple[str, str]]] = {base.key: []}  # table key -> [(physical name, logical path)]
-    for path in leaves:
-        pcols = state.physical_columns_of(path)
-        if pcols:
-            per_table.setdefault(pcols[0].table, []).append((pcols[0].name, path))
+    per_table = _plan_columns(state, leaves)
     joined: pa.Table | None = None
     for key, cols in per_table.items():
         part = _scan(catalog, state, key, cols, batches)
         joined = part if joined is None else joined.join(part, keys=KEYS, join_type="left outer")
     assert joined is not None
     return _assemble(state, joined, out_names, leaves)
+
+
+def _plan_columns(state: FamilyState, leaves: list[str]) -> dict[str, list[tuple[str, str]]]:
+    per_table: dict[str, list[tuple[str, str]]] = {state.base_table.key: []}
+    for path in leaves:
+        pcols = state.physical_columns_of(path)
+        if pcols:
+            per_table.setdefault(pcols[0].table, []).append((pcols[0].name, path))
+    return per_table
+
+
+def iter_logical_slices(catalog: Any, state: FamilyState, columns: list[str], batch: str):
+    """Yield one batch of the logical table bucket by bucket (bounded memory), flat columns.
+
+    Columns are named by logical path (``ProcessedData.parsed_text``), plus the keys.
+    """
+    from catalog_ext import iceberg_io
+    from pyiceberg.expressions import EqualTo
+
+    _, leaves = expand_columns(state, columns)
+    check_batch_name(batch)
+    per_table = _plan_columns(state, leaves)
+    planned = {}
+    for key, cols in per_table.items():
+        meta = state.physical_table(key)
+        table = catalog.load_table(meta.identifier)
+        top = tuple(KEYS + list(dict.fromkeys(n.split(".", 1)[0] for n, _ in cols)))
+        planned[key] = iceberg_io.scan_tasks_by_bucket(table, meta.snapshot_id, top, EqualTo(BATCH_COLUMN, batch))
+    base_scan, base_groups = planned[state.base_table.key]
+    for bucket in sorted(base_groups):
+        joined = None
+        for key, cols in per_table.items():
+            scan, groups = planned[key]
+            data = iceberg_io.read_tasks(scan, groups.get(bucket, []))
+            part = _flatten(data, cols)
+            joined = part if joined is None else joined.join(part, keys=KEYS, join_type="left outer")
+        yield _assemble_flat(state, joined, leaves)
+
+
+def _assemble_flat(state: FamilyState, joined: pa.Table, leaves: list[str]) -> pa.Table:
+    n = joined.num_rows
+    arrays = [joined.column(ID_COLUMN), joined.column(BATCH_COLUMN)]
+    for path in leaves:
+        arrays.append(joined.column(path) if path in joined.column_names
+                      else pa.chunked_array([pa.nulls(n, type=arrow_type(state.column(path).type))]))
+    return pa.Table.from_arrays(arrays, names=KEYS + leaves)
 
 
 def _scan(catalog, state: FamilyState, key: str, cols: list[tuple[str, str]], batches) -> pa.Table:
@@ -70,14 +111,21 @@ def _scan(catalog, state: FamilyState, key: str, cols: list[tuple[str, str]], ba
     row_filter = In(BATCH_COLUMN, set(batches)) if batches else AlwaysTrue()
     data = table.scan(row_filter=row_filter, snapshot_id=table_meta.snapshot_id,
                       selected_fields=tuple(KEYS + top)).to_arrow()
-    # flatten to one column per logical path: joins cannot carry struct payloads
-    arrays = [data.column(ID_COLUMN), data.column(BATCH_COLUMN)]
+    return _flatten(data, cols)
+
+
+def _flatten(data: pa.Table, cols: list[tuple[str, str]]) -> pa.Table:
+    """One column per logical path: joins cannot carry struct payloads."""
+    # pyiceberg hands back string or large_string depending on the path; joins need one type
+    arrays = [data.column(ID_COLUMN).cast(pa.string()), data.column(BATCH_COLUMN).cast(pa.string())]
     names = list(KEYS)
     for physical, logical in cols:
         parts = physical.split(".")
         arr = data.column(parts[0])
         for sub in parts[1:]:
             arr = pc.struct_field(arr, sub)
+        if pa.types.is_large_string(arr.type):
+            arr = arr.cast(pa.string())
         arrays.append(arr)
         names.append(logical)
     return pa.Table.from_arrays(arrays, names=names)

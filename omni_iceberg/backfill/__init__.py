@@ -1,0 +1,1 @@
+"""Backfills: plan the minimal closure, fuse, route, execute, commit once, record lineage."""

@@ -1,0 +1,230 @@
+"""The backfill planner: minimal closure, fused stages, CPU/GPU routing.
+
+Given requested features and batches, the planner builds the feature dependency DAG
+(networkx), keeps exactly the (feature, batch) units not yet computed at the current
+version - recursing into ancestors only where they are missing - and groups the
+needed features into stages: one stage per dependency level and route, so features
+that read the same inputs run in ONE scan over each batch with shared intermediate
+results. Stages are ordered topologically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from catalog_ext.contract import check_batch_name
+from catalog_ext.family import FamilyState, FeatureBinding
+from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
+
+#: ``auto`` features go to a GPU when one is present and their model is at least this big
+AUTO_GPU_MODEL_MB = float(os.environ.get("OMNI_AUTO_GPU_MODEL_MB", "50"))
+
+
+@dataclass
+class PlannedFeature:
+    name: str
+    version: str
+    engine: str  # the route: cpu or gpu
+    route_reason: str
+    batches: list[str]  # batches to compute (missing)
+    present: list[str]  # batches already computed at this version
+    requested: bool
+    inputs: list[str]
+    outputs: list[str]
+    level: int = 0
+
+
+@dataclass
+class Stage:
+    index: int
+    engine: str
+    features: list[str]
+    inputs: list[str]  # union of the stage's inputs: read once per batch
+    batches: list[str]
+
+
+@dataclass
+class BackfillPlan:
+    logical_table: str
+    base_version: int
+    requested: list[str]
+    batches: list[str]
+    features: dict[str, PlannedFeature]
+    stages: list[Stage]
+    graph: Any = field(repr=False, default=None)  # nx.DiGraph of all features involved
+    warnings: list[str] = field(default_factory=list)
+    #: retry runs only: (feature, batch) -> ids to recompute
+    only_ids: dict[tuple[str, str], set[str]] = field(default_factory=dict, repr=False)
+    attempt: int = 1
+
+    @property
+    def empty(self) -> bool:
+        return not self.stages
+
+    @property
+    def units(self) -> list[tuple[str, str]]:
+        """(feature, batch) pairs this plan computes."""
+        return [(f.name, b) for f in self.features.values() for b in f.batches]
+
+    def fingerprint(self) -> str:
+        """Stable id of WHAT is computed (not when): a rerun after a crash finds its checkpoints."""
+        payload = json.dumps(sorted(f"{f.name}@{f.version}/{b}" for f in self.features.values() for b in f.batches))
+        if self.only_ids:
+            payload += json.dumps(sorted(f"{k[0]}/{k[1]}/{i}" for k, ids in self.only_ids.items() for i in ids))
+        return hashlib.sha256(f"{self.logical_table}|{self.attempt}|{payload}".encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"logical_table": self.logical_table, "base_version": self.base_version,
+                "requested": self.requested, "batches": self.batches,
+                "features": {k: asdict(v) for k, v in self.features.items()},
+                "stages": [asdict(s) for s in self.stages], "fingerprint": self.fingerprint(),
+                "warnings": self.warnings, "attempt": self.attempt,
+                "retry_records": sum(len(v) for v in self.only_ids.values())}
+
+    def describe(self) -> str:
+        lines = [f"backfill plan for {self.logical_table} (from version {self.base_version}), "
+                 f"batches: {', '.join(self.batches) or '(none)'}"]
+        if self.empty:
+            lines.append("  nothing to do: every requested feature is computed for every batch")
+        for s in self.stages:
+            lines.append(f"  stage {s.index} [{s.engine}] reads {', '.join(s.inputs)} once per batch:")
+            for name in s.features:
+                f = self.features[name]
+                lines.append(f"    - {f.name}@{f.version} -> {', '.join(f.outputs)}  batches {', '.join(f.batches)}"
+                             f"  ({f.route_reason})")
+        for w in self.warnings:
+            lines.append(f"  warning: {w}")
+        skipped = [f for f in self.features.values() if not f.batches]
+        for f in skipped:
+            lines.append(f"  present: {f.name}@{f.version} (batches {', '.join(f.present) or '-'})")
+        return "\n".join(lines)
+
+
+def gpu_available() -> bool:
+    """True when torch sees a CUDA device; torch is not imported unless installed."""
+    if os.environ.get("OMNI_FORCE_CPU"):
+        return False
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def route(d: FeatureDefinition, has_gpu: bool) -> tuple[str, str]:
+    if d.engine == "cpu":
+        return "cpu", "engine=cpu"
+    if d.engine == "gpu":
+        return ("gpu", "engine=gpu") if has_gpu else ("cpu", "engine=gpu, no GPU present: CPU fallback")
+    if has_gpu and d.model_size_mb >= AUTO_GPU_MODEL_MB:
+        return "gpu", f"auto: model {d.model_size_mb:.0f} MB >= {AUTO_GPU_MODEL_MB:.0f} MB and a GPU is present"
+    why = "no GPU present" if not has_gpu else f"model {d.model_size_mb:.0f} MB < {AUTO_GPU_MODEL_MB:.0f} MB"
+    return "cpu", f"auto: {why}"
+
+
+def definitions_of(state: FamilyState) -> dict[str, FeatureDefinition]:
+    return {b.name: FeatureDefinition.model_validate_json(b.definition) for b in state.features if b.current}
+
+
+def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | None = None,
+                  has_gpu: bool | None = None) -> BackfillPlan:
+    """Plan the minimal work that makes ``features`` present on ``batches`` (default: all)."""
+    has_gpu = gpu_available() if has_gpu is None else has_gpu
+    defs = definitions_of(state)
+    for name in features:
+        if name not in defs:
+            import difflib
+
+            near = difflib.get_close_matches(name, list(defs), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise FeatureDefinitionError(
+                f"no feature {name!r} is registered on {state.table.identifier}{hint} (see 'omni feature list')")
+    all_batches = [b.name for b in state.batches]
+    if batches:
+        for b in batches:
+            check_batch_name(b)
+            if b not in all_batches:
+                raise FeatureDefinitionError(
+                    f"{state.table.identifier} has no batch {b!r} (batches: {', '.join(all_batches) or 'none'})")
+        wanted = list(dict.fromkeys(batches))
+    else:
+        wanted = all_batches
+    producers = {o.name: d.name for d in defs.values() for o in d.outputs}
+    graph = nx.DiGraph()
+    for d in defs.values():
+        graph.add_node(d.name)
+        for inp in d.inputs:
+            if inp in producers:
+                graph.add_edge(producers[inp], d.name)
+
+    need: dict[str, set[str]] = {}
+
+    def require(name: str, on: set[str]) -> None:
+        binding: FeatureBinding = state.feature(name)
+        missing = on - state.computed_batches(name, binding.version)
+        new = missing - need.get(name, set())
+        need.setdefault(name, set())
+        if not new:
+            return
+        need[name] |= new
+        for parent in graph.predecessors(name):
+            require(parent, new)  # only the ancestors missing for exactly these batches
+
+    for name in features:
+        require(name, set(wanted))
+
+    involved = set(need) | set(features)
+    planned: dict[str, PlannedFeature] = {}
+    for name in nx.topological_sort(graph.subgraph(involved)):
+        d = defs[name]
+        engine, reason = route(d, has_gpu)
+        parents = [p for p in graph.predecessors(name) if need.get(p)]
+        level = 1 + max((planned[p].level for p in parents), default=0)
+        present = sorted(state.computed_batches(name, d.version) & set(all_batches))
+        planned[name] = PlannedFeature(name, d.version, engine, reason, sorted(need.get(name, ())), present,
+                                       name in features, list(d.inputs), d.output_names, level if need.get(name) else 0)
+    groups: dict[tuple[int, str], list[str]] = {}
+    for f in planned.values():
+        if f.batches:
+            groups.setdefault((f.level, f.engine), []).append(f.name)
+    stages = []
+    for i, ((level, engine), names) in enumerate(sorted(groups.items())):
+        inputs = list(dict.fromkeys(inp for n in names for inp in planned[n].inputs))
+        batches_ = sorted(set().union(*(planned[n].batches for n in names)))
+        stages.append(Stage(i + 1, engine, sorted(names), inputs, batches_))
+    warnings = [f"input {inp} of {f.name} is not computed by any feature or ingest: it reads as NULL"
+                for f in planned.values() if f.batches for inp in f.inputs
+                if inp not in producers and not state.physical_columns_of(inp)]
+    return BackfillPlan(state.table.identifier, state.version, list(features), wanted, planned, stages,
+                        graph.subgraph(involved).copy(), warnings)
+
+
+def plan_retry(state: FamilyState, features: list[str], failed: dict[tuple[str, str], set[str]], attempt: int,
+               has_gpu: bool | None = None) -> BackfillPlan:
+    """Recompute only the records that failed: ``failed`` maps (feature, batch) to ids."""
+    has_gpu = gpu_available() if has_gpu is None else has_gpu
+    defs = definitions_of(state)
+    planned: dict[str, PlannedFeature] = {}
+    for name in features:
+        d = defs[name]
+        engine, reason = route(d, has_gpu)
+        batches = sorted(b for (f, b), ids in failed.items() if f == name and ids)
+        planned[name] = PlannedFeature(name, d.version, engine, reason, batches, [], True, list(d.inputs),
+                                       d.output_names, 1 if batches else 0)
+    groups: dict[str, list[str]] = {}
+    for f in planned.values():
+        if f.batches:
+            groups.setdefault(f.engine, []).append(f.name)
+    stages = [Stage(i + 1, engine, sorted(names), list(dict.fromkeys(x for n in names for x in planned[n].inputs)),
+                    sorted(set().union(*(planned[n].batches for n in names))))
+              for i, (engine, names) in enumerate(sorted(groups.items()))]
+    return BackfillPlan(state.table.identifier, state.version, list(features), sorted({b for _, b in failed}),
+                        planned, stages, None, [], {k: v for k, v in failed.items() if v}, attempt)

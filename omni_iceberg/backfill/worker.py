@@ -1,0 +1,199 @@
+"""Stage workers: evaluate every feature of a fused stage on one slice of rows.
+
+``InlineWorker`` runs in the calling process. ``ProcessWorker`` runs the UDFs in a
+child process (spawned, so no inherited locks): models load once per stage in the
+child, and a UDF that kills its process (segfault, OOM killer) ends the backfill with
+a clear :class:`WorkerCrashedError` instead of taking the caller down - nothing is
+committed, finished units stay checkpointed, and a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
+from omni_iceberg.backfill.evaluate import FeatureRunner, RecordFailure
+from omni_iceberg.errors import OmniError
+from omni_iceberg.features.shared import SharedBatch
+from omni_iceberg.features.spec import FeatureDefinition
+from omni_iceberg.features.udf import UdfSpec
+
+
+class WorkerCrashedError(OmniError):
+    """The process running a stage's UDFs died."""
+
+    exit_code = 5
+
+
+@dataclass
+class SliceResult:
+    outputs: dict[str, pa.Table] = field(default_factory=dict)  # feature -> rows (keys + physical outputs)
+    failures: dict[str, list[tuple[str, RecordFailure]]] = field(default_factory=dict)  # feature -> (id, failure)
+    filtered: dict[str, int] = field(default_factory=dict)
+
+
+def _filter_mask(definition: FeatureDefinition, data: pa.Table) -> pa.Array | None:
+    """Rows to compute: every input non-null (SQL semantics: null in, null out) and the filter true."""
+    import pyarrow.compute as pc
+
+    mask = None
+    for path in definition.inputs:
+        valid = pc.is_valid(data.column(path))
+        mask = valid if mask is None else pc.and_(mask, valid)
+    if not definition.filter:
+        return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
+    import duckdb
+
+    local = pa.Table.from_arrays(
+        [data.column(p) for p in definition.inputs], names=[p.rsplit(".", 1)[-1] for p in definition.inputs])
+    con = duckdb.connect()
+    con.register("rows_in", local)
+    chosen = con.sql(f"SELECT coalesce(({definition.filter}), false) AS m FROM rows_in").to_arrow_table().column(0)
+    return pc.and_(mask, chosen).combine_chunks() if mask is not None else chosen.combine_chunks()
+
+
+def compute_slice(runners: dict[str, FeatureRunner], features: list[str], data: pa.Table) -> SliceResult:
+    """Evaluate ``features`` on ``data`` (keys + every input column, named by logical path)."""
+    import pyarrow.compute as pc
+    result = SliceResult()
+    shared_cols = {name: data.column(name).to_pylist() for name in data.column_names
+                   if name not in (ID_COLUMN, BATCH_COLUMN)}
+    shared = SharedBatch(shared_cols)  # one per slice: fused features share its memoised work
+    for name in features:
+        runner = runners[name]
+        d = runner.definition
+        rows = data
+        mask = _filter_mask(d, data)
+        local_shared = shared
+        if mask is not None and not pc.all(mask).as_py():
+            rows = data.filter(mask)
+            result.filtered[name] = data.num_rows - rows.num_rows
+            local_shared = SharedBatch({k: rows.column(k).to_pylist() for k in shared_cols})
+        if rows.num_rows == 0:
+            result.outputs[name] = None
+            result.failures[name] = []
+            continue
+        arrays, failures = runner.run([rows.column(p).combine_chunks() for p in d.inputs], local_shared)
+        row_ids = rows.column(ID_COLUMN)
+        keep = pa.array([True] * rows.num_rows)
+        if failures:
+            bad = {f.row for f in failures}
+            keep = pa.array([i not in bad for i in range(rows.num_rows)])
+        out = pa.Table.from_arrays(
+            [row_ids, rows.column(BATCH_COLUMN)] + arrays,
+            names=[ID_COLUMN, BATCH_COLUMN] + [o.name.rsplit(".", 1)[-1] for o in d.outputs],
+        ).filter(keep)
+        result.outputs[name] = out
+        result.failures[name] = [(row_ids[f.row].as_py(), f) for f in failures]
+    return result
+
+
+class InlineWorker:
+    def __init__(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec]):
+        self.runners = {d.name: FeatureRunner(d, specs[d.name]) for d in definitions}
+
+    def compute(self, features: list[str], data: pa.Table) -> SliceResult:
+        return compute_slice(self.runners, features, data)
+
+    def close(self) -> None:
+        pass
+
+
+def _send(stream: Any, obj: Any) -> None:
+    import pickle
+
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(len(data).to_bytes(8, "little") + data)
+    stream.flush()
+
+
+def _recv(stream: Any) -> Any:
+    import pickle
+
+    head = stream.read(8)
+    if len(head) < 8:
+        raise EOFError("worker stream closed")
+    size = int.from_bytes(head, "little")
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("worker stream closed mid-message")
+    return pickle.loads(data)
+
+
+def child_main() -> None:
+    """Entry point of the worker process (``python -m omni_iceberg.backfill.worker_main``)."""
+    import os
+
+    import cloudpickle
+
+    # the protocol owns the real stdout; anything the UDFs print goes to stderr
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    proto_in = sys.stdin.buffer
+    definitions, specs = cloudpickle.loads(_recv(proto_in))
+    worker = InlineWorker(definitions, specs)
+    while True:
+        msg = _recv(proto_in)
+        if msg is None:
+            return
+        features, data = msg
+        try:
+            _send(proto_out, ("ok", worker.compute(features, data)))
+        except BaseException as e:  # noqa: BLE001 - ship every failure back to the parent
+            try:
+                _send(proto_out, ("error", e))
+            except Exception:  # noqa: BLE001 - unpicklable exception
+                _send(proto_out, ("error", OmniError(f"{type(e).__name__}: {e}")))
+
+
+class ProcessWorker:
+    """Runs a stage's UDFs in a child Python process that speaks length-prefixed pickles.
+
+    A plain subprocess (not multiprocessing) so the caller's ``__main__`` is never
+    re-imported in the child; UDFs travel by value with cloudpickle.
+    """
+
+    def __init__(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], label: str):
+        import os
+        import subprocess
+
+        import cloudpickle
+
+        self.label = label
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self._proc = subprocess.Popen([sys.executable, "-m", "omni_iceberg.backfill.worker_main"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        _send(self._proc.stdin, cloudpickle.dumps((definitions, specs)))
+
+    def compute(self, features: list[str], data: pa.Table) -> SliceResult:
+        try:
+            _send(self._proc.stdin, (features, data))
+            status, value = _recv(self._proc.stdout)
+        except (EOFError, BrokenPipeError, ConnectionResetError) as e:
+            code = self._proc.wait(timeout=30)
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            batch = data.column(BATCH_COLUMN)[0].as_py() if data.num_rows else "?"
+            raise WorkerCrashedError(
+                f"the worker process for {self.label} (features {', '.join(features)}) died with {how} "
+                f"while computing {data.num_rows} rows of batch {batch}; nothing was committed and finished "
+                f"units are kept - fix the UDF, then rerun the same command to resume"
+            ) from e
+        if status == "error":
+            raise value
+        return value
+
+    def close(self) -> None:
+        try:
+            _send(self._proc.stdin, None)
+            self._proc.stdin.close()
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            self._proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001
+            self._proc.kill()
+

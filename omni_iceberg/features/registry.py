@@ -1,0 +1,245 @@
+"""Register feature definitions on a logical table: validate, create storage, commit.
+
+Registration checks everything that can be checked before any work starts: unknown
+inputs (with the nearest name), output collisions, dependency cycles (named), and a
+version reused with different code. A new version gets a new physical table and
+column; the logical output name moves to it and the previous version stays
+queryable as ``<output>_v<old version>``. Every registration is appended to the
+``omni_sys.features`` Iceberg table (append-only history, readable from Spark/Trino).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import networkx as nx
+
+from catalog_ext import system_tables
+from catalog_ext.contract import PHYSICAL_SEPARATOR, RAW_STAGE, STAGES
+from catalog_ext.family import FamilyState, FeatureBinding, LogicalColumn, PhysicalColumn, PhysicalTable, PhysicalTableGroup
+from catalog_ext.physical import create_physical_table, iceberg_type
+from catalog_ext.store import FamilyStore
+from catalog_ext.updates import AddLogicalColumns, AddPhysicalTable, BindFeature
+from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
+from omni_iceberg.features.udf import get_udf
+
+
+@dataclass
+class Registration:
+    definition: FeatureDefinition
+    logical_version: int | None
+    changed: bool
+    physical_table: str
+
+
+def physical_key(definition: FeatureDefinition) -> str:
+    return f"f_{definition.name}_{_safe(definition.version)}"
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)[:40]
+
+
+def physical_column_name(output: str) -> str:
+    return output.rsplit(".", 1)[-1]
+
+
+def resolve_definition(state: FamilyState, definition: FeatureDefinition, pending: dict[str, FeatureDefinition]
+                       ) -> FeatureDefinition:
+    """Resolve input names to logical paths and fill the version from the UDF's code hash."""
+    spec = get_udf(definition.udf)
+    producible = {o.name for d in pending.values() for o in d.outputs}
+    known = [c.path for c in state.columns] + sorted(producible)
+    inputs = []
+    for name in definition.inputs:
+        if state.has_column(name) or name in producible:
+            inputs.append(name)
+            continue
+        by_leaf = [p for p in known if p.rsplit(".", 1)[-1] == name]
+        if len(by_leaf) == 1:
+            inputs.append(by_leaf[0])
+            continue
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise FeatureDefinitionError(
+            f"feature {definition.name!r}: unknown input column {name!r} in {state.table.identifier}{hint}"
+        )
+    if spec.input_params and len(spec.input_params) != len(inputs):
+        raise FeatureDefinitionError(
+            f"feature {definition.name!r}: UDF {spec.name!r} takes inputs {list(spec.input_params)}, "
+            f"the definition gives {inputs}"
+        )
+    resolved = definition.model_copy(update={"inputs": tuple(inputs), "table": state.table.identifier})
+    return resolved.with_version(spec.code_hash)
+
+
+def check_outputs(state: FamilyState, d: FeatureDefinition) -> None:
+    for out in d.outputs:
+        if out.name.startswith(RAW_STAGE + ".") or out.name in STAGES:
+            raise FeatureDefinitionError(
+                f"feature {d.name!r}: output {out.name!r} is ingested raw data; features write "
+                f"ProcessedData./TrainableData. fields or their own columns"
+            )
+        if not state.has_column(out.name):
+            continue
+        col = state.column(out.name)
+        producer = state.producer_of(out.name)
+        if producer is not None and producer.name != d.name:
+            raise FeatureDefinitionError(
+                f"feature {d.name!r}: output {out.name!r} collides with the column produced by {producer.key}"
+            )
+        if producer is None and col.kind != "stage":
+            raise FeatureDefinitionError(
+                f"feature {d.name!r}: output {out.name!r} collides with an existing {col.kind} column"
+            )
+        if col.type != out.type:
+            raise FeatureDefinitionError(
+                f"feature {d.name!r}: output {out.name!r} is {col.type} in {state.table.identifier}, not {out.type}; "
+                f"a changed type needs a new output name"
+            )
+
+
+def check_cycles(state: FamilyState, new: list[FeatureDefinition]) -> nx.DiGraph:
+    """Feature dependency graph (producer -> consumer) of the current features plus ``new``."""
+    defs: dict[str, FeatureDefinition] = {}
+    for b in state.features:
+        if b.current:
+            defs[b.name] = FeatureDefinition.model_validate_json(b.definition)
+    for d in new:
+        defs[d.name] = d
+    producers = {o.name: d.name for d in defs.values() for o in d.outputs}
+    graph = nx.DiGraph()
+    for d in defs.values():
+        graph.add_node(d.name)
+        for inp in d.inputs:
+            if inp in producers:
+                graph.add_edge(producers[inp], d.name, column=inp)
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return graph
+    path = " -> ".join([cycle[0][0]] + [v for _, v in cycle])
+    raise FeatureDefinitionError(f"feature dependency cycle: {path}")
+
+
+def register(store: FamilyStore, namespace: str, name: str, definitions: list[FeatureDefinition],
+             command: str = "") -> list[Registration]:
+    """Register several definitions atomically (one logical version for all of them)."""
+    state = store.load(namespace, name)
+    pending = {d.name: d for d in definitions}
+    resolved = [resolve_definition(state, d, pending) for d in definitions]
+    for d in resolved:
+        check_outputs(state, d)
+        existing = state.feature(d.name, d.version)
+        spec = get_udf(d.udf)
+        if existing is not None and (existing.code_hash != spec.code_hash or existing.definition != d.canonical_json()):
+            raise FeatureDefinitionError(
+                f"feature {d.key} is already registered on {state.table.identifier} with different code or "
+                f"parameters; bump its version"
+            )
+    check_cycles(state, resolved)
+    todo = [d for d in resolved if state.feature(d.name, d.version) is None]
+    if not todo:
+        return [Registration(d, state.version, False, state.feature(d.name, d.version).table_key) for d in resolved]
+
+    updates: list[Any] = []
+    for d in todo:
+        key = physical_key(d)
+        ident = f"{namespace}.{name}{PHYSICAL_SEPARATOR}{key}"
+        columns = {physical_column_name(o.name): iceberg_type(o.type) for o in d.outputs}
+        _create_or_reuse(store, ident, columns, state.table.bucket_count, namespace, name, d)
+        group = "features-gpu" if d.engine == "gpu" else "features-cpu"
+        updates.append(AddPhysicalTable(
+            PhysicalTable(key=key, identifier=ident, group=group, snapshot_id=_first_snapshot(store, ident),
+                          role="feature"),
+            PhysicalTableGroup(name=group, purpose=f"{group.split('-')[1].upper()} feature outputs"),
+        ))
+        updates.append(AddLogicalColumns(tuple(
+            LogicalColumn(path=o.name, type=o.type, kind="stage" if "." in o.name else "feature",
+                          comment=o.comment or d.comment, producer=d.name)
+            for o in d.outputs)))
+        previous = state.feature(d.name)
+        aliases = []
+        if previous is not None:
+            for out in previous.outputs:
+                alias = f"{out}_v{_safe(previous.version)}"
+                col = state.column(out)
+                aliases.append((LogicalColumn(path=alias, type=col.type, kind=col.kind, producer=d.name,
+                                              comment=f"{out} as computed by {previous.key}"),
+                                PhysicalColumn(table=previous.table_key, name=physical_column_name(out), logical=alias)))
+        binding = FeatureBinding(
+            name=d.name, version=d.version, definition=d.canonical_json(), code_hash=get_udf(d.udf).code_hash,
+            table_key=key, outputs=tuple(o.name for o in d.outputs), registered_version=state.version + 1,
+        )
+        remap = tuple(PhysicalColumn(table=key, name=physical_column_name(o.name), logical=o.name) for o in d.outputs)
+        updates.append(BindFeature(binding, remap=remap, aliases=tuple(aliases)))
+    new_state = store.commit(namespace, name, lambda _latest: tuple(updates), operation="register",
+                             command=command, summary=lambda _: {"omni.features": ",".join(d.key for d in todo)})
+    _record_history(store, new_state, todo)
+    return [Registration(d, new_state.version, d in todo, physical_key(d)) for d in resolved]
+
+
+def _create_or_reuse(store, ident, columns, buckets, namespace, name, d) -> None:
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    try:
+        create_physical_table(store.catalog, ident, columns, buckets,
+                              {"omni.logical-table": f"{namespace}.{name}", "omni.role": "feature",
+                               "omni.feature": d.key})
+    except TableAlreadyExistsError:
+        # left by a registration that crashed before its commit: same name, same version
+        table = store.catalog.load_table(ident)
+        if table.properties.get("omni.feature") != d.key:
+            raise FeatureDefinitionError(f"physical table {ident} exists and belongs to something else") from None
+
+
+def _first_snapshot(store, ident) -> int:
+    """The empty snapshot a new physical table starts with (writes only ever go to branches)."""
+    return store.catalog.load_table(ident).metadata.refs["main"].snapshot_id
+
+
+def _record_history(store, state: FamilyState, defs: list[FeatureDefinition]) -> None:
+    now = datetime.now(timezone.utc)
+    system_tables.append_rows(store.catalog, system_tables.FEATURES, [
+        {"logical_table": state.table.identifier, "name": d.name, "version": d.version, "udf": d.udf,
+         "code_hash": get_udf(d.udf).code_hash, "engine": d.engine, "inputs": json.dumps(list(d.inputs)),
+         "outputs": json.dumps([o.model_dump() for o in d.outputs]), "definition": d.canonical_json(),
+         "logical_version": state.version, "registered_at": now}
+        for d in defs
+    ])
+
+
+def load_definitions_file(path: str) -> list[FeatureDefinition]:
+    """A YAML or JSON file with one definition or a list (``features: [...]`` also accepted)."""
+    from pathlib import Path
+
+    from omni_iceberg.errors import SourceError
+    from omni_iceberg.features.spec import load_definition
+
+    p = Path(path)
+    if not p.exists():
+        raise SourceError(f"feature definition file not found: {path}")
+    if p.suffix == ".py":
+        from omni_iceberg.features.udf import load_python_features
+
+        return load_python_features(path)
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as e:  # noqa: BLE001 - any parse error is the file's fault
+        raise FeatureDefinitionError(f"{path}: cannot parse: {e}") from e
+    if isinstance(data, dict) and "features" in data:
+        data = data["features"]
+    items = data if isinstance(data, list) else [data]
+    return [load_definition(item, f"{path}[{i}]") for i, item in enumerate(items)]
+

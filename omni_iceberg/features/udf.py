@@ -1,0 +1,210 @@
+"""Declaring UDFs in Python: row functions, Arrow-batch functions, classes with setup.
+
+    @feature(outputs={"text_length": "long"})
+    def text_length(parsed_text):            # input inferred from the parameter name
+        return len(parsed_text)
+
+    @feature(outputs={"quality_score": "double"}, form="batch", engine="auto", model_size_mb=90)
+    class QualityScore:
+        def setup(self): self.model = load()   # once per worker, not per batch
+        def __call__(self, parsed_text): return self.model.score(parsed_text.to_pylist())
+
+A decorated function is returned unchanged (with ``.definition`` attached), so calling
+it with plain values runs it directly - unit tests need no engine. Parameters with a
+default are configuration (filled from ``FeatureDefinition.params``); the others are
+inputs. A parameter named ``shared`` receives the per-batch :class:`SharedBatch`,
+through which features fused into one stage share intermediate results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError, OutputColumn
+
+Form = Literal["row", "batch", "class"]
+SHARED_PARAM = "shared"
+
+_UDFS: dict[str, "UdfSpec"] = {}
+
+
+@dataclass(frozen=True)
+class UdfSpec:
+    """A registered UDF: how to call it, and the hash of its code."""
+
+    name: str
+    form: Form
+    target: Any  # function, or class for form "class"
+    input_params: tuple[str, ...]
+    config_params: tuple[str, ...]
+    wants_shared: bool
+    code_hash: str
+    definition: FeatureDefinition | None = field(default=None, compare=False)
+
+    def instantiate(self) -> Callable[..., Any]:
+        """A callable for one worker: classes are built and set up once here."""
+        if self.form != "class":
+            return self.target
+        obj = self.target()
+        if hasattr(obj, "setup"):
+            obj.setup()
+        return obj
+
+
+def code_hash(target: Any) -> str:
+    """Hash of the source code (falling back to bytecode): a changed UDF is a new version."""
+    try:
+        text = inspect.getsource(target)
+    except (OSError, TypeError):
+        code = getattr(target, "__code__", None)
+        text = repr(code.co_code if code else target.__qualname__)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _signature(target: Any, form: Form) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    fn = target.__call__ if form == "class" else target
+    params = list(inspect.signature(fn).parameters.values())
+    if form == "class":
+        params = params[1:] if params and params[0].name == "self" else params
+    inputs, config, shared = [], [], False
+    for p in params:
+        if p.name == SHARED_PARAM:
+            shared = True
+        elif p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        elif p.default is inspect.Parameter.empty:
+            inputs.append(p.name)
+        else:
+            config.append(p.name)
+    return tuple(inputs), tuple(config), shared
+
+
+def register_udf(name: str, target: Any, form: Form | None = None, definition: FeatureDefinition | None = None,
+                 replace: bool = True) -> UdfSpec:
+    form = form or ("class" if inspect.isclass(target) else "row")
+    inputs, config, shared = _signature(target, form)
+    spec = UdfSpec(name, form, target, inputs, config, shared, code_hash(target), definition)
+    existing = _UDFS.get(name)
+    if existing is not None and not replace and existing.code_hash != spec.code_hash:
+        raise FeatureDefinitionError(f"UDF {name!r} is already registered with different code")
+    _UDFS[name] = spec
+    return spec
+
+
+def udf(name: str | None = None, *, form: Form | None = None) -> Callable[[Any], Any]:
+    """Register a UDF by name (for YAML definitions that reference it)."""
+
+    def wrap(target: Any) -> Any:
+        spec = register_udf(name or target.__name__, target, form)
+        target.udf_spec = spec
+        return target
+
+    return wrap
+
+
+def feature(
+    outputs: dict[str, str] | list[OutputColumn] | list[dict[str, str]],
+    *,
+    name: str | None = None,
+    inputs: list[str] | None = None,
+    form: Form | None = None,
+    engine: str = "cpu",
+    version: str = "",
+    params: dict[str, Any] | None = None,
+    batch_size: int = 1024,
+    model_size_mb: float = 0.0,
+    filter: str | None = None,  # noqa: A002 - the paper's field name
+    table: str | None = None,
+    comment: str = "",
+) -> Callable[[Any], Any]:
+    """Declare a feature from a function or class; see the module docstring."""
+
+    def wrap(target: Any) -> Any:
+        fname = name or _snake(target.__name__)
+        if isinstance(outputs, dict):
+            outs = tuple(OutputColumn(name=k, type=v) for k, v in outputs.items())
+        else:
+            outs = tuple(o if isinstance(o, OutputColumn) else OutputColumn(**o) for o in outputs)
+        f = form or ("class" if inspect.isclass(target) else "row")
+        ins, _, _ = _signature(target, f)
+        definition = FeatureDefinition(
+            name=fname, inputs=tuple(inputs or ins), outputs=outs, udf=fname, params=dict(params or {}),
+            engine=engine, version=version, batch_size=batch_size, model_size_mb=model_size_mb, filter=filter,
+            table=table, comment=comment or (inspect.getdoc(target) or "").split("\n")[0],
+        )
+        spec = register_udf(fname, target, f, definition)
+        target.definition = definition.with_version(spec.code_hash)
+        target.udf_spec = spec
+        return target
+
+    return wrap
+
+
+def _snake(name: str) -> str:
+    import re
+
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def get_udf(name: str) -> UdfSpec:
+    """A registered UDF by name; ``package.module:function`` imports user code on demand."""
+    if name not in _UDFS and ":" in name:
+        _import_udf(name)
+    if name not in _UDFS:
+        _load_builtins()
+    try:
+        return _UDFS[name]
+    except KeyError:
+        import difflib
+
+        near = difflib.get_close_matches(name, list(_UDFS), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise FeatureDefinitionError(f"no UDF named {name!r} is registered{hint}") from None
+
+
+def _import_udf(ref: str) -> None:
+    import importlib
+
+    module_name, _, attr = ref.partition(":")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise FeatureDefinitionError(f"cannot import UDF {ref!r}: {e}") from e
+    spec = getattr(target, "udf_spec", None)
+    register_udf(ref, spec.target if spec else target, spec.form if spec else None)
+
+
+def load_python_features(path: str) -> list[FeatureDefinition]:
+    """Import a .py file and return the definitions of every ``@feature`` in it."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    p = Path(path).resolve()
+    name = f"omni_user_features_{p.stem}"
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise FeatureDefinitionError(f"{path}: not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - the user's module failed to import
+        raise FeatureDefinitionError(f"{path}: import failed: {type(e).__name__}: {e}") from e
+    found = [v.definition for v in vars(module).values()
+             if isinstance(getattr(v, "definition", None), FeatureDefinition) and getattr(v, "__module__", "") == name]
+    if not found:
+        raise FeatureDefinitionError(f"{path}: no @feature definitions found")
+    return found
+
+
+def list_udfs() -> list[UdfSpec]:
+    _load_builtins()
+    return sorted(_UDFS.values(), key=lambda s: s.name)
+
+
+def _load_builtins() -> None:
+    import omni_iceberg.features.library  # noqa: F401 - registers the built-in UDFs
