@@ -221,17 +221,14 @@ class _Run:
         stats = {f: UnitStats(f, batch, started_ms=_now_ms()) for f in todo}
         error_rows: list[dict[str, Any]] = []
         retry_ids = set().union(*(self.plan.only_ids.get((f, batch), set()) for f in todo)) if self.plan.only_ids else None
-        for data in iter_logical_slices(self.store.catalog, self._working_state(), inputs, batch):
-            if retry_ids is not None:  # a retry run recomputes only the records that failed
-                data = data.filter(pa.array([i in retry_ids for i in data.column(ID_COLUMN).to_pylist()]))
-            for start in range(0, data.num_rows, SLICE_ROWS):
-                part = data.slice(start, SLICE_ROWS)
-                computed_here = self._reuse(todo, part, stats)
-                result: SliceResult = worker.compute(todo, part) if part.num_rows else SliceResult()
-                for f in todo:
-                    self._write(f, result, computed_here.get(f), stats[f], batch, error_rows)
-                if bar is not None:
-                    bar.set_postfix_str(f"batch {batch}: {sum(s.rows for s in stats.values())} rows")
+        for part in _rebatch(iter_logical_slices(self.store.catalog, self._working_state(), inputs, batch),
+                             SLICE_ROWS, retry_ids):
+            computed_here = self._reuse(todo, part, stats)
+            result: SliceResult = worker.compute(todo, part)
+            for f in todo:
+                self._write(f, result, computed_here.get(f), stats[f], batch, error_rows)
+            if bar is not None:
+                bar.set_postfix_str(f"batch {batch}: {sum(s.rows for s in stats.values())} rows")
         self._check_budget(stats)
         system_tables.append_rows(self.store.catalog, system_tables.ERRORS, error_rows)
         for f in todo:
@@ -376,6 +373,25 @@ class _Run:
         except Exception:  # noqa: BLE001 - never hide the run's own outcome behind bookkeeping
             if status == "succeeded":
                 raise
+
+
+def _rebatch(slices, size: int, only_ids: set[str] | None):
+    """Regroup per-bucket slices into parts of about ``size`` rows: small buckets would starve
+    batch UDFs (a model wants full batches), and big ones are cut so memory stays bounded."""
+    buffer: list[pa.Table] = []
+    rows = 0
+    for data in slices:
+        if only_ids is not None:  # a retry run recomputes only the records that failed
+            data = data.filter(pa.array([i in only_ids for i in data.column(ID_COLUMN).to_pylist()], pa.bool_()))
+        for start in range(0, data.num_rows, size):
+            piece = data.slice(start, size)
+            buffer.append(piece)
+            rows += piece.num_rows
+            if rows >= size:
+                yield pa.concat_tables(buffer).combine_chunks()
+                buffer, rows = [], 0
+    if rows:
+        yield pa.concat_tables(buffer).combine_chunks()
 
 
 def _bar(enabled: bool, total: int, label: str):

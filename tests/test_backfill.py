@@ -1,0 +1,255 @@
+"""Backfills on the local engine over real documents: closure, fusion, isolation, resume, lineage."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from omni_iceberg import corpora
+from omni_iceberg.api import Omni
+from omni_iceberg.backfill.engine import ErrorBudgetExceededError
+from omni_iceberg.backfill.plan_picture import plan_graph
+from omni_iceberg.backfill.planner import plan_backfill
+from omni_iceberg.backfill.worker import WorkerCrashedError
+from omni_iceberg.graphs import to_mermaid, to_svg
+from tests import feature_udfs as U
+
+CHAIN = [U.t_parse, U.t_lang, U.t_math, U.t_len, U.t_digits]
+
+
+@pytest.fixture(scope="module")
+def pages():
+    return sorted(corpora.fetch("python-docs-html").rglob("*.html"))[:48]
+
+
+@pytest.fixture
+def omni(tmp_path, pages):
+    o = Omni(home=tmp_path / "home")
+    o.create_table("web")
+    o.submit("web", [str(p) for p in pages[:24]], batch="cc")
+    o.submit("web", [str(p) for p in pages[24:]], batch="wiki")
+    o.register_features("web", CHAIN)
+    return o
+
+
+def test_minimal_closure_reproduces_the_papers_example(omni):
+    plan = omni.plan("web", ["t_math"], ["cc"], has_gpu=False)
+    assert [(s.features, s.batches) for s in plan.stages] == [
+        (["t_parse"], ["cc"]), (["t_lang"], ["cc"]), (["t_math"], ["cc"])]
+    omni.backfill("web", ["t_lang"], ["cc"], isolation="inline")  # ancestors now present on cc
+    plan = omni.plan("web", ["t_math"], ["cc"], has_gpu=False)
+    assert [s.features for s in plan.stages] == [["t_math"]]
+    assert plan.features["t_parse"].present == ["cc"] and plan.features["t_parse"].batches == []
+    plan = omni.plan("web", ["t_math"], has_gpu=False)  # wiki still needs everything, cc only math
+    assert plan.features["t_parse"].batches == ["wiki"] and plan.features["t_math"].batches == ["cc", "wiki"]
+
+
+def test_features_sharing_inputs_are_fused_into_one_stage(omni):
+    plan = omni.plan("web", ["t_len", "t_digits", "t_lang"], has_gpu=False)
+    assert [s.features for s in plan.stages] == [["t_parse"], ["t_digits", "t_lang", "t_len"]]
+    assert plan.stages[1].inputs == ["ProcessedData.parsed_text"]
+
+
+def test_routing_falls_back_to_cpu_and_auto_uses_model_size(omni):
+    from omni_iceberg.backfill.planner import route
+
+    gpu = U.t_len.definition.model_copy(update={"engine": "gpu"})
+    assert route(gpu, has_gpu=False) == ("cpu", "engine=gpu, no GPU present: CPU fallback")
+    assert route(gpu, has_gpu=True)[0] == "gpu"
+    big = U.t_len.definition.model_copy(update={"engine": "auto", "model_size_mb": 500})
+    small = big.model_copy(update={"model_size_mb": 5})
+    assert route(big, True)[0] == "gpu" and route(small, True)[0] == "cpu" and route(big, False)[0] == "cpu"
+
+
+def test_dry_run_picture_marks_missing_and_present(omni, tmp_path):
+    omni.backfill("web", ["t_parse"], isolation="inline")
+    plan = omni.plan("web", ["t_math"], has_gpu=False)
+    nodes, edges = plan_graph(plan)
+    status = {n.label.split("@")[0]: n.status for n in nodes}
+    assert status == {"t_parse": "present", "t_lang": "missing", "t_math": "requested",
+                      "RawData.raw_data": "source"}
+    assert ("f:t_lang", "f:t_math") in edges
+    svg, mmd = to_svg(nodes, edges, "plan"), to_mermaid(nodes, edges)
+    assert svg.startswith("<svg") and svg.count("<rect") >= len(nodes) and ":::requested" in mmd
+    from omni_iceberg.cli import main
+
+    assert main(["--home", str(omni.config.home), "backfill", "web", "--features", "t_math", "--dry-run",
+                 "--dag", str(tmp_path / "p.svg")]) == 0
+    assert (tmp_path / "p.svg").read_text().count("missing") >= 1
+
+
+def test_backfill_values_one_commit_and_nothing_recomputed(omni, pages):
+    before = omni.state("web").version
+    report = omni.backfill("web", ["t_math", "t_len"], isolation="process")
+    assert report.status == "succeeded" and report.logical_version == before + 1
+    assert report.rows == 4 * 48 and report.errors == 0
+    data = omni.read("web", columns=["_ai_unique_id_", "ProcessedData", "t_lang", "t_math", "t_len"])
+    assert data.num_rows == 48 and None not in data.column("t_len").to_pylist()
+    texts = [r["parsed_text"] for r in data.column("ProcessedData").to_pylist()]
+    assert all(t and "<" not in t[:200] for t in texts)
+    for t, lang, m in zip(texts, data.column("t_lang").to_pylist(), data.column("t_math").to_pylist()):
+        assert lang == U.t_lang(t) and m == U.t_math(t, lang)
+    again = omni.backfill("web", ["t_math", "t_len"], isolation="process")
+    assert again.status == "nothing to do" and omni.state("web").version == before + 1
+
+
+def test_bisection_isolates_bad_records_and_keeps_neighbours(tmp_path):
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    rows = [f"record {i}" + (" POISON" if i in (7, 130) else "") for i in range(200)]
+    src.write_text("".join(json.dumps({"raw_data": r}) + "\n" for r in rows))
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [U.t_fragile])
+    report = o.backfill("web", ["t_fragile"], isolation="process")
+    assert (report.rows, report.errors) == (198, 2)
+    data = o.read("web", columns=["RawData", "t_fragile"])
+    values = dict(zip([r["raw_data"] for r in data.column("RawData").to_pylist()], data.column("t_fragile").to_pylist()))
+    assert values["record 7 POISON"] is None and values["record 8"] == len("record 8")
+    errors = o.errors("web").to_pylist()
+    assert sorted(e["exception_class"] for e in errors) == ["ValueError", "ValueError"]
+    e = errors[0]
+    assert e["feature"] == "t_fragile" and e["version"] == U.t_fragile.definition.version and e["batch"] == "b"
+    assert e["run_id"] == report.run_id and e["attempt"] == 1 and len(e["traceback_digest"]) == 16
+    assert e["message"] == "poisoned record in batch"
+    from omni_iceberg.ingest.identity import content_id
+
+    assert {x["_ai_unique_id_"] for x in errors} == {content_id(rows[7]), content_id(rows[130])}
+
+
+def test_error_budget_and_retry_of_only_failed_records(tmp_path, monkeypatch):
+    marker = tmp_path / "busy"
+    marker.write_text("x")
+    monkeypatch.setenv("OMNI_TEST_FLAKY_MARKER", str(marker))
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"r{i}" + (" POISON" if i % 10 == 0 else "")}) + "\n"
+                           for i in range(50)))
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [U.t_flaky])
+    before = o.state("web").version
+    with pytest.raises(ErrorBudgetExceededError, match=r"5 of 50 records"):
+        o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.05)
+    assert o.state("web").version == before
+    first = o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.2)
+    assert (first.rows, first.errors) == (45, 5)
+    assert o.retry_failed("web", ["t_flaky"], ["ValueError"], isolation="inline").status == "nothing to do"
+    marker.unlink()  # the transient cause is gone
+    retry = o.retry_failed("web", ["t_flaky"], ["TimeoutError"], isolation="inline")
+    assert (retry.rows, retry.errors) == (5, 0)
+    values = o.read("web", columns=["RawData", "t_flaky"]).to_pylist()
+    assert all(r["t_flaky"] == len(r["RawData"]["raw_data"]) for r in values)
+    assert o.retry_failed("web", ["t_flaky"], isolation="inline").status == "nothing to do"
+
+
+def test_a_crashing_udf_gives_a_clear_error_and_an_intact_table(tmp_path):
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text(json.dumps({"raw_data": "fine"}) + "\n" + json.dumps({"raw_data": "SEGV here"}) + "\n")
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [U.t_segv])
+    before = o.state("web")
+    with pytest.raises(WorkerCrashedError, match=r"died with signal 11 .* nothing was committed"):
+        o.backfill("web", ["t_segv"], isolation="process")
+    assert o.state("web") == before
+    assert o.read("web", columns=["t_segv"]).column("t_segv").to_pylist() == [None, None]
+
+
+RESUME_SCRIPT = r"""
+import sys
+from omni_iceberg.api import Omni
+from tests import feature_udfs as U
+omni = Omni(home=sys.argv[1])
+r = omni.backfill("web", ["t_die"], isolation="inline", progress=False)
+print(r.resumed_units, r.rows, r.logical_version)
+"""
+
+
+def test_resume_after_kill_skips_finished_units(tmp_path):
+    home = tmp_path / "h"
+    o = Omni(home=home)
+    o.create_table("web")
+    for batch in ("a", "b", "c"):
+        src = tmp_path / f"{batch}.jsonl"
+        src.write_text("".join(json.dumps({"raw_data": f"{batch} doc {i}" + (" DIE" if batch == "b" and i == 3 else "")})
+                               + "\n" for i in range(20)))
+        o.submit("web", [str(src)], batch=batch)
+    o.register_features("web", [U.t_die])
+    marker = tmp_path / "die"
+    marker.write_text("x")
+    env = dict(os.environ, OMNI_TEST_DIE_MARKER=str(marker))
+    root = Path(__file__).resolve().parents[1]
+    killed = subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(home)], cwd=root, env=env,
+                            capture_output=True, text=True)
+    assert killed.returncode == 13  # the process died mid-run (batch b)
+    state = o.state("web")
+    assert state.computed == () and o.read("web", columns=["t_die"]).column("t_die").null_count == 60
+    marker.unlink()
+    done = subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(home)], cwd=root, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    resumed, rows, version = map(int, done.stdout.split())
+    assert resumed == 1  # batch a was checkpointed before the crash and not recomputed
+    assert rows == 60 and version == state.version + 1
+    assert o.read("web", columns=["t_die"]).column("t_die").null_count == 0
+
+
+def test_lineage_rows_tree_and_openlineage(omni, tmp_path):
+    report = omni.backfill("web", ["t_math"], ["cc"], isolation="inline")
+    rows = omni.catalog.load_table("omni_sys.lineage").scan().to_arrow().to_pylist()
+    mine = [r for r in rows if r["run_id"] == report.run_id]
+    assert {r["output_column"] for r in mine} == {"ProcessedData.parsed_text", "t_lang", "t_math"}
+    m = next(r for r in mine if r["output_column"] == "t_math")
+    assert m["version"] == U.t_math.definition.version and m["batch"] == "cc" and m["rows"] == 24
+    inputs = json.loads(m["input_columns"])
+    assert {"column": "t_lang", "producer": U.t_lang.definition.key} in inputs
+    state = omni.state("web")
+    assert m["logical_version"] == state.version and m["output_snapshot"] == state.physical_table(
+        state.feature("t_math").table_key).snapshot_id
+    assert json.loads(m["input_snapshots"])  # which physical snapshots were read
+    tree = omni.lineage("web", "t_math")
+    assert tree.producer == U.t_math.definition.key
+    assert [c.column for c in tree.inputs] == ["ProcessedData.parsed_text", "t_lang"]
+    assert tree.inputs[0].inputs[0].column == "RawData.raw_data" and tree.inputs[0].inputs[0].producer is None
+    assert "t_math <- t_math@" in tree.render()
+    from omni_iceberg.lineage import emit, openlineage_events
+
+    events = openlineage_events(omni, "web", report.run_id)
+    assert len(events) == 1 and events[0]["eventType"] == "COMPLETE"
+    fields = events[0]["outputs"][0]["facets"]["columnLineage"]["fields"]
+    assert fields["t_math"]["inputFields"][1]["field"] == "t_lang"
+    assert emit(events, str(tmp_path / "ol.jsonl")) == 1
+    runs = omni.catalog.load_table("omni_sys.runs").scan().to_arrow().to_pylist()
+    assert any(r["run_id"] == report.run_id and r["status"] == "succeeded" for r in runs)
+
+
+def test_reuse_by_content_across_logical_tables(tmp_path, pages):
+    o = Omni(home=tmp_path / "h")
+    for name in ("web", "mirror"):
+        o.create_table(name)
+        o.register_features(name, [U.t_parse, U.t_len])
+    o.submit("web", [str(p) for p in pages[:20]], batch="a")
+    o.submit("mirror", [str(p) for p in pages[10:30]], batch="m")  # 10 pages in common
+    o.backfill("web", ["t_len"], isolation="inline")
+    report = o.backfill("mirror", ["t_len"], isolation="inline")
+    assert report.reused == 2 * 10  # both features, for the 10 shared pages
+    web = dict(
+               zip(*o.read("web", columns=["_ai_unique_id_", "t_len"]).to_pydict().values()))
+    mirror = o.read("mirror", columns=["_ai_unique_id_", "t_len"]).to_pylist()
+    shared = [r for r in mirror if r["_ai_unique_id_"] in web]
+    assert len(shared) == 10 and all(r["t_len"] == web[r["_ai_unique_id_"]] for r in shared)
+    assert None not in [r["t_len"] for r in mirror]
+
+
+def test_plan_on_unknown_feature_or_batch(omni):
+    from omni_iceberg.features.spec import FeatureDefinitionError
+
+    with pytest.raises(FeatureDefinitionError, match="did you mean 't_math'"):
+        plan_backfill(omni.state("web"), ["t_mth"])
+    with pytest.raises(FeatureDefinitionError, match="no batch 'zz'"):
+        plan_backfill(omni.state("web"), ["t_math"], ["zz"])

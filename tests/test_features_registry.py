@@ -1,0 +1,151 @@
+"""Feature definitions: decorator forms, versions, registration checks, storage as Iceberg."""
+
+import json
+
+import pytest
+
+from omni_iceberg.api import Omni
+from omni_iceberg.features import FeatureDefinition, OutputColumn, feature
+from omni_iceberg.features.spec import FeatureDefinitionError, load_definition
+from tests import feature_udfs as U
+
+
+@pytest.fixture
+def omni(tmp_path):
+    o = Omni(home=tmp_path / "home")
+    o.create_table("web")
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"<p>doc {i} the math of sqrt {i}</p>"}) + "\n" for i in range(30)))
+    o.submit("web", [str(src)], batch="cc")
+    return o
+
+
+def test_decorated_function_runs_directly_and_infers_inputs():
+    @feature(outputs={"n": "long"})
+    def count_a(parsed_text, letter="a"):
+        return parsed_text.count(letter)
+
+    assert count_a("banana") == 3
+    d = count_a.definition
+    assert d.inputs == ("parsed_text",) and d.outputs == (OutputColumn(name="n", type="long"),)
+    assert count_a.udf_spec.config_params == ("letter",)
+
+
+def test_versions_are_deterministic_and_follow_code_and_params():
+    d = U.t_len.definition
+    assert d.version.startswith("h") and d.version == U.t_len.definition.with_version(U.t_len.udf_spec.code_hash).version
+    changed = d.model_copy(update={"version": "", "params": {"x": 1}}).with_version(U.t_len.udf_spec.code_hash)
+    assert changed.version != d.version
+    explicit = FeatureDefinition(name="q", inputs=("a",), outputs=(OutputColumn(name="q"),), udf="q", version="2")
+    assert explicit.with_version("whatever").version == "2"
+    assert FeatureDefinition.model_validate_json(d.canonical_json()) == d
+
+
+def test_yaml_style_definition_with_paper_field_names():
+    d = load_definition({"name": "math_recall", "inputColumns": ["ProcessedData.parsed_text"],
+                         "outputColumns": [{"name": "math_recall", "type": "double", "analysis_type": "score"}],
+                         "defaultFeatExpression": "math_recall", "computeEngine": "cpu"})
+    assert d.inputs == ("ProcessedData.parsed_text",) and d.udf == "math_recall" and d.engine == "cpu"
+    with pytest.raises(FeatureDefinitionError, match=r"f.yaml: field 'outputs.0.type'"):
+        load_definition({"name": "x", "inputs": ["a"], "outputs": {"x": "varchar"}, "udf": "x"}, "f.yaml")
+
+
+def test_register_stores_definitions_as_an_iceberg_table(omni):
+    regs = omni.register_features("web", [U.t_parse, U.t_len])
+    assert all(r.changed for r in regs)
+    again = omni.register_features("web", [U.t_parse, U.t_len])
+    assert not any(r.changed for r in again)  # same code, same version: a no-op
+    rows = omni.catalog.load_table("omni_sys.features").scan().to_arrow().to_pylist()
+    assert sorted(r["name"] for r in rows) == ["t_len", "t_parse"]
+    assert json.loads(rows[0]["definition"])["name"] == rows[0]["name"]
+    feats = {f["name"]: f for f in omni.features("web")}
+    assert feats["t_len"]["inputs"] == ["ProcessedData.parsed_text"]
+    assert feats["t_parse"]["outputs"] == ["ProcessedData.parsed_text"]
+
+
+def test_unknown_input_is_refused_with_a_suggestion(omni):
+    @feature(outputs={"z": "long"}, inputs=["ProcessedData.parsed_txt"], name="z_feat")
+    def z_feat(parsed_txt):
+        return 1
+
+    with pytest.raises(FeatureDefinitionError, match=r"unknown input column 'ProcessedData.parsed_txt'.*did you mean 'ProcessedData.parsed_text'"):
+        omni.register_features("web", [z_feat])
+
+
+def test_cycle_is_refused_and_named(omni):
+    @feature(outputs={"cy_a": "long"}, inputs=["cy_b"], name="cy_a")
+    def cy_a(cy_b):
+        return 1
+
+    @feature(outputs={"cy_b": "long"}, inputs=["cy_a"], name="cy_b")
+    def cy_b(cy_a):
+        return 1
+
+    with pytest.raises(FeatureDefinitionError, match=r"cycle: cy_[ab] -> cy_[ab] -> cy_[ab]"):
+        omni.register_features("web", [cy_a, cy_b])
+    assert omni.features("web") == []
+
+
+def test_output_collisions_are_refused(omni):
+    omni.register_features("web", [U.t_len])
+
+    @feature(outputs={"t_len": "long"}, inputs=["RawData.raw_data"], name="other_len")
+    def other_len(raw_data):
+        return 0
+
+    with pytest.raises(FeatureDefinitionError, match="collides with the column produced by t_len@"):
+        omni.register_features("web", [other_len])
+
+    @feature(outputs={"RawData.url": "string"}, inputs=["RawData.raw_data"], name="raw_writer")
+    def raw_writer(raw_data):
+        return ""
+
+    with pytest.raises(FeatureDefinitionError, match="ingested raw data"):
+        omni.register_features("web", [raw_writer])
+
+
+def test_version_reused_with_different_code_is_refused(omni):
+    @feature(outputs={"vv": "long"}, inputs=["RawData.raw_data"], name="vv", version="1")
+    def vv(raw_data):
+        return 1
+
+    omni.register_features("web", [vv])
+
+    @feature(outputs={"vv": "long"}, inputs=["RawData.raw_data"], name="vv", version="1")
+    def vv2(raw_data):
+        return 2
+
+    with pytest.raises(FeatureDefinitionError, match="vv@1 is already registered .* different code"):
+        omni.register_features("web", [vv2])
+
+
+def test_new_version_gets_new_column_and_old_stays_queryable(omni):
+    @feature(outputs={"ver": "long"}, inputs=["RawData.raw_data"], name="ver", version="1")
+    def ver1(raw_data):
+        return 1
+
+    omni.register_features("web", [ver1])
+    omni.backfill("web", ["ver"], isolation="inline")
+
+    @feature(outputs={"ver": "long"}, inputs=["RawData.raw_data"], name="ver", version="2")
+    def ver2(raw_data):
+        return 2
+
+    omni.register_features("web", [ver2])
+    state = omni.state("web")
+    assert state.physical_columns_of("ver")[0].table != state.physical_columns_of("ver_v1")[0].table
+    assert set(omni.read("web", columns=["ver", "ver_v1"]).column("ver_v1").to_pylist()) == {1}
+    assert set(omni.read("web", columns=["ver"]).column("ver").to_pylist()) == {None}  # v2 not computed yet
+    omni.backfill("web", ["ver"], isolation="inline")
+    data = omni.read("web", columns=["ver", "ver_v1"])
+    assert set(data.column("ver").to_pylist()) == {2} and set(data.column("ver_v1").to_pylist()) == {1}
+
+
+def test_wrong_type_or_length_fails_at_the_first_batch_naming_the_feature(omni):
+    omni.register_features("web", [U.t_badtype, U.t_badlen])
+    before = omni.state("web").version
+    with pytest.raises(FeatureDefinitionError, match=r"t_badtype@\S+: output 't_badtype' must be double"):
+        omni.backfill("web", ["t_badtype"], isolation="inline")
+    with pytest.raises(FeatureDefinitionError, match=r"t_badlen@\S+: returned 1 values for 't_badlen' on a batch of 30"):
+        omni.backfill("web", ["t_badlen"], isolation="inline")
+    assert omni.state("web").version == before
