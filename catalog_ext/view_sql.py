@@ -10,15 +10,20 @@ differently (``omni`` vs ``iceberg``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
-from catalog_ext.family import FamilyState
+from catalog_ext.family import FamilyState, PhysicalTable
 
 _SPARK_TYPES = {
     "string": "STRING", "long": "BIGINT", "int": "INT", "double": "DOUBLE", "float": "FLOAT",
     "boolean": "BOOLEAN", "binary": "BINARY", "date": "DATE", "timestamp": "TIMESTAMP_NTZ",
     "timestamptz": "TIMESTAMP",
+}
+_DUCKDB_TYPES = {
+    "string": "VARCHAR", "long": "BIGINT", "int": "INTEGER", "double": "DOUBLE", "float": "FLOAT",
+    "boolean": "BOOLEAN", "binary": "BLOB", "date": "DATE", "timestamp": "TIMESTAMP",
+    "timestamptz": "TIMESTAMPTZ",
 }
 _TRINO_TYPES = {
     "string": "VARCHAR", "long": "BIGINT", "int": "INTEGER", "double": "DOUBLE", "float": "REAL",
@@ -32,8 +37,8 @@ def sql_type(iceberg_type: str, dialect: str) -> str:
     """Iceberg type string (``string``, ``list<double>``) -> the dialect's SQL type."""
     if iceberg_type.startswith("list<") and iceberg_type.endswith(">"):
         inner = sql_type(iceberg_type[5:-1], dialect)
-        return f"ARRAY<{inner}>" if dialect == "spark" else f"ARRAY({inner})"
-    table = _SPARK_TYPES if dialect == "spark" else _TRINO_TYPES
+        return {"spark": f"ARRAY<{inner}>", "duckdb": f"{inner}[]"}.get(dialect, f"ARRAY({inner})")
+    table = {"spark": _SPARK_TYPES, "duckdb": _DUCKDB_TYPES}.get(dialect, _TRINO_TYPES)
     return table[iceberg_type]
 
 
@@ -42,9 +47,10 @@ def quote(name: str, dialect: str) -> str:
     return f"`{name}`" if dialect == "spark" else f'"{name}"'
 
 
-def _table_ref(identifier: str, snapshot_id: int | None, alias: str, dialect: str) -> str:
+def pinned_ref(identifier: str, snapshot_id: int | None, alias: str, dialect: str) -> str:
+    """``ns.table VERSION AS OF n AS alias`` in Spark, ``FOR VERSION AS OF`` in Trino."""
     name = ".".join(quote(p, dialect) for p in identifier.split("."))
-    if snapshot_id is None:
+    if snapshot_id is None or dialect not in ("spark", "trino"):
         return f"{name} AS {alias}"
     clause = "VERSION AS OF" if dialect == "spark" else "FOR VERSION AS OF"
     return f"{name} {clause} {snapshot_id} AS {alias}"
@@ -52,44 +58,94 @@ def _table_ref(identifier: str, snapshot_id: int | None, alias: str, dialect: st
 
 def _column_expr(state: FamilyState, path: str, aliases: dict[str, str], dialect: str) -> str:
     """Expression reading logical column ``path`` from the family, or a typed NULL."""
-    pcols = state.physical_columns_of(path)
+    pcols = [pc for pc in state.physical_columns_of(path) if pc.table in aliases]
     if not pcols:
         return f"CAST(NULL AS {sql_type(state.column(path).type, dialect)})"
     pc = pcols[0]  # several copies (a materialization) hold equal values; the first is canonical
     return f"{aliases[pc.table]}." + ".".join(quote(p, dialect) for p in pc.name.split("."))
 
 
-def render_view_sql(state: FamilyState, dialect: str) -> str:
-    """The logical wide table as one SELECT in ``spark`` or ``trino`` SQL."""
-    if dialect not in ("spark", "trino"):
+def _struct(fields, exprs, dialect: str) -> str:
+    if dialect == "spark":
+        return "named_struct(" + ", ".join(f"'{f.leaf}', {e}" for f, e in zip(fields, exprs)) + ")"
+    if dialect == "duckdb":
+        return "struct_pack(" + ", ".join(f"{quote(f.leaf, dialect)} := {e}" for f, e in zip(fields, exprs)) + ")"
+    row_type = ", ".join(f"{quote(f.leaf, dialect)} {sql_type(f.type, dialect)}" for f in fields)
+    return f"CAST(ROW({', '.join(exprs)}) AS ROW({row_type}))"
+
+
+def render_family_select(
+    state: FamilyState,
+    dialect: str,
+    columns: list[str] | None = None,
+    table_ref: Callable[[PhysicalTable, str], str] | None = None,
+    where: str | None = None,
+) -> str:
+    """SELECT of the logical wide table (or of ``columns`` only) over the physical family.
+
+    ``columns`` are top-level names or ``Stage.field`` leaves; only the physical tables
+    holding them are joined (column pruning). ``table_ref(table, alias)`` names a
+    physical table in FROM; by default it is pinned ``VERSION AS OF`` its snapshot.
+    """
+    if dialect not in ("spark", "trino", "duckdb"):
         raise ValueError(f"unknown dialect {dialect!r}")
+    ref = table_ref or (lambda t, alias: pinned_ref(t.identifier, t.snapshot_id, alias, dialect))
+    wanted = _wanted(state, columns)
     base = state.base_table
-    others = [t for t in state.tables if t.key != base.key and state.columns_of_table(t.key)]
+    needed = {pc.table for path in wanted["leaves"] for pc in state.physical_columns_of(path)}
+    others = [t for t in state.tables if t.key != base.key and t.key in needed]
     aliases = {base.key: "t0", **{t.key: f"t{i + 1}" for i, t in enumerate(others)}}
     q = lambda n: quote(n, dialect)  # noqa: E731
-    select = [f"t0.{q(ID_COLUMN)} AS {q(ID_COLUMN)}", f"t0.{q(BATCH_COLUMN)} AS {q(BATCH_COLUMN)}"]
-    for stage in STAGES:
-        fields = state.stage_fields(stage)
-        if not fields:
-            continue
+    select = [f"t0.{q(k)} AS {q(k)}" for k in (ID_COLUMN, BATCH_COLUMN) if k in wanted["keys"]]
+    for stage, fields in wanted["stages"].items():
         exprs = [_column_expr(state, f.path, aliases, dialect) for f in fields]
-        if dialect == "spark":
-            args = ", ".join(f"'{f.leaf}', {e}" for f, e in zip(fields, exprs))
-            select.append(f"named_struct({args}) AS {q(stage)}")
-        else:
-            row_type = ", ".join(f"{q(f.leaf)} {sql_type(f.type, dialect)}" for f in fields)
-            select.append(f"CAST(ROW({', '.join(exprs)}) AS ROW({row_type})) AS {q(stage)}")
-    for col in state.columns:
-        if col.kind == "feature":
-            select.append(f"{_column_expr(state, col.path, aliases, dialect)} AS {q(col.path)}")
-    sql = "SELECT " + ", ".join(select) + " FROM " + _table_ref(base.identifier, base.snapshot_id, "t0", dialect)
+        select.append(f"{_struct(fields, exprs, dialect)} AS {q(stage)}")
+    for path in wanted["features"]:
+        select.append(f"{_column_expr(state, path, aliases, dialect)} AS {q(path)}")
+    sql = "SELECT " + ", ".join(select) + " FROM " + ref(base, "t0")
     for t in others:
         a = aliases[t.key]
         sql += (
-            f" LEFT JOIN {_table_ref(t.identifier, t.snapshot_id, a, dialect)}"
+            f" LEFT JOIN {ref(t, a)}"
             f" ON {a}.{q(ID_COLUMN)} = t0.{q(ID_COLUMN)} AND {a}.{q(BATCH_COLUMN)} = t0.{q(BATCH_COLUMN)}"
         )
+    if where:
+        sql += f" WHERE {where}"
     return sql
+
+
+def _wanted(state: FamilyState, columns: list[str] | None) -> dict[str, Any]:
+    """Split requested names into keys, stage structs (with the fields asked for) and features."""
+    keys, stages, features = [], {}, []
+    names = columns if columns is not None else state.top_level_columns()
+    for name in names:
+        if name in (ID_COLUMN, BATCH_COLUMN):
+            keys.append(name)
+        elif name in STAGES:
+            stages[name] = state.stage_fields(name)
+        elif "." in name and name.split(".", 1)[0] in STAGES:
+            stage = name.split(".", 1)[0]
+            if stages.get(stage) is not None and stages[stage] == state.stage_fields(stage):
+                continue  # the whole struct is already selected
+            stages.setdefault(stage, [])
+            if all(f.path != name for f in stages[stage]):
+                stages[stage].append(state.column(name))
+        else:
+            features.append(name)
+    stages = {s: stages[s] for s in STAGES if stages.get(s)}
+    leaves = [f.path for fs in stages.values() for f in fs] + features
+    return {"keys": [k for k in (ID_COLUMN, BATCH_COLUMN) if k in keys], "stages": stages,
+            "features": features, "leaves": leaves}
+
+
+def render_view_sql(state: FamilyState, dialect: str) -> str:
+    """The logical wide table as one SELECT in ``spark`` or ``trino`` SQL (the view's body).
+
+    Every table holding any column is joined, so the view shows the whole family.
+    """
+    if dialect not in ("spark", "trino"):
+        raise ValueError(f"unknown dialect {dialect!r}")
+    return render_family_select(state, dialect)
 
 
 def _type_json(type_str: str, next_id) -> Any:

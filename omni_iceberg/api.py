@@ -179,11 +179,36 @@ class Omni:
 
         return lineage_tree(self, name, column)
 
-    def query(self, sql: str, as_of: int | None = None) -> pa.Table:
-        """Run a read-only SQL query over logical tables on the embedded engine."""
-        from omni_iceberg.local_sql import run_query
+    def query(self, sql: str, as_of: int | None = None, engine: str = "local") -> pa.Table:
+        """Run a read-only SQL query over logical tables (embedded DuckDB, or Spark); logged."""
+        from omni_iceberg.explore.planner import run_query
 
-        return run_query(self, sql, as_of=as_of)
+        return run_query(self, sql, as_of=as_of, engine=engine)
+
+    def export(self, name: str, out_dir: str, *, columns: list[str] | None = None, where: str | None = None,
+               fmt: str = "parquet", as_of: int | None = None, progress: bool | None = None) -> Any:
+        """Stream a filtered projection to ``out_dir`` with a manifest that re-creates it exactly."""
+        from omni_iceberg.explore.export import export
+
+        return export(self, name, columns, where, fmt, out_dir, as_of=as_of, progress=progress)
+
+    def export_from_manifest(self, manifest: str, out_dir: str, progress: bool | None = None) -> Any:
+        """Re-create an earlier export byte for byte from its manifest."""
+        from omni_iceberg.explore.export import export_from_manifest
+
+        return export_from_manifest(self, manifest, out_dir, progress=progress)
+
+    def explain(self, sql: str, as_of: int | None = None) -> str:
+        """The physical plan of a logical query: tables, snapshots, columns, pushed filters."""
+        from omni_iceberg.explore.planner import plan_query
+
+        return plan_query(self, sql, as_of).explain()
+
+    def translate(self, sql: str, dialect: str, as_of: int | None = None) -> str:
+        """The same query over pinned physical tables, in ``spark`` or ``trino`` SQL."""
+        from omni_iceberg.explore.planner import plan_query
+
+        return plan_query(self, sql, as_of).sql(dialect)
 
 
 __all__ = ["Omni", "ID_COLUMN", "BATCH_COLUMN"]

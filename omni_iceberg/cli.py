@@ -59,6 +59,22 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("query")
     q.add_argument("--as-of", type=int)
     q.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    q.add_argument("--explain", action="store_true", help="print the physical plan instead of running")
+    q.add_argument("--dialect", choices=["spark", "trino"], help="print the equivalent SQL for that engine")
+    q.add_argument("--engine", choices=["local", "spark"], default="local", help="where to execute")
+
+    ex = sub.add_parser("export", help="stream a filtered projection to Parquet/JSONL with a manifest")
+    ex.add_argument("name", nargs="?")
+    ex.add_argument("--columns", help="comma-separated logical columns (default: all)")
+    ex.add_argument("--where", help="SQL filter on logical columns")
+    ex.add_argument("--format", choices=["parquet", "jsonl"], default="parquet")
+    ex.add_argument("--out", required=True, help="an empty or new directory")
+    ex.add_argument("--as-of", type=int)
+    ex.add_argument("--from-manifest", metavar="MANIFEST", help="re-create an earlier export exactly")
+    ex.add_argument("--no-progress", action="store_true")
+
+    tc = sub.add_parser("trino-config", help="write the Trino catalog properties for this omni catalog")
+    tc.add_argument("--out", required=True, help="e.g. etc/catalog/iceberg.properties")
 
     fe = sub.add_parser("feature", help="register and list feature definitions")
     fsub = fe.add_subparsers(dest="feature_command", required=True)
@@ -195,8 +211,36 @@ def _dispatch(args, command_line: str) -> Any:
         return 0
     if args.command == "lineage":
         return _lineage_command(args, omni)
+    if args.command == "export":
+        progress = False if args.no_progress else None
+        if args.from_manifest:
+            result = omni.export_from_manifest(args.from_manifest, args.out, progress=progress)
+        else:
+            if not args.name:
+                from omni_iceberg.errors import InvalidIdentifierError
+
+                raise InvalidIdentifierError("omni export needs a logical table NAME (or --from-manifest)")
+            cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
+            result = omni.export(args.name, args.out, columns=cols, where=args.where, fmt=args.format,
+                                 as_of=args.as_of, progress=progress)
+        m = result.manifest
+        _emit(args, m, lambda: f"exported {m['rows']} rows of {m['logical_table']} v{m['logical_version']} "
+              f"into {len(m['files'])} files in {result.out_dir} (manifest: {result.out_dir}/_omni_export_manifest.json)")
+        return 0
+    if args.command == "trino-config":
+        from omni_iceberg.trino_setup import write_trino_config
+
+        path = write_trino_config(omni.config, args.out)
+        _emit(args, {"path": str(path)}, lambda: f"wrote {path}")
+        return 0
+    if args.command == "sql" and args.explain:
+        print(omni.explain(args.query, as_of=args.as_of))
+        return 0
+    if args.command == "sql" and args.dialect:
+        print(omni.translate(args.query, args.dialect, as_of=args.as_of))
+        return 0
     if args.command == "sql":
-        data = omni.query(args.query, as_of=args.as_of)
+        data = omni.query(args.query, as_of=args.as_of, engine=args.engine)
         from omni_iceberg.formatting import format_arrow
 
         print(format_arrow(data, "json" if args.json else args.format))

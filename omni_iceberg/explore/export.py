@@ -1,0 +1,193 @@
+"""``omni export``: stream a filtered projection of a logical table to Parquet or JSONL,
+with a manifest that re-creates the same bytes later.
+
+Rows are read one (batch, id-bucket) partition at a time - bounded memory - and each
+non-empty partition becomes one file, rows sorted by ``_ai_unique_id_``. The manifest
+records the logical version (so every physical snapshot is pinned), the feature
+versions, batches, filter, row counts and a SHA-256 per file. ``--from-manifest``
+replays the same version and filter and checks every checksum.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
+from omni_iceberg.errors import OmniError
+from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, plan_query
+
+MANIFEST = "_omni_export_manifest.json"
+
+
+class ExportError(OmniError):
+    exit_code = 2
+
+
+@dataclass
+class ExportResult:
+    out_dir: str
+    manifest: dict[str, Any]
+
+    @property
+    def rows(self) -> int:
+        return self.manifest["rows"]
+
+
+def _export_sql(name: str, columns: list[str] | None, where: str | None) -> str:
+    cols = ", ".join(columns) if columns else "*"
+    return f"SELECT {cols} FROM {name}" + (f" WHERE {where}" if where else "")
+
+
+def export(omni: Any, name: str, columns: list[str] | None, where: str | None, fmt: str, out_dir: str,
+           as_of: int | None = None, progress: bool | None = None, expected: dict[str, Any] | None = None
+           ) -> ExportResult:
+    if fmt not in ("parquet", "jsonl"):
+        raise ExportError(f"unknown export format {fmt!r}: use parquet or jsonl")
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"export directory {out_dir} is not empty; choose a new or empty directory")
+    ns, table = split_qualified(name)
+    started = time.perf_counter()
+    plan = plan_query(omni, _export_sql(f"{ns}.{table}", columns, where), as_of)
+    if len(plan.ctx.tables) != 1:
+        raise ExportError("export reads exactly one logical table")
+    alias, bound = next(iter(plan.ctx.tables.items()))
+    state = bound.state
+    batches = plan.ctx.batches.get(alias) or [b.name for b in state.batches]
+    out.mkdir(parents=True, exist_ok=True)
+    files, total = [], 0
+    parts = list(_partitions(omni, plan, batches))
+    bar = _bar(progress, len(parts), f"export {state.table.identifier}")
+    sql = plan.sql("duckdb")
+    for batch, bucket, tables in parts:
+        data = _run_part(sql, plan, tables)
+        if bar is not None:
+            bar.update(1)
+        if data.num_rows == 0:
+            continue
+        if ID_COLUMN in data.column_names:
+            data = data.sort_by(ID_COLUMN)
+        fname = f"part-{batch}-{bucket:04d}.{fmt}"
+        path = out / fname
+        _write(data, path, fmt)
+        files.append({"file": fname, "batch": batch, "bucket": bucket, "rows": data.num_rows,
+                      "sha256": _sha256(path)})
+        total += data.num_rows
+    if bar is not None:
+        bar.close()
+    manifest = {
+        "format_version": 1, "logical_table": state.table.identifier, "logical_version": state.version,
+        "pinned_snapshots": {t.identifier: t.snapshot_id for t in state.tables},
+        "read_tables": sorted({s.table.identifier for s in plan.scans}),
+        "feature_versions": {f.name: f.version for f in state.features if f.current},
+        "columns": columns, "where": where, "batches": batches, "format": fmt, "rows": total, "files": files,
+        "created_at": datetime.now(timezone.utc).isoformat(), "pyarrow": pa.__version__,
+    }
+    if expected is not None:
+        _verify(expected, manifest)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    from omni_iceberg.explore.query_log import log_query
+
+    log_query(omni, plan, kind="export", engine="local", rows=total,
+              latency_ms=int((time.perf_counter() - started) * 1000))
+    return ExportResult(str(out), manifest)
+
+
+def export_from_manifest(omni: Any, manifest_path: str, out_dir: str, progress: bool | None = None) -> ExportResult:
+    """Re-create an export exactly: same version, filter and columns; checksums verified."""
+    path = Path(manifest_path)
+    if path.is_dir():
+        path = path / MANIFEST
+    if not path.exists():
+        raise ExportError(f"manifest not found: {manifest_path}")
+    m = json.loads(path.read_text())
+    return export(omni, m["logical_table"], m["columns"], m["where"], m["format"], out_dir,
+                  as_of=m["logical_version"], progress=progress, expected=m)
+
+
+def _verify(expected: dict[str, Any], got: dict[str, Any]) -> None:
+    want = {f["file"]: f["sha256"] for f in expected["files"]}
+    have = {f["file"]: f["sha256"] for f in got["files"]}
+    if want != have:
+        diff = sorted(set(want.items()) ^ set(have.items()))[:5]
+        raise ExportError(f"re-created export differs from the manifest ({len(diff)}+ files differ, e.g. {diff[0]}): "
+                          f"the pinned snapshots may have been expired, or the pyarrow version changed "
+                          f"({expected.get('pyarrow')} -> {pa.__version__})")
+
+
+def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
+    """(batch, bucket, {scan local name: tasks}) for every partition holding rows."""
+    from catalog_ext import iceberg_io
+    from pyiceberg.expressions import And, EqualTo
+
+    for batch in batches:
+        grouped: dict[int, dict[str, tuple[Any, list]]] = {}
+        for scan in plan.scans:
+            state = plan.ctx.tables[scan.alias].state
+            row_filter = EqualTo(BATCH_COLUMN, batch)
+            for f in scan.filters:
+                expr = _to_iceberg(f, plan.ctx, state, scan.table.key)
+                if expr is not None:
+                    row_filter = And(row_filter, expr)
+            table = omni.catalog.load_table(scan.table.identifier)
+            ice_scan, groups = iceberg_io.scan_tasks_by_bucket(table, scan.table.snapshot_id, tuple(scan.columns),
+                                                               row_filter)
+            for bucket, tasks in groups.items():
+                grouped.setdefault(bucket, {})[scan.local_name] = (ice_scan, tasks)
+            for bucket in grouped:
+                grouped[bucket].setdefault(scan.local_name, (ice_scan, []))
+        base = plan.scans[0].local_name
+        for bucket in sorted(grouped):
+            if grouped[bucket][base][1]:
+                yield batch, bucket, grouped[bucket]
+
+
+def _run_part(sql: str, plan: QueryPlan, tables: dict[str, tuple[Any, list]]) -> pa.Table:
+    import duckdb
+
+    from catalog_ext import iceberg_io
+
+    con = duckdb.connect()
+    for scan in plan.scans:
+        ice_scan, tasks = tables.get(scan.local_name, (None, []))
+        data = iceberg_io.read_tasks(ice_scan, tasks) if ice_scan is not None else None
+        if data is None:
+            raise ExportError(f"no scan planned for {scan.table.identifier}")
+        con.register(scan.local_name, data)
+    return con.sql(sql).to_arrow_table()
+
+
+def _write(data: pa.Table, path: Path, fmt: str) -> None:
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(data, path, compression="zstd")
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        for row in data.to_pylist():
+            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _bar(enabled: bool | None, total: int, label: str):
+    if not (sys.stderr.isatty() if enabled is None else enabled):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=label, unit="part", file=sys.stderr, dynamic_ncols=True)

@@ -1,0 +1,30 @@
+"""The query log (``omni_sys.query_log``): what each query and export read.
+
+Later work (materializations, hot OLAP columns, column splits) decides from it which
+columns are read together, filtered on, and how often.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from catalog_ext import system_tables
+
+
+def log_query(omni: Any, plan: Any, *, kind: str, engine: str, rows: int, latency_ms: int) -> None:
+    now = datetime.now(timezone.utc)
+    qid = uuid.uuid4().hex[:16]
+    records = []
+    for alias, t in plan.ctx.tables.items():
+        records.append({
+            "query_id": qid, "kind": kind, "logical_table": t.identifier, "logical_version": t.state.version,
+            "columns": json.dumps(plan.ctx.columns.get(alias, [])),
+            "filter_columns": json.dumps(sorted(set(plan.ctx.filter_columns.get(alias, [])))),
+            "batches": json.dumps(plan.ctx.batches.get(alias)),
+            "physical_tables": json.dumps([s.table.identifier for s in plan.scans if s.alias == alias]),
+            "engine": engine, "rows": rows, "latency_ms": latency_ms, "sql": plan.ctx.sql[:4000], "at": now,
+        })
+    system_tables.append_rows(omni.catalog, system_tables.QUERY_LOG, records)

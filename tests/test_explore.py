@@ -1,0 +1,129 @@
+"""Exploration end to end on real documents: logical SQL, pruning, versions, export, query log."""
+
+import json
+
+import pytest
+
+from omni_iceberg import corpora
+from omni_iceberg.api import Omni
+from omni_iceberg.cli import main
+from omni_iceberg.errors import NoSuchVersionError
+from omni_iceberg.explore.export import ExportError
+from tests import feature_udfs as U
+
+
+@pytest.fixture
+def omni(tmp_path):
+    pages = sorted(corpora.fetch("python-docs-html").rglob("*.html"))[:40]
+    o = Omni(home=tmp_path / "home")
+    o.create_table("web")
+    o.submit("web", [str(p) for p in pages[:25]], batch="cc")
+    o.submit("web", [str(p) for p in pages[25:]], batch="wiki")
+    o.register_features("web", [U.t_parse, U.t_lang, U.t_len, U.t_digits])
+    o.backfill("web", ["t_len", "t_lang", "t_digits"], isolation="inline")
+    return o
+
+
+def test_logical_query_matches_a_direct_computation(omni):
+    rows = omni.read("web", columns=["_ai_append_name_", "t_len", "t_lang"]).to_pylist()
+    expected = {}
+    for r in rows:
+        if r["t_lang"] == "en" and r["t_len"] > 100:
+            expected[r["_ai_append_name_"]] = expected.get(r["_ai_append_name_"], 0) + r["t_len"]
+    got = omni.query("SELECT _ai_append_name_ AS b, sum(t_len) AS words FROM web "
+                     "WHERE t_lang = 'en' AND t_len > 100 GROUP BY 1 ORDER BY 1").to_pylist()
+    assert {r["b"]: r["words"] for r in got} == expected
+
+
+def test_only_needed_tables_batches_and_rows_are_read(omni):
+    from omni_iceberg.explore.planner import plan_query, scan_arrow
+
+    plan = plan_query(omni, "SELECT count(*) FROM web WHERE _ai_append_name_ = 'wiki' AND t_len > 500")
+    assert [s.table.identifier.split("__")[1] for s in plan.scans] == ["base", f"f_t_len_{U.t_len.definition.version}"]
+    feature_scan = plan.scans[1]
+    data = scan_arrow(omni, plan, feature_scan)
+    assert set(data.column("_ai_append_name_").to_pylist()) == {"wiki"} and min(data.column("t_len").to_pylist()) > 500
+    explain = omni.explain("SELECT RawData.raw_data FROM web")
+    assert "pruned (not read)" in explain and "f_t_len" in explain.split("pruned (not read):")[1]
+
+
+def test_point_lookup_by_id_plans_one_file_per_table(omni):
+    from omni_iceberg.explore.planner import plan_query
+
+    some_id = omni.read("web", columns=["_ai_unique_id_"]).column(0)[0].as_py()
+    plan = plan_query(omni, f"SELECT t_len FROM web WHERE _ai_unique_id_ = '{some_id}'")
+    for scan in plan.scans:
+        table = omni.catalog.load_table(scan.table.identifier)
+        from omni_iceberg.explore.planner import _to_iceberg
+
+        expr = _to_iceberg(scan.filters[0], plan.ctx, plan.ctx.tables["web"].state, scan.table.key)
+        files = list(table.scan(row_filter=expr, snapshot_id=scan.table.snapshot_id).plan_files())
+        assert len(files) == 1
+    assert omni.query(f"SELECT t_len FROM web WHERE _ai_unique_id_ = '{some_id}'").num_rows == 1
+
+
+def test_as_of_pins_a_version_and_unknown_versions_fail(omni, tmp_path):
+    v = omni.state("web").version
+    before = omni.query("SELECT count(*) AS n FROM web").column(0)[0].as_py()
+    extra = tmp_path / "x.jsonl"
+    extra.write_text(json.dumps({"raw_data": "<p>one more page about the sqrt of math</p>"}) + "\n")
+    omni.submit("web", [str(extra)], batch="later")
+    assert omni.query("SELECT count(*) AS n FROM web", as_of=v).column(0)[0].as_py() == before
+    assert omni.query("SELECT count(*) AS n FROM web").column(0)[0].as_py() == before + 1
+    with pytest.raises(NoSuchVersionError, match="no version 999"):
+        omni.query("SELECT count(*) FROM web", as_of=999)
+
+
+def test_join_between_logical_tables(omni, tmp_path):
+    omni.create_table("mirror")
+    pages = sorted(corpora.fetch("python-docs-html").rglob("*.html"))[:10]
+    omni.submit("mirror", [str(p) for p in pages], batch="m")
+    got = omni.query("SELECT count(*) AS n, sum(w.t_len) AS s FROM web AS w JOIN mirror AS m "
+                     "ON w._ai_unique_id_ = m._ai_unique_id_").to_pylist()[0]
+    assert got["n"] == 10 and got["s"] > 0
+
+
+def test_export_streams_and_re_creates_byte_for_byte(omni, tmp_path):
+    out = tmp_path / "ex1"
+    r = omni.export("web", str(out), columns=["_ai_unique_id_", "t_len", "t_lang", "RawData.raw_data"],
+                    where="t_lang = 'en'", fmt="parquet")
+    m = r.manifest
+    assert m["rows"] == omni.query("SELECT count(*) FROM web WHERE t_lang = 'en'").column(0)[0].as_py()
+    assert m["feature_versions"]["t_len"] == U.t_len.definition.version
+    assert set(m["pinned_snapshots"]) >= set(m["read_tables"]) and m["files"]
+    # later ingest + backfill + new feature version must not change a replay
+    extra = tmp_path / "x.jsonl"
+    extra.write_text(json.dumps({"raw_data": "<p>the late page</p>"}) + "\n")
+    omni.submit("web", [str(extra)], batch="late")
+    omni.backfill("web", ["t_len"], isolation="inline")
+    again = omni.export_from_manifest(str(out), str(tmp_path / "ex2"))
+    assert [f["sha256"] for f in again.manifest["files"]] == [f["sha256"] for f in m["files"]]
+    for f in m["files"]:
+        assert (out / f["file"]).read_bytes() == (tmp_path / "ex2" / f["file"]).read_bytes()
+    with pytest.raises(ExportError, match="not empty"):
+        omni.export("web", str(out))
+    jl = omni.export("web", str(tmp_path / "jl"), columns=["_ai_unique_id_", "t_len"], fmt="jsonl")
+    first = json.loads((tmp_path / "jl" / jl.manifest["files"][0]["file"]).read_text().splitlines()[0])
+    assert set(first) == {"_ai_unique_id_", "t_len"}
+
+
+def test_query_log_records_columns_filters_batches(omni):
+    omni.query("SELECT avg(t_len) FROM web WHERE _ai_append_name_ = 'cc' AND t_digits < 0.5")
+    log = omni.catalog.load_table("omni_sys.query_log").scan().to_arrow().to_pylist()[-1]
+    assert log["logical_table"] == "aidata.web" and log["kind"] == "sql" and log["engine"] == "local"
+    assert json.loads(log["columns"]) == ["_ai_unique_id_", "_ai_append_name_", "t_len", "t_digits"]
+    assert json.loads(log["filter_columns"]) == ["_ai_append_name_", "t_digits"]
+    assert json.loads(log["batches"]) == ["cc"] and log["rows"] == 1 and log["latency_ms"] >= 0
+
+
+def test_cli_sql_formats_explain_and_dialects(omni, capsys):
+    home = str(omni.config.home)
+    assert main(["--home", home, "sql", "SELECT _ai_append_name_, count(*) AS n FROM web GROUP BY 1 ORDER BY 1",
+                 "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["_ai_append_name_,n", "cc,25", "wiki,15"]
+    assert main(["--home", home, "sql", "SELECT t_len FROM web", "--dialect", "trino"]) == 0
+    assert "FOR VERSION AS OF" in capsys.readouterr().out
+    assert main(["--home", home, "sql", "SELECT t_len FROM web", "--explain"]) == 0
+    assert "scan aidata.web__f_t_len" in capsys.readouterr().out
+    assert main(["--home", home, "sql", "SELECT nope FROM web"]) == 2
+    assert "unknown column 'nope' at line 1, column 8" in capsys.readouterr().err
