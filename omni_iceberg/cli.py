@@ -22,10 +22,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse", help="data location (env OMNI_WAREHOUSE)")
     p.add_argument("--home", help="folder of the embedded catalog (env OMNI_HOME, default ./.omni)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    # --json is accepted after the subcommand too; SUPPRESS keeps it from resetting the global one
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     sub = p.add_subparsers(dest="command", required=True)
+    _add = sub.add_parser
+
+    def add_parser(*a, **k):
+        return _add(*a, parents=[common], **k)
+
+    sub.add_parser = add_parser  # every subcommand (and nested one) gets --json
 
     t = sub.add_parser("table", help="create and list logical tables")
     tsub = t.add_subparsers(dest="table_command", required=True)
+    tsub.add_parser = _with_common(tsub.add_parser, common)
     tc = tsub.add_parser("create", help="create a logical table")
     tc.add_argument("name")
     tc.add_argument("--id", dest="id_mode", choices=["md5", "uuid"], default="md5",
@@ -78,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
 
     fe = sub.add_parser("feature", help="register and list feature definitions")
     fsub = fe.add_subparsers(dest="feature_command", required=True)
+    fsub.add_parser = _with_common(fsub.add_parser, common)
     fr = fsub.add_parser("register", help="register definitions from YAML/JSON or a .py file of @feature UDFs")
     fr.add_argument("paths", nargs="+")
     fr.add_argument("--table", help="logical table (default: each definition's 'table')")
@@ -116,6 +127,10 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job: ingest real corpora end to end")
     d.add_argument("--fresh", action="store_true", help="start from an empty catalog")
     return p
+
+
+def _with_common(add, common):
+    return lambda *a, **k: add(*a, parents=[common], **k)
 
 
 def main(argv: list[str] | None = None) -> int:
