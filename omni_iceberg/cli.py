@@ -83,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--from-manifest", metavar="MANIFEST", help="re-create an earlier export exactly")
     ex.add_argument("--no-progress", action="store_true")
 
+    cp = sub.add_parser("compact", help="rewrite small files of a logical table (one logical commit)")
+    cp.add_argument("name")
+    cp.add_argument("--min-files", type=int, default=2, help="compact partitions with at least this many files")
+    cp.add_argument("--dry-run", action="store_true")
+
     tc = sub.add_parser("trino-config", help="write the Trino catalog properties for this omni catalog")
     tc.add_argument("--out", required=True, help="e.g. etc/catalog/iceberg.properties")
 
@@ -241,6 +246,16 @@ def _dispatch(args, command_line: str) -> Any:
         m = result.manifest
         _emit(args, m, lambda: f"exported {m['rows']} rows of {m['logical_table']} v{m['logical_version']} "
               f"into {len(m['files'])} files in {result.out_dir} (manifest: {result.out_dir}/_omni_export_manifest.json)")
+        return 0
+    if args.command == "compact":
+        from governance.compaction import compact, plan_compaction
+
+        if args.dry_run:
+            plan = plan_compaction(omni, args.name, args.min_files)
+            _emit(args, {"plan": plan.describe()}, plan.describe)
+            return 0
+        report = compact(omni, args.name, args.min_files)
+        _emit(args, report, lambda: f"compacted {report['files_after'] or 'nothing'} -> version {report['logical_version']}")
         return 0
     if args.command == "trino-config":
         from omni_iceberg.trino_setup import write_trino_config
