@@ -79,3 +79,23 @@ def test_spark_reads_new_rawdata_fields_and_rejects_table(spark, tmp_path):
     assert spark.sql(
         "SELECT line, reason LIKE '%JSON%' FROM omni.omni_sys.rejects WHERE logical_table = 'aidata.sv_json'"
     ) == [(2, True)]
+
+
+def test_family_join_behind_the_view_needs_no_shuffle(spark, pages):
+    """Base and feature tables are co-partitioned (batch, bucket(16, id)): Spark plans no Exchange."""
+    from tests import feature_udfs as U
+    from tests.test_spark_catalog import _spark_conf
+
+    omni = Omni(config=spark.config)
+    omni.create_table("sv_spj")
+    omni.submit("sv_spj", [str(p) for p in pages], batch="a", progress=False)
+    omni.register_features("sv_spj", [U.t_parse, U.t_len])
+    omni.backfill("sv_spj", ["t_len"], isolation="inline", progress=False)
+    with _spark_conf(spark.session, **{"spark.sql.autoBroadcastJoinThreshold": "-1"}):
+        plan = spark.sql("EXPLAIN SELECT _ai_append_name_, sum(t_len), count(ProcessedData.parsed_text) "
+                         "FROM omni.aidata.sv_spj GROUP BY 1")[0][0]
+        assert "BatchScan" in plan and "Join" in plan
+        join_part = plan.split("Join", 1)[1]
+        assert "Exchange hashpartitioning(_ai_unique_id_" not in join_part, plan
+        rows = spark.sql("SELECT count(*), count(t_len) FROM omni.aidata.sv_spj")
+    assert rows == [(len(pages), len(pages))]
