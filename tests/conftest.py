@@ -35,6 +35,8 @@ def _jar_cache() -> Path:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
+        if "trino" in names:  # fixturenames is transitive: postgres is added below too
+            item.add_marker(pytest.mark.trino)
         if "spark" in names:
             item.add_marker(pytest.mark.spark)
             item.add_marker(pytest.mark.postgres)
@@ -115,3 +117,25 @@ def omni_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> OmniConfig:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("OMNI_HOME", str(home))
     return OmniConfig.resolve(home=home)
+
+
+@pytest.fixture(scope="session")
+def trino(pg_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A :class:`tests.services.trino.TrinoServer` for the session, on the ``spark`` fixture's catalog.
+
+    Same PostgreSQL database and catalog name (``omni``) as ``spark``, so Trino, Spark
+    and pyiceberg see the same tables and views; Spark itself is not started. Trino's
+    catalog is called ``iceberg`` (``iceberg.aidata.t``); ``trino.config`` is an
+    OmniConfig for ``Omni(config=...)`` with its own warehouse folder.
+    """
+    from tests.services.trino import TrinoServer
+
+    home = tmp_path_factory.mktemp("trino-omni-home")
+    config = OmniConfig.resolve(
+        catalog=pg_server.sqlalchemy_uri,
+        warehouse=(home / "warehouse").as_uri(),
+        home=home,
+        catalog_name="omni",
+    )
+    with TrinoServer(config) as server:
+        yield server
