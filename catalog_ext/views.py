@@ -71,6 +71,7 @@ def new_view_metadata(
     default_namespace: list[str],
     properties: dict[str, str],
     summary: dict[str, str],
+    default_catalog: str | None = None,
 ) -> dict[str, Any]:
     """Metadata for a brand-new view with a single version (id 1)."""
     now = int(time.time() * 1000)
@@ -82,7 +83,7 @@ def new_view_metadata(
         "current-version-id": 1,
         "properties": dict(properties),
         "schemas": [schema],
-        "versions": [_version(1, 0, now, representations, default_namespace, summary)],
+        "versions": [_version(1, 0, now, representations, default_namespace, summary, default_catalog)],
         "version-log": [{"timestamp-ms": now, "version-id": 1}],
     }
 
@@ -95,6 +96,7 @@ def with_new_version(
     properties: dict[str, str],
     summary: dict[str, str],
     version_id: int | None = None,
+    default_catalog: str | None = None,
 ) -> dict[str, Any]:
     """A copy of ``metadata`` whose current version is a new one with this SQL and schema.
 
@@ -111,7 +113,7 @@ def with_new_version(
     out = dict(metadata)
     out["schemas"] = schemas
     out["versions"] = list(metadata["versions"]) + [
-        _version(vid, schema_id, now, representations, default_namespace, summary)
+        _version(vid, schema_id, now, representations, default_namespace, summary, default_catalog)
     ]
     out["version-log"] = list(metadata["version-log"]) + [{"timestamp-ms": now, "version-id": vid}]
     out["current-version-id"] = vid
@@ -119,8 +121,8 @@ def with_new_version(
     return out
 
 
-def _version(vid, schema_id, now, representations, default_namespace, summary) -> dict[str, Any]:
-    return {
+def _version(vid, schema_id, now, representations, default_namespace, summary, default_catalog=None) -> dict[str, Any]:
+    version = {
         "version-id": vid,
         "schema-id": schema_id,
         "timestamp-ms": now,
@@ -128,6 +130,12 @@ def _version(vid, schema_id, now, representations, default_namespace, summary) -
         "representations": [r.to_spec() for r in representations],
         "default-namespace": list(default_namespace),
     }
+    if default_catalog is not None:
+        # Trino resolves a view's ``ns.t`` only against the view's default-catalog (not the
+        # session's), and Spark honours it too: every engine registers the catalog under
+        # the omni catalog name.
+        version["default-catalog"] = default_catalog
+    return version
 
 
 class SqlViewCatalog:

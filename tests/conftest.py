@@ -125,8 +125,8 @@ def trino(pg_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory) -
 
     Same PostgreSQL database and catalog name (``omni``) as ``spark``, so Trino, Spark
     and pyiceberg see the same tables and views; Spark itself is not started. Trino's
-    catalog is called ``iceberg`` (``iceberg.aidata.t``); ``trino.config`` is an
-    OmniConfig for ``Omni(config=...)`` with its own warehouse folder.
+    catalog has the same name too (``omni.aidata.t``: views resolve their tables through
+    it); ``trino.config`` is an OmniConfig for ``Omni(config=...)`` with its own warehouse.
     """
     from tests.services.trino import TrinoServer
 

@@ -1,0 +1,479 @@
+"""Trino on an omni catalog: the server, a JDK new enough for it, and the catalog file.
+
+Trino reads omni's logical tables as what they are in the catalog - Iceberg views with a
+``trino`` SQL representation over ordinary Iceberg tables - through its Iceberg
+connector on the same JDBC catalog pyiceberg and Spark use.
+
+Why these choices (measured on this workplace's 2-core machines, Temurin 25):
+
+- **Trino 476** is the newest release whose server is on Maven Central: from 477 on
+  Trino publishes its distribution elsewhere (Maven Central still has ``trino-main``
+  up to 483, but no ``trino-server`` tarball after 476). 476 requires Java >= 24.0.1.
+- **Download 540 MB, not 821 MB.** The full ``trino-server-476.tar.gz`` (821 MB) ships
+  ~60 plugins. Instead :func:`ensure_trino_server` fetches ``trino-server-core-476.tar.gz``
+  (194 MB: the engine, a few infrastructure plugins) plus the Iceberg connector as its
+  own plugin archive ``trino-iceberg-476.zip`` (346 MB, which bundles the PostgreSQL
+  JDBC driver its JDBC catalog needs), and drops the core's plugins at unpack time
+  (exchange/spooling file systems, python functions, geospatial, resource groups...):
+  the server loads one plugin and, on a quiet 2-core machine, answers ``SELECT 1``
+  ~10-13 s after ``java`` starts (20-30 s while other builds load the machine), in
+  ~400 MB of memory with ``-Xmx1500m``. Unpacked it takes 466 MB of disk.
+- **Local warehouses**: Trino 476's native local file system serves both the ``local``
+  and the ``file`` scheme (``fs.native-local.enabled=true``) and resolves a location's
+  path under ``local.location``; with ``local.location=/`` the ``file:///abs/...``
+  paths pyiceberg writes and the ``file:/abs/...`` paths Spark writes both land on
+  ``/abs/...``.
+- **One catalog name everywhere.** The JDBC catalog's ``catalog-name`` is a column of
+  the catalog tables, so it must be the omni catalog name (what pyiceberg and Spark
+  use). The Trino catalog - the first part of ``omni.aidata.t`` - is named the same by
+  default: Trino analyses a view's body with no session catalog, only the view's
+  ``default-catalog``, so a view that names tables ``aidata.t__base`` resolves only when
+  ``default-catalog`` names a Trino catalog (without one Trino fails with "Catalog must
+  be specified when session catalog is not set"); Spark resolves the same field against
+  its catalog names, and ``spark_udfs.session`` registers the omni catalog name.
+
+Everything downloaded is checked against the ``.sha1`` Maven Central publishes,
+unpacked into a temporary folder and renamed into place, so the cache never holds a
+half-installed server; a second call does no network I/O.
+
+Example::
+
+    >>> from omni_iceberg.trino_setup import ensure_trino_server, find_java_for_trino
+    >>> ensure_trino_server()  # doctest: +SKIP
+    PosixPath('/repo/.cache/trino/trino-server-476')
+    >>> find_java_for_trino()  # doctest: +SKIP
+    PosixPath('/usr/lib/jvm/temurin-25-jdk-amd64')
+
+From a shell (the Makefile's set-up step): ``python -m omni_iceberg.trino_setup``.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from omni_iceberg.config import OmniConfig
+from omni_iceberg.errors import ConfigError
+
+#: Newest Trino with a server distribution on Maven Central (see module docstring).
+TRINO_VERSION = "476"
+#: The oldest Java Trino 476 starts on (``TrinoSystemRequirements``).
+MIN_JAVA_VERSION: tuple[int, ...] = (24, 0, 1)
+#: Plugins kept in the cached server; every other plugin folder is dropped at unpack time.
+KEEP_PLUGINS: frozenset[str] = frozenset({"iceberg"})
+
+#: Where the server is fetched from. Overridable with ``OMNI_MAVEN_REPO`` (a local mirror).
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+
+#: The folder under ``local.location`` that Trino resolves ``file:`` paths against.
+_LOCAL_ROOT = "/"
+_TIMEOUT_S = 120
+_CHUNK = 1 << 20
+_MARKER = ".omni-trino.json"
+_FIX = (
+    "run `python -m omni_iceberg.trino_setup` where Maven Central is reachable, or point "
+    "OMNI_CACHE at a folder whose trino/ holds an unpacked server"
+)
+
+
+@dataclass(frozen=True)
+class _Artifact:
+    """One file of the Trino distribution on a Maven repository."""
+
+    artifact: str
+    extension: str
+    group: str = "io.trino"
+    version: str = TRINO_VERSION
+
+    @property
+    def filename(self) -> str:
+        return f"{self.artifact}-{self.version}.{self.extension}"
+
+    def url(self, repo: str) -> str:
+        return f"{repo.rstrip('/')}/{self.group.replace('.', '/')}/{self.artifact}/{self.version}/{self.filename}"
+
+
+_CORE = _Artifact("trino-server-core", "tar.gz")
+_ICEBERG_PLUGIN = _Artifact("trino-iceberg", "zip")
+
+
+# ---- the server --------------------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    """``$OMNI_CACHE/trino`` when ``OMNI_CACHE`` is set, else ``./.cache/trino``."""
+    root = os.environ.get("OMNI_CACHE")
+    return (Path(root) if root else Path(".cache")).resolve() / "trino"
+
+
+def ensure_trino_server(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The home folder of an unpacked Trino server (``bin/``, ``lib/``, ``plugin/iceberg``).
+
+    Downloads and unpacks it into ``cache_dir`` (default :func:`default_cache_dir`) the
+    first time; afterwards returns at once. Safe against concurrent callers (a file lock)
+    and crashes (unpacked into a temporary folder, renamed into place when complete).
+    Raises :class:`~omni_iceberg.errors.ConfigError` when the server is missing and
+    cannot be fetched, or an archive fails its checksum.
+    """
+    cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
+    home = cache / f"trino-server-{TRINO_VERSION}"
+    if (home / _MARKER).is_file():
+        return home
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the Trino cache {cache}: {e}; set OMNI_CACHE to a writable folder") from e
+    repo = os.environ.get("OMNI_MAVEN_REPO", MAVEN_CENTRAL)
+    with _locked(cache / ".lock"):
+        if (home / _MARKER).is_file():  # another process finished while we waited
+            return home
+        core = _download(_CORE, cache, repo)
+        plugin = _download(_ICEBERG_PLUGIN, cache, repo)
+        staging = Path(tempfile.mkdtemp(prefix=f".{home.name}.", suffix=".part", dir=cache))
+        try:
+            dropped = _unpack_core(core, staging)
+            _unpack_plugin(plugin, staging / "plugin" / "iceberg")
+            marker = {
+                "trino-version": TRINO_VERSION,
+                "archives": {p.name: _sha1_of(p) for p in (core, plugin)},
+                "dropped-plugins": sorted(dropped),
+            }
+            (staging / _MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n")
+            os.chmod(staging, 0o755)  # mkdtemp makes 0700; the cache may be shared
+            if home.exists():  # a folder without the marker: an older, interrupted layout
+                shutil.rmtree(home)
+            os.replace(staging, home)
+        except (OSError, tarfile.TarError, zipfile.BadZipFile) as e:
+            raise ConfigError(f"cannot unpack Trino {TRINO_VERSION} into {home}: {e}; delete {cache} and {_FIX}") from e
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        # the unpacked server is the cache; the archives (540 MB) are not needed again
+        core.unlink(missing_ok=True)
+        plugin.unlink(missing_ok=True)
+    return home
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    import fcntl
+
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _download(artifact: _Artifact, cache: Path, repo: str) -> Path:
+    """``cache/<file>``, fetched and checked against its ``.sha1`` unless already there."""
+    target = cache / artifact.filename
+    url = artifact.url(repo)
+    try:
+        expected = _fetch_text(url + ".sha1").split()[0].strip().lower()
+        if target.is_file() and _sha1_of(target) == expected:
+            return target  # left by a run that died while unpacking
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{artifact.filename}.", suffix=".part", dir=cache)
+        tmp = Path(tmp_name)
+        try:
+            digest = hashlib.sha1()
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=_TIMEOUT_S) as resp:
+                while chunk := resp.read(_CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+            if digest.hexdigest() != expected:
+                raise ConfigError(
+                    f"{url} has sha1 {digest.hexdigest()}, expected {expected}; delete {cache} and {_FIX}"
+                )
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except (urllib.error.URLError, OSError, IndexError) as e:
+        raise ConfigError(f"Trino {TRINO_VERSION} is not in {cache} and {url} could not be fetched ({e}); {_FIX}") from e
+    return target
+
+
+def _fetch_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as resp:
+        return resp.read().decode("ascii", errors="replace")
+
+
+def _sha1_of(path: Path) -> str:
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _unpack_core(archive: Path, dest: Path) -> set[str]:
+    """Extract the core tarball without its top folder and without unwanted plugins.
+
+    Returns the names of the plugin folders left out.
+    """
+    dropped: set[str] = set()
+    kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar:
+            parts = PurePosixPath(member.name).parts[1:]  # strip trino-server-core-<v>/
+            if not parts or ".." in parts:
+                continue
+            if parts[0] in ("plugin", "secrets-plugin") and len(parts) > 1 and parts[1] not in KEEP_PLUGINS:
+                dropped.add(f"{parts[0]}/{parts[1]}")
+                continue
+            member.name = "/".join(parts)
+            tar.extract(member, dest, **kwargs)
+    return dropped
+
+
+def _unpack_plugin(archive: Path, dest: Path) -> None:
+    """Extract the plugin zip's jars (one top folder, flat) into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(archive) as zf:
+        for info in zf.infolist():
+            parts = PurePosixPath(info.filename).parts[1:]
+            if info.is_dir() or len(parts) != 1 or parts[0] in ("..", "."):
+                continue
+            with zf.open(info) as src, open(dest / parts[0], "wb") as out:
+                shutil.copyfileobj(src, out, _CHUNK)
+
+
+# ---- the JDK -----------------------------------------------------------------------------
+
+
+def _java_version(java_home: Path) -> tuple[int, ...] | None:
+    """The JDK's version from its ``release`` file, else from ``java -version``; None if not a JDK."""
+    java = java_home / "bin" / "java"
+    if not os.access(java, os.X_OK):
+        return None
+    text = ""
+    release = java_home / "release"
+    if release.is_file():
+        m = re.search(r'^JAVA_VERSION="([^"]+)"', release.read_text(errors="replace"), re.MULTILINE)
+        text = m.group(1) if m else ""
+    if not text:
+        try:
+            proc = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        m = re.search(r'version "([^"]+)"', proc.stderr + proc.stdout)
+        text = m.group(1) if m else ""
+    numbers = [int(n) for n in re.findall(r"\d+", text.split("+")[0].split("-")[0])]
+    if numbers[:1] == [1]:  # 1.8.0 style
+        numbers = numbers[1:]
+    return tuple(numbers) or None
+
+
+def _java_candidates() -> Iterator[tuple[str, Path]]:
+    for var in ("OMNI_TRINO_JAVA_HOME", "JAVA_HOME"):
+        if os.environ.get(var):
+            yield f"${var}", Path(os.environ[var])
+    for folder in sorted(glob.glob("/usr/lib/jvm/*")) + sorted(glob.glob("/usr/local/lib/jvm/*")):
+        if not Path(folder).is_symlink():  # Debian's aliases point at the same JDKs
+            yield folder, Path(folder)
+    on_path = shutil.which("java")
+    if on_path:
+        yield "java on PATH", Path(on_path).resolve().parent.parent
+
+
+def find_java_for_trino() -> Path:
+    """The home of a JDK that runs Trino (Java >= 24.0.1), e.g. ``/usr/lib/jvm/temurin-25-jdk-amd64``.
+
+    ``$OMNI_TRINO_JAVA_HOME`` wins when set (and must be new enough); otherwise the
+    newest suitable JDK among ``$JAVA_HOME``, ``/usr/lib/jvm/*`` and ``java`` on ``PATH``.
+    Raises :class:`~omni_iceberg.errors.ConfigError` listing what was found when none fits.
+    """
+    need = ".".join(map(str, MIN_JAVA_VERSION))
+    override = os.environ.get("OMNI_TRINO_JAVA_HOME")
+    if override:
+        version = _java_version(Path(override))
+        if version is None or version < MIN_JAVA_VERSION:
+            found = "no bin/java" if version is None else "Java " + ".".join(map(str, version))
+            raise ConfigError(
+                f"OMNI_TRINO_JAVA_HOME={override} holds {found}; Trino {TRINO_VERSION} needs Java >= {need} - "
+                "point it at a JDK 24 or newer (e.g. Temurin 25) or unset it"
+            )
+        return Path(override)
+    seen: dict[Path, tuple[str, tuple[int, ...] | None]] = {}
+    for where, home in _java_candidates():
+        home = home.resolve()
+        if home not in seen:
+            seen[home] = (where, _java_version(home))
+    fitting = [(v, h) for h, (_, v) in seen.items() if v is not None and v >= MIN_JAVA_VERSION]
+    if fitting:
+        return max(fitting)[1]
+    found = ", ".join(
+        f"{h} ({'Java ' + '.'.join(map(str, v)) if v else 'no bin/java'})" for h, (_, v) in seen.items()
+    ) or "none"
+    raise ConfigError(
+        f"no JDK new enough for Trino {TRINO_VERSION} (needs Java >= {need}); found: {found}. "
+        "Install a JDK 24 or newer (e.g. Temurin 25 under /usr/lib/jvm) or set OMNI_TRINO_JAVA_HOME to one"
+    )
+
+
+# ---- the catalog file --------------------------------------------------------------------
+
+
+def _jdbc_connection(catalog_uri: str) -> tuple[str, str | None, str | None]:
+    """SQLAlchemy URI -> (JDBC URL, user, password) for Trino's JDBC catalog."""
+    from urllib.parse import quote, urlencode
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(catalog_uri)
+    except ArgumentError as e:
+        raise ConfigError(f"catalog URI {catalog_uri!r} is not a SQLAlchemy URL: {e}") from e
+    backend = url.get_backend_name()
+    if backend not in ("postgresql", "postgres"):
+        raise ConfigError(
+            f"catalog URI {catalog_uri!r}: Trino reads omni catalogs on PostgreSQL only (its Iceberg "
+            f"plugin bundles no {backend} JDBC driver); set OMNI_CATALOG=postgresql+psycopg://user@host:port/db"
+        )
+    host = url.host or "localhost"
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    port = f":{url.port}" if url.port else ""
+    query = f"?{urlencode(url.query, doseq=True)}" if url.query else ""
+    jdbc = f"jdbc:postgresql://{host}{port}/{quote(url.database or '', safe='')}{query}"
+    return jdbc, url.username, (str(url.password) if url.password is not None else None)
+
+
+def _resolve_catalog_uri(uri: str) -> str:
+    """A catalog named in ``.pyiceberg.yaml`` (no ``://``) -> its ``uri`` property."""
+    if "://" in uri or uri.startswith("sqlite:"):
+        return uri
+    try:
+        from pyiceberg.utils.config import Config
+
+        found = Config().get_catalog_config(uri) or {}
+    except Exception as e:  # pragma: no cover - malformed yaml
+        raise ConfigError(f"cannot read .pyiceberg.yaml to resolve catalog {uri!r}: {e}") from e
+    if not found.get("uri"):
+        raise ConfigError(f"catalog {uri!r} is neither a URI nor a catalog with a `uri` in .pyiceberg.yaml")
+    return str(found["uri"])
+
+
+def _escape(value: str) -> str:
+    """A value for a Java ``.properties`` file (backslashes, line breaks, non-ASCII)."""
+    out = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    out = "".join(c if ord(c) < 128 else f"\\u{ord(c):04x}" for c in out)
+    return "\\" + out if out.startswith((" ", "\t")) else out
+
+
+def trino_catalog_properties(config: OmniConfig, catalog_name: str | None = None) -> str:
+    """The text of ``etc/catalog/<catalog_name>.properties`` for Trino on ``config``'s catalog.
+
+    ``catalog_name`` is what Trino queries call the catalog (``omni.aidata.t``); it
+    defaults to ``config.catalog_name``, the only name under which omni's views resolve
+    their tables in Trino (see the module docstring). The JDBC ``catalog-name`` inside is
+    always ``config.catalog_name``, the name pyiceberg and Spark store in the catalog
+    tables. Only PostgreSQL catalogs with ``file:`` warehouses are supported (what the
+    tests and a single machine use); the catalog tables must exist (omni creates them on
+    first use), else Trino fails with "Cannot check and eventually update SQL schema".
+
+    >>> from pathlib import Path
+    >>> cfg = OmniConfig(Path("/h"), "postgresql+psycopg://bob@db:5433/cat", "file:///w", "omni")
+    >>> print(trino_catalog_properties(cfg).split("\\n", 1)[1], end="")
+    connector.name=iceberg
+    iceberg.catalog.type=jdbc
+    iceberg.jdbc-catalog.catalog-name=omni
+    iceberg.jdbc-catalog.schema-version=V1
+    iceberg.jdbc-catalog.driver-class=org.postgresql.Driver
+    iceberg.jdbc-catalog.connection-url=jdbc:postgresql://db:5433/cat
+    iceberg.jdbc-catalog.connection-user=bob
+    iceberg.jdbc-catalog.default-warehouse-dir=file:///w
+    fs.native-local.enabled=true
+    local.location=/
+    """
+    catalog_name = catalog_name or config.catalog_name
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", catalog_name):
+        raise ConfigError(f"Trino catalog name {catalog_name!r} must be lower-case letters, digits and _")
+    uri = _resolve_catalog_uri(config.catalog_uri)
+    jdbc_url, user, password = _jdbc_connection(uri)
+    if not config.warehouse.startswith("file:"):
+        raise ConfigError(
+            f"warehouse {config.warehouse!r}: Trino set-up supports file: warehouses only so far; "
+            "object stores need fs.native-s3/gcs/azure settings that are not generated yet"
+        )
+    props: dict[str, str] = {
+        "connector.name": "iceberg",
+        "iceberg.catalog.type": "jdbc",
+        "iceberg.jdbc-catalog.catalog-name": config.catalog_name,
+        # V1 has the iceberg_type column; without it the JDBC catalog has no views
+        "iceberg.jdbc-catalog.schema-version": "V1",
+        "iceberg.jdbc-catalog.driver-class": "org.postgresql.Driver",
+        "iceberg.jdbc-catalog.connection-url": jdbc_url,
+    }
+    if user:
+        props["iceberg.jdbc-catalog.connection-user"] = user
+    if password is not None:
+        props["iceberg.jdbc-catalog.connection-password"] = password
+    props["iceberg.jdbc-catalog.default-warehouse-dir"] = config.warehouse
+    # file:///abs (pyiceberg) and file:/abs (Spark) both resolve to /abs under this root
+    props["fs.native-local.enabled"] = "true"
+    props["local.location"] = _LOCAL_ROOT
+    header = f"# Trino catalog {catalog_name!r} on the omni catalog {config.catalog_name!r} (generated by omni_iceberg.trino_setup)"
+    return "\n".join([header, *(f"{k}={_escape(v)}" for k, v in props.items())]) + "\n"
+
+
+def write_trino_config(config: OmniConfig, path: str | os.PathLike[str], catalog_name: str | None = None) -> Path:
+    """Write :func:`trino_catalog_properties` to ``path`` and return the file written.
+
+    ``path`` is the file, or a folder (such as ``etc/catalog``) that receives
+    ``<catalog_name>.properties`` (default name: ``config.catalog_name``). The file is replaced atomically and readable only by
+    its owner, since it may hold the catalog database's password.
+    """
+    target = Path(path)
+    if target.is_dir():
+        target = target / f"{catalog_name or config.catalog_name}.properties"
+    text = trino_catalog_properties(config, catalog_name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(text)
+        os.replace(tmp_name, target)
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m omni_iceberg.trino_setup [--cache-dir DIR]``: fetch and unpack the server."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m omni_iceberg.trino_setup", description=main.__doc__)
+    parser.add_argument("--cache-dir", help="default: $OMNI_CACHE/trino or ./.cache/trino")
+    args = parser.parse_args(argv)
+    try:
+        home = ensure_trino_server(args.cache_dir)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    print(home)
+    try:
+        print(f"java for Trino: {find_java_for_trino()}", file=sys.stderr)
+    except ConfigError as e:  # the server is fetched; the JDK is the system's business
+        print(f"warning: {e}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - set-up scripts
+    raise SystemExit(main())
