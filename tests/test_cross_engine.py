@@ -73,3 +73,14 @@ def test_metadata_tables(table, spark, trino, sql, key):
         assert {r[1] for r in sp} == {"ValueError"}
     if key == "runs":
         assert sp == [("succeeded", 2)]
+
+
+def test_omni_sql_executes_on_spark_on_request(table):
+    sql = ("SELECT _ai_append_name_, count(*) AS n, sum(t_len) AS words FROM xe "
+           "WHERE t_lang = 'en' GROUP BY _ai_append_name_ ORDER BY _ai_append_name_")
+    local = table.query(sql).to_pylist()
+    on_spark = table.query(sql, engine="spark").to_pylist()
+    assert [(r["_ai_append_name_"], r["n"], int(r["words"])) for r in local] == \
+        [(r["_ai_append_name_"], r["n"], int(r["words"])) for r in on_spark]
+    log = table.catalog.load_table("omni_sys.query_log").scan().to_arrow().to_pylist()
+    assert max(log, key=lambda r: r["at"])["engine"] == "spark"

@@ -109,7 +109,7 @@ def test_export_streams_and_re_creates_byte_for_byte(omni, tmp_path):
 
 def test_query_log_records_columns_filters_batches(omni):
     omni.query("SELECT avg(t_len) FROM web WHERE _ai_append_name_ = 'cc' AND t_digits < 0.5")
-    log = omni.catalog.load_table("omni_sys.query_log").scan().to_arrow().to_pylist()[-1]
+    log = max(omni.catalog.load_table("omni_sys.query_log").scan().to_arrow().to_pylist(), key=lambda r: r["at"])
     assert log["logical_table"] == "aidata.web" and log["kind"] == "sql" and log["engine"] == "local"
     assert json.loads(log["columns"]) == ["_ai_unique_id_", "_ai_append_name_", "t_len", "t_digits"]
     assert json.loads(log["filter_columns"]) == ["_ai_append_name_", "t_digits"]
