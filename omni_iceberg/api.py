@@ -144,22 +144,29 @@ class Omni:
 
     def backfill(self, name: str, features: list[str], batches: list[str] | None = None, *, dry_run: bool = False,
                  isolation: str = "process", max_error_ratio: float | None = 0.1, progress: bool | None = None,
-                 has_gpu: bool | None = None, command: str = "") -> Any:
-        """Compute ``features`` (and their missing ancestors) for ``batches``; one logical commit."""
-        from omni_iceberg.backfill.engine import backfill
+                 has_gpu: bool | None = None, command: str = "", engine: str = "local",
+                 spark_master: str | None = None) -> Any:
+        """Compute ``features`` (and their missing ancestors) for ``batches``; one logical commit.
 
-        return backfill(self, name, features, batches, dry_run=dry_run, isolation=isolation,
-                        max_error_ratio=max_error_ratio, progress=progress, has_gpu=has_gpu,
-                        command=command or f"backfill {name} --features {','.join(features)}")
+        ``engine``: ``local``, ``spark`` (``spark_master``: ``spark://host:port``, default local[2])
+        or ``auto`` (Spark from ``OMNI_SPARK_THRESHOLD_BYTES`` of input up); the report says which and why.
+        """
+        from omni_iceberg.backfill.choose import run_backfill
+
+        return run_backfill(self, name, features, batches, engine=engine, spark_master=spark_master,
+                            dry_run=dry_run, isolation=isolation, max_error_ratio=max_error_ratio,
+                            progress=progress, has_gpu=has_gpu,
+                            command=command or f"backfill {name} --features {','.join(features)}")
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None, *,
-                     isolation: str = "process", progress: bool | None = None, command: str = "") -> Any:
+                     isolation: str = "process", progress: bool | None = None, command: str = "",
+                     engine: str = "local", spark_master: str | None = None) -> Any:
         """Recompute only the records ``features`` failed on (optionally only these exception classes)."""
-        from omni_iceberg.backfill.engine import retry_failed
+        from omni_iceberg.backfill.choose import run_retry_failed
 
-        return retry_failed(self, name, features, error_classes=error_classes, isolation=isolation,
-                            progress=progress, max_error_ratio=None,
-                            command=command or f"backfill {name} --features {','.join(features)} --retry-failed")
+        return run_retry_failed(self, name, features, error_classes, engine=engine, spark_master=spark_master,
+                                isolation=isolation, progress=progress, max_error_ratio=None,
+                                command=command or f"backfill {name} --features {','.join(features)} --retry-failed")
 
     def errors(self, name: str, run_id: str | None = None) -> pa.Table:
         """Failed records of ``name`` from ``omni_sys.errors`` (optionally one run)."""

@@ -107,7 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--batches", help="comma-separated batches (default: all)")
     b.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     b.add_argument("--dag", metavar="FILE", help="write the plan's DAG picture (.svg, or Mermaid .mmd)")
-    b.add_argument("--engine", choices=["local"], default="local")
+    b.add_argument("--engine", choices=["local", "spark", "auto"], default="local",
+                   help="auto: Spark when the inputs reach OMNI_SPARK_THRESHOLD_BYTES, else local")
+    b.add_argument("--spark-master", metavar="URL",
+                   help="submit to an existing Spark cluster, e.g. spark://host:7077 (default: local[2])")
     b.add_argument("--isolation", choices=["process", "inline"], default="process",
                    help="run UDFs in a child process (survives crashes) or in this process")
     b.add_argument("--max-error-ratio", type=float, default=0.1,
@@ -319,8 +322,11 @@ def _backfill_command(args, omni, command_line: str) -> int:
     features = [f for f in args.features.split(",") if f]
     batches = [b for b in args.batches.split(",") if b] if args.batches else None
     if args.retry_failed:
-        report = omni.retry_failed(args.name, features, args.error_class, isolation=args.isolation,
-                                   progress=False if args.no_progress else None, command=command_line)
+        from omni_iceberg.backfill.choose import run_retry_failed
+
+        report = run_retry_failed(omni, args.name, features, args.error_class, engine=args.engine,
+                                  spark_master=args.spark_master, isolation=args.isolation, max_error_ratio=None,
+                                  progress=False if args.no_progress else None, command=command_line)
         _emit(args, report.to_dict(), lambda: f"{report.logical_table}: retry {report.status}; "
               f"recomputed {report.rows}, still failing {report.errors} -> version {report.logical_version}")
         return 0
@@ -338,13 +344,16 @@ def _backfill_command(args, omni, command_line: str) -> int:
         return 0
     if not args.json:
         print(plan.describe(), file=sys.stderr)
-    from omni_iceberg.backfill.engine import backfill
+    from omni_iceberg.backfill.choose import run_backfill
 
-    report = backfill(omni, args.name, features, batches, isolation=args.isolation,
-                      max_error_ratio=args.max_error_ratio, progress=False if args.no_progress else None,
-                      command=command_line, plan=plan)
+    # Spark plans again with its cluster's GPUs unless --engine local
+    report = run_backfill(omni, args.name, features, batches, engine=args.engine, spark_master=args.spark_master,
+                          isolation=args.isolation, max_error_ratio=args.max_error_ratio,
+                          progress=False if args.no_progress else None, command=command_line,
+                          plan=plan if args.engine == "local" else None)
     _emit(args, report.to_dict(), lambda: (
-        f"{report.logical_table}: {report.status}; run {report.run_id}, rows {report.rows}, errors {report.errors}, "
+        f"{report.logical_table}: {report.status} on the {report.engine} engine ({report.engine_reason}); "
+        f"run {report.run_id}, rows {report.rows}, errors {report.errors}, "
         f"reused {report.reused}, resumed units {report.resumed_units} -> version {report.logical_version}"
         + ("" if not report.errors else f"\nsee: omni errors {report.logical_table} --run {report.run_id}")))
     return 0

@@ -47,7 +47,7 @@ def read_logical(catalog: Any, state: FamilyState, columns: list[str] | None = N
     out_names, leaves = expand_columns(state, columns)
     for b in batches or ():
         check_batch_name(b)
-    per_table = _plan_columns(state, leaves)
+    per_table = plan_columns(state, leaves)
     joined: pa.Table | None = None
     for key, cols in per_table.items():
         part = _scan(catalog, state, key, cols, batches)
@@ -56,7 +56,7 @@ def read_logical(catalog: Any, state: FamilyState, columns: list[str] | None = N
     return _assemble(state, joined, out_names, leaves)
 
 
-def _plan_columns(state: FamilyState, leaves: list[str]) -> dict[str, list[tuple[str, str]]]:
+def plan_columns(state: FamilyState, leaves: list[str]) -> dict[str, list[tuple[str, str]]]:
     per_table: dict[str, list[tuple[str, str]]] = {state.base_table.key: []}
     for path in leaves:
         pcols = state.physical_columns_of(path)
@@ -75,7 +75,7 @@ def iter_logical_slices(catalog: Any, state: FamilyState, columns: list[str], ba
 
     _, leaves = expand_columns(state, columns)
     check_batch_name(batch)
-    per_table = _plan_columns(state, leaves)
+    per_table = plan_columns(state, leaves)
     planned = {}
     for key, cols in per_table.items():
         meta = state.physical_table(key)

@@ -26,6 +26,7 @@ from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
 from catalog_ext.physical import StagedWrite, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, PinSnapshot
+from omni_iceberg.backfill.bookkeeping import UNIT_PROPERTY, checkpoint_properties, error_row
 from omni_iceberg.backfill.planner import BackfillPlan, definitions_of, plan_backfill
 from omni_iceberg.backfill.reuse import ReuseIndex
 from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult
@@ -35,7 +36,6 @@ from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import get_udf
 from omni_iceberg.reader import iter_logical_slices
 
-UNIT_PROPERTY = "omni.unit"
 SLICE_ROWS = int(os.environ.get("OMNI_SLICE_ROWS", "8192"))
 
 
@@ -234,10 +234,7 @@ class _Run:
         for f in todo:
             s = stats[f]
             s.finished_ms = _now_ms()
-            self.writers[f].checkpoint({
-                UNIT_PROPERTY: f"{f}/{batch}", "omni.unit-rows": str(s.rows), "omni.unit-errors": str(s.errors),
-                "omni.unit-reused": str(s.reused), "omni.unit-started": str(s.started_ms),
-                "omni.unit-finished": str(s.finished_ms)})
+            self.writers[f].checkpoint(checkpoint_properties(s))
             self.stats[(f, batch)] = s
             self.done.add(f"{f}/{batch}")
 
@@ -278,11 +275,11 @@ class _Run:
         s.errors += len(failures)
         now = datetime.now(timezone.utc)
         for rid, fail in failures:
-            error_rows.append({
-                "run_id": self.report.run_id, "logical_table": self.state.table.identifier, "feature": d.name,
-                "version": d.version, ID_COLUMN: rid, "batch": batch, "exception_class": fail.exception_class,
-                "message": fail.message, "traceback_digest": fail.traceback_digest, "attempt": self.plan.attempt,
-                "failed_at": now})
+            error_rows.append(error_row(
+                run_id=self.report.run_id, logical_table=self.state.table.identifier, feature=d.name,
+                version=d.version, record_id=rid, batch=batch, exception_class=fail.exception_class,
+                message=fail.message, traceback_digest=fail.traceback_digest, attempt=self.plan.attempt,
+                failed_at=now))
 
     def _append(self, f: str, data: pa.Table) -> None:
         d = self.defs[f]

@@ -1,0 +1,172 @@
+"""Which engine runs a backfill plan: ``local``, ``spark``, or ``auto`` from the input size.
+
+``auto`` measures the bytes the plan's first reads will scan - the stored size of the
+input columns (Iceberg's per-column statistics) in the planned batches, scaled down
+for a retry of a few records - and picks Spark at or above a threshold: below it, a
+Spark session's start-up (seconds) costs more than it saves. The report states the
+engine and the reason.
+
+The threshold comes from the caller, else ``OMNI_SPARK_THRESHOLD_BYTES``, else
+:data:`DEFAULT_THRESHOLD_BYTES` - a placeholder until the engine benchmark measures
+where Spark starts to win on a given machine.
+
+>>> choose_engine(None, None, "auto", 100, input_size=250)
+('spark', 'auto: the inputs are 250 B, at or above the Spark threshold of 100 B')
+>>> choose_engine(None, None, "auto", 100, input_size=250, spark_blocker="pyspark is not installed")[0]
+'local'
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from catalog_ext.contract import BATCH_COLUMN
+from omni_iceberg.errors import ConfigError
+
+ENGINES = ("local", "spark", "auto")
+#: placeholder (256 MiB) until the engine benchmark sets it; override with OMNI_SPARK_THRESHOLD_BYTES
+DEFAULT_THRESHOLD_BYTES = 256 * 1024 * 1024
+
+
+def threshold_bytes_from_env() -> int:
+    raw = os.environ.get("OMNI_SPARK_THRESHOLD_BYTES")
+    if not raw:
+        return DEFAULT_THRESHOLD_BYTES
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise ConfigError(f"OMNI_SPARK_THRESHOLD_BYTES={raw!r} is not a number of bytes (e.g. 268435456)") from None
+    if value < 0:
+        raise ConfigError(f"OMNI_SPARK_THRESHOLD_BYTES={raw!r} must be >= 0")
+    return value
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def choose_engine(state: Any, plan: Any, requested: str, threshold_bytes: int | None = None, *,
+                  input_size: int | None = None, catalog: Any = None,
+                  spark_blocker: str | None = None) -> tuple[str, str]:
+    """(engine, reason) for running ``plan`` on ``state``.
+
+    ``input_size`` is measured with :func:`measure_input_bytes` when not given (that
+    needs ``catalog``). ``spark_blocker`` says why Spark cannot run here (no pyspark,
+    an embedded SQLite catalog): ``auto`` then stays local and says so.
+    """
+    if requested not in ENGINES:
+        raise ConfigError(f"unknown engine {requested!r}: use one of {', '.join(ENGINES)}")
+    if requested != "auto":
+        return requested, f"requested --engine {requested}"
+    if plan is not None and plan.empty:
+        return "local", "auto: nothing to compute"
+    threshold = threshold_bytes_from_env() if threshold_bytes is None else threshold_bytes
+    if input_size is None:
+        if catalog is None:
+            raise ConfigError("choose_engine('auto') needs the input size or the catalog to measure it")
+        input_size = measure_input_bytes(catalog, state, plan)
+    if input_size < threshold:
+        return "local", f"auto: the inputs are {_size(input_size)}, below the Spark threshold of {_size(threshold)}"
+    if spark_blocker:
+        return "local", (f"auto: the inputs are {_size(input_size)} (Spark threshold {_size(threshold)}), "
+                         f"but Spark cannot run here: {spark_blocker}")
+    return "spark", f"auto: the inputs are {_size(input_size)}, at or above the Spark threshold of {_size(threshold)}"
+
+
+def measure_input_bytes(catalog: Any, state: Any, plan: Any) -> int:
+    """Stored bytes of the plan's input columns in its batches (planning only, no data read).
+
+    Only inputs that already have values count: what earlier stages of the same plan
+    will produce does not exist yet, and is usually much smaller than what they read.
+    """
+    from pyiceberg.expressions import In
+
+    wanted: dict[str, tuple[set[str], set[str]]] = {}  # table key -> (physical columns, batches)
+    for stage in plan.stages:
+        for path in stage.inputs:
+            for pc in state.physical_columns_of(path):
+                cols, batches = wanted.setdefault(pc.table, (set(), set()))
+                cols.add(pc.name)
+                batches.update(stage.batches)
+    total = 0
+    for key, (cols, batches) in wanted.items():
+        meta = state.physical_table(key)
+        if meta.snapshot_id is None or not batches:
+            continue
+        table = catalog.load_table(meta.identifier)
+        schema = table.schema()
+        field_ids = {schema.find_field(c).field_id for c in cols}
+        scan = table.scan(snapshot_id=meta.snapshot_id, row_filter=In(BATCH_COLUMN, batches))
+        for task in scan.plan_files():
+            sizes = task.file.column_sizes or {}
+            found = [sizes[i] for i in field_ids if i in sizes]
+            total += sum(found) if found else task.file.file_size_in_bytes
+    if plan.only_ids:  # a retry reads only the failed records of those batches
+        rows = sum(b.rows for b in state.batches if b.name in set(plan.batches)) or 1
+        total = int(total * min(1.0, sum(len(v) for v in plan.only_ids.values()) / rows))
+    return total
+
+
+def spark_blocker(config: Any) -> str | None:
+    """Why Spark cannot run a backfill for ``config`` here, or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (pip install 'omni-iceberg[spark]')"
+    if config.is_embedded:
+        return "the catalog is embedded SQLite, which Spark would lock (use a PostgreSQL catalog)"
+    return None
+
+
+def run_backfill(omni: Any, name: str, features: list[str], batches: list[str] | None = None, *,
+                 engine: str = "local", spark_master: str | None = None, threshold_bytes: int | None = None,
+                 has_gpu: bool | None = None, plan: Any = None, dry_run: bool = False, **kwargs: Any) -> Any:
+    """Plan, choose the engine, run; the report's ``engine``/``engine_reason`` say which and why.
+
+    ``kwargs`` go to the engine (``max_error_ratio``, ``progress``, ``command``;
+    ``isolation`` for the local engine only). Without ``plan`` and ``has_gpu``, a Spark
+    run plans again with the GPUs of the Spark cluster, not of this machine.
+    """
+    from catalog_ext.contract import split_qualified
+    from omni_iceberg.backfill.engine import backfill
+    from omni_iceberg.backfill.planner import plan_backfill
+
+    ns, table = split_qualified(name)
+    state = omni.store.load(ns, table)
+    sized = plan or plan_backfill(state, features, batches, has_gpu)
+    chosen, reason = choose_engine(state, sized, engine, threshold_bytes, catalog=omni.catalog,
+                                   spark_blocker=spark_blocker(omni.config) if engine == "auto" else None)
+    if chosen == "spark" and not (dry_run or sized.empty):
+        from spark_udfs.engine import SparkBackfill
+
+        kwargs.pop("isolation", None)  # Spark isolates UDFs in its own Python workers
+        with SparkBackfill(omni, master=spark_master) as runner:
+            return runner.run(name, features, batches, plan=plan, has_gpu=has_gpu, engine_reason=reason, **kwargs)
+    report = backfill(omni, name, features, batches, dry_run=dry_run, has_gpu=has_gpu, plan=sized, **kwargs)
+    report.engine, report.engine_reason = chosen, reason  # spark only reaches here with nothing to run
+    return report
+
+
+def run_retry_failed(omni: Any, name: str, features: list[str], error_classes: list[str] | None = None, *,
+                     engine: str = "local", spark_master: str | None = None, **kwargs: Any) -> Any:
+    """Recompute only the failed records on the chosen engine (``auto`` is local: retries are small)."""
+    if engine == "spark":
+        from spark_udfs.engine import SparkBackfill
+
+        kwargs.pop("isolation", None)
+        with SparkBackfill(omni, master=spark_master) as runner:
+            return runner.retry_failed(name, features, error_classes,
+                                       engine_reason="requested --engine spark", **kwargs)
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    from omni_iceberg.backfill.engine import retry_failed
+
+    report = retry_failed(omni, name, features, error_classes=error_classes, **kwargs)
+    report.engine_reason = ("auto: a retry recomputes few records, the local engine" if engine == "auto"
+                            else f"requested --engine {engine}")
+    return report

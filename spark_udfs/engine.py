@@ -1,0 +1,622 @@
+"""Run a backfill plan on Spark: same plan, same values, same bookkeeping as the local engine.
+
+:class:`SparkBackfill` takes the plan of :mod:`omni_iceberg.backfill.planner` unchanged
+and runs it with the local engine's run machinery (``_Run``: staging branches,
+resume from checkpoints, error budget, the ONE logical commit, lineage and run rows).
+Only the per-unit work differs:
+
+1. read the unit's inputs with Spark from the exact snapshots the run sees (the
+   pinned version plus this run's earlier stages), one physical table per input
+   group, joined on the keys - the family is co-partitioned, so the join is a
+   storage-partitioned join with no shuffle;
+2. ONE fused pass (:mod:`spark_udfs.arrow_stage`) runs every feature of the unit on
+   the same Arrow batches with the local engine's ``compute_slice``; its tagged
+   output is persisted once and split into per-feature rows, error rows and counts;
+3. error budget, then ``omni_sys.errors``, then one Iceberg append per feature to the
+   run's staging branch with Spark's writer, labelled ``omni.unit`` - the checkpoint
+   a resumed run finds. A Spark task that dies is retried by Spark; only the
+   successful attempt's output is kept, so no row is written twice.
+
+The final logical commit is ``FamilyStore.commit``: a lost race re-commits the same
+files on the winner's snapshot (``StagedWrite.rebase``), nothing is recomputed.
+
+Example::
+
+    with SparkBackfill(omni, master="spark://127.0.0.1:7077") as spark_engine:
+        report = spark_engine.run("web", ["quality_score"])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+# isort: off
+# omni_iceberg first: catalog_ext.contract imports omni_iceberg.errors, and the omni_iceberg package
+# imports catalog_ext back, so a process whose first import is catalog_ext fails (a Spark Python
+# worker may be one). Importing the package first breaks the cycle.
+import omni_iceberg  # noqa: F401
+# isort: on
+from catalog_ext import iceberg_io, system_tables
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
+from catalog_ext.family import FamilyState
+from catalog_ext.physical import StagedWrite
+from omni_iceberg.backfill import bookkeeping
+from omni_iceberg.backfill.engine import SLICE_ROWS, BackfillReport, UnitStats, _now_ms, _Run, unresolved_errors
+from omni_iceberg.backfill.planner import BackfillPlan, Stage, plan_backfill, plan_retry
+from omni_iceberg.backfill.worker import WorkerCrashedError
+from omni_iceberg.errors import ConfigError, OmniError
+from omni_iceberg.features.registry import physical_column_name
+from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
+from omni_iceberg.features.udf import get_udf
+from spark_udfs import arrow_stage as A
+
+if TYPE_CHECKING:  # pragma: no cover - pyspark stays an optional extra
+    from pyspark.sql import DataFrame, SparkSession
+
+ENGINE = "spark"
+#: seconds to wait for a cluster's first executor before giving up with a ConfigError
+EXECUTOR_WAIT_S = float(os.environ.get("OMNI_SPARK_EXECUTOR_WAIT_S", "120"))
+#: Spark settings while a unit's inputs are read. Partially clustered distribution replicates one
+#: side's partitions, which breaks the key grouping the NEXT join needs: a unit reading three physical
+#: tables then shuffled twice; without it the whole family join has no Exchange (measured, Spark 3.5.9).
+UNIT_READ_CONF = {"spark.sql.sources.v2.bucketing.partiallyClusteredDistribution.enabled": "false"}
+
+
+class SparkStageFailedError(OmniError):
+    """A Spark job of a backfill stage failed for a reason other than a record (which is isolated)."""
+
+    exit_code = 5
+
+
+# ---- session: start, check, translate ---------------------------------------------------------
+def check_master_reachable(master: str, timeout_s: float = 3.0) -> None:
+    """Fail fast, before starting a JVM, when a standalone master does not answer."""
+    if not master.startswith("spark://"):
+        return
+    errors = []
+    for hostport in master[len("spark://"):].split(","):
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"Spark master URL {master!r} is malformed: use spark://HOST:PORT")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return
+        except OSError as e:
+            errors.append(f"{hostport}: {e.strerror or e}")
+    raise ConfigError(
+        f"Spark master {master} is unreachable ({'; '.join(errors)}); start it "
+        f"(python -m spark_udfs.cluster) or fix --spark-master, or use --engine local")
+
+
+def check_session(spark: SparkSession, config: Any) -> None:
+    """The session can run omni backfills on ``config``'s catalog, or a ConfigError saying what to fix."""
+    from spark_udfs.session import catalog_properties
+
+    jvm = spark.sparkContext._jvm
+    try:
+        jvm.org.apache.spark.util.Utils.classForName("org.apache.iceberg.spark.SparkCatalog", False, False)
+    except Exception as e:  # py4j raises its own error types
+        raise ConfigError(
+            "the Iceberg Spark runtime jar is not on this Spark session's classpath; build the session with "
+            "spark_udfs.session.build_spark_session (it adds the jars) or add iceberg-spark-runtime-3.5_2.12 "
+            "to spark.jars") from e
+    name = config.catalog_name
+    prefix = f"spark.sql.catalog.{name}"
+    impl = spark.conf.get(prefix, None)
+    if impl is None or "iceberg" not in impl:
+        raise ConfigError(
+            f"the Spark session has no Iceberg catalog named {name!r} ({prefix} is {impl!r}); omni's catalog "
+            f"is named {name!r} (OMNI_CATALOG_NAME) and both sides must use the same name")
+    want = catalog_properties(config).get("uri")
+    have = spark.conf.get(f"{prefix}.uri", None)
+    if want and have != want:
+        raise ConfigError(
+            f"the Spark session's catalog {name!r} points at {have!r} but omni's catalog is {want!r}; "
+            f"set {prefix}.uri to the same catalog database (build_spark_session does this)")
+    try:
+        spark.sql(f"SHOW NAMESPACES IN `{name}`").collect()
+    except Exception as e:  # any failure here is a configuration problem
+        raise ConfigError(
+            f"Spark cannot open Iceberg catalog {name!r} at {have}: {_first_line(e)}; check {prefix}.uri, "
+            f"jdbc.user/jdbc.password and that the catalog database is reachable from the Spark driver") from e
+
+
+def open_session(config: Any, master: str = "local[2]", *, jar_cache_dir: Any = None,
+                 overrides: dict[str, Any] | None = None, executor_wait_s: float = EXECUTOR_WAIT_S
+                 ) -> SparkSession:
+    """A checked session on ``master`` (``local[N]`` or ``spark://HOST:PORT``) for ``config``'s catalog."""
+    from spark_udfs.session import build_spark_session
+
+    check_master_reachable(master)
+    settings = driver_address_conf(master)
+    settings.update(overrides or {})
+    spark = build_spark_session(config, master=master, app_name="omni-backfill", overrides=settings,
+                                jar_cache_dir=jar_cache_dir)
+    try:
+        if not master.startswith("local"):
+            _wait_for_executors(spark, master, executor_wait_s, settings)
+        check_session(spark, config)
+    except BaseException:
+        spark.stop()
+        raise
+    return spark
+
+
+def driver_address_conf(master: str) -> dict[str, str]:
+    """Driver host settings executors can call back: the session builder binds the driver to
+    127.0.0.1, which only executors on this machine reach. For a master elsewhere, use the
+    address this machine reaches it from (override ``spark.driver.host`` when behind NAT)."""
+    if not master.startswith("spark://"):
+        return {}
+    host = master[len("spark://"):].split(",")[0].rpartition(":")[0].strip("[]")
+    try:
+        if host in ("localhost", "127.0.0.1", "::1") or socket.gethostbyname(host).startswith("127."):
+            return {}
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # no packet is sent
+            probe.connect((host, 7077))
+            address = probe.getsockname()[0]
+    except OSError:
+        return {}
+    return {"spark.driver.host": address, "spark.driver.bindAddress": address}
+
+
+def _wait_for_executors(spark: SparkSession, master: str, timeout_s: float, settings: dict[str, Any]) -> None:
+    tracker = spark.sparkContext._jsc.sc()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if tracker.getExecutorMemoryStatus().size() > 1:  # the driver counts as one
+            return
+        time.sleep(0.5)
+    raise ConfigError(
+        f"no Spark executor registered with {master} within {timeout_s:.0f} s: the master accepted the "
+        f"application, but no worker started an executor - check a worker is ALIVE on the master's web page "
+        f"with at least spark.executor.memory={settings.get('spark.executor.memory', '1g')} and one core free")
+
+
+def ship_python_path(spark: SparkSession) -> None:
+    """Let Spark's Python workers import what the driver imports (omni, the UDFs' modules).
+
+    Function environments are part of the Python worker pool's key, so this takes
+    effect for the next job. On a remote cluster these folders do not exist and the
+    packages must be installed on the executors.
+    """
+    prefixes = tuple(os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    paths = []
+    for p in sys.path:
+        p = os.path.realpath(p or os.getcwd())
+        if os.path.isdir(p) and not p.startswith(prefixes) and p not in paths:
+            paths.append(p)
+    env = spark.sparkContext.environment
+    have = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(have + [p for p in paths if p not in have])
+
+
+def gpus_per_task(spark: SparkSession) -> float | None:
+    """GPUs a GPU-stage task requests, or None when the cluster's executors declare none.
+
+    Local mode has no stage-level scheduling: a GPU there is the driver's own and the
+    UDF simply uses it.
+    """
+    conf = spark.sparkContext.getConf()
+    if (conf.get("spark.master") or "local").startswith("local"):
+        return None
+    amount = float(conf.get("spark.executor.resource.gpu.amount") or 0)
+    if amount <= 0:
+        return None
+    return min(amount, float(os.environ.get("OMNI_SPARK_GPUS_PER_TASK", "1")))
+
+
+def _first_line(e: BaseException) -> str:
+    text = (getattr(e, "desc", None) or str(e) or type(e).__name__).strip()
+    return text.splitlines()[0][:500] if text else type(e).__name__
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """Apply SQL settings for the jobs run inside the block, then restore them."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def table_name(catalog_name: str, identifier: str, branch: str | None = None) -> str:
+    ns, table = identifier.rsplit(".", 1)
+    name = f"`{catalog_name}`.{'.'.join(f'`{p}`' for p in ns.split('.'))}.`{table}`"
+    return f"{name}.`branch_{branch}`" if branch else name
+
+
+# ---- reading a unit's inputs -----------------------------------------------------------------------
+def read_unit(spark: SparkSession, catalog_name: str, state: FamilyState, leaves: list[str], batch: str
+              ) -> DataFrame:
+    """Keys + ``_in<k>`` = logical column ``leaves[k]`` of one batch, at the snapshots ``state`` pins."""
+    from pyspark.sql import functions as F
+
+    from omni_iceberg.reader import plan_columns
+
+    frames = []
+    for key, cols in plan_columns(state, leaves).items():
+        meta = state.physical_table(key)
+        frame = spark.read.option("snapshot-id", str(meta.snapshot_id)).table(table_name(catalog_name, meta.identifier))
+        frames.append(frame.where(F.col(BATCH_COLUMN) == F.lit(batch)).select(
+            ID_COLUMN, BATCH_COLUMN,
+            *[F.col(physical).alias(A.input_column(leaves.index(logical))) for physical, logical in cols]))
+    joined = frames[0]
+    for frame in frames[1:]:  # base first: every row of the batch, NULL where a feature has no value
+        joined = joined.join(frame, [ID_COLUMN, BATCH_COLUMN], "left")
+    present = set(joined.columns)
+    return joined.select(ID_COLUMN, BATCH_COLUMN, *[
+        F.col(A.input_column(k)) if A.input_column(k) in present
+        else F.lit(None).cast(A.spark_type(state.column(path).type)).alias(A.input_column(k))
+        for k, path in enumerate(leaves)])
+
+
+# ---- the run ---------------------------------------------------------------------------------------
+class _SparkStage:
+    """One stage of the plan on Spark: its definitions, UDFs, route and batch size."""
+
+    def __init__(self, stage: Stage, defs: dict[str, FeatureDefinition], gpus: float | None):
+        self.stage = stage
+        self.defs = defs
+        self.specs = {name: get_udf(d.udf) for name, d in defs.items()}
+        self.gpu = stage.engine == "gpu"
+        self.gpus_per_task = gpus if self.gpu else None
+
+    def describe(self) -> str:
+        if not self.gpu:
+            return "mapInArrow (CPU)"
+        if self.gpus_per_task:
+            return f"GPU route: {self.gpus_per_task:g} GPU per task through a stage-level resource profile"
+        return "GPU route, no GPU in the Spark cluster: mapInArrow on CPU with the model's batch size"
+
+    def batch_rows(self, features: list[str]) -> int:
+        if not self.gpu:
+            return SLICE_ROWS
+        return max(1, max(self.defs[f].batch_size for f in features))
+
+    def close(self) -> None:
+        pass  # models live in the Python workers, which Spark keeps for the next stage
+
+
+class _SparkRun(_Run):
+    """The local engine's run (checkpoints, budget, commit, lineage) with Spark doing each unit."""
+
+    def __init__(self, spark: SparkSession, omni: Any, state: FamilyState, plan: BackfillPlan,
+                 report: BackfillReport, max_error_ratio: float | None, progress: bool | None):
+        super().__init__(omni, omni.store, state, plan, report, ENGINE, max_error_ratio, progress)
+        self.spark = spark
+        self.catalog_name = omni.config.catalog_name
+        self.gpus = gpus_per_task(spark)
+        self.branches: set[str] = set()
+        self.stage_notes: dict[str, str] = {}
+
+    def _worker(self, stage: Stage) -> _SparkStage:
+        runner = _SparkStage(stage, {f: self.defs[f] for f in stage.features}, self.gpus)
+        self.stage_notes[str(stage.index)] = runner.describe()
+        return runner
+
+    def _run_unit(self, stage: _SparkStage, todo: list[str], batch: str, bar: Any) -> None:
+        from pyspark import StorageLevel
+
+        stats = {f: UnitStats(f, batch, started_ms=_now_ms()) for f in todo}
+        defs = [self.defs[f] for f in todo]
+        leaves = list(dict.fromkeys(p for d in defs for p in d.inputs))
+        retry_ids = (set().union(*(self.plan.only_ids.get((f, batch), set()) for f in todo))
+                     if self.plan.only_ids else None)
+        cached: list[Any] = []
+        try:
+            frame = read_unit(self.spark, self.catalog_name, self._working_state(), leaves, batch)
+            if retry_ids is not None:
+                from pyspark.sql import functions as F
+
+                ids = self.spark.createDataFrame([(i,) for i in sorted(retry_ids)], f"{ID_COLUMN} string")
+                frame = frame.join(F.broadcast(ids), ID_COLUMN, "left_semi")
+            rows_hint = len(retry_ids) if retry_ids is not None else (self.state.batch(batch).rows
+                                                                       if self.state.batch(batch) else SLICE_ROWS)
+            frame = frame.coalesce(max(1, math.ceil(rows_hint / SLICE_ROWS)))  # few tasks, full Arrow batches
+            batch_rows = stage.batch_rows(todo)
+            with session_conf(self.spark, {**UNIT_READ_CONF,
+                                            "spark.sql.execution.arrow.maxRecordsPerBatch": str(batch_rows)}):
+                tagged = A.run_stage(frame, defs, stage.specs, leaves, gpu=stage.gpu,
+                                     gpus_per_task=stage.gpus_per_task, batch_rows=batch_rows)
+                tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
+                cached.append(tagged)
+                counts = self._counts(tagged)  # the one pass: computes and caches every partition
+            reused = self._reuse_on_spark(todo, frame, batch, cached)
+            outputs = {f: self._outputs(i, self.defs[f], tagged, reused.get(f)) for i, f in enumerate(todo)}
+            failures = self._failures(tagged, reused) if any(k == A.ERROR for _, k in counts) else {}
+            for f in todo:
+                s = stats[f]
+                s.filtered = counts.get((f, A.FILTERED), 0)
+                s.reused = reused[f][1] if f in reused else 0
+                s.rows = (outputs[f][1] if f in reused else counts.get((f, A.ROW), 0)) + s.reused
+                s.errors = len(failures.get(f, ()))
+            if bar is not None:
+                bar.set_postfix_str(f"batch {batch}: {sum(s.rows for s in stats.values())} rows")
+            self._check_budget(stats)
+            now = datetime.now(UTC)
+            system_tables.append_rows(self.store.catalog, system_tables.ERRORS, [
+                bookkeeping.error_row(
+                    run_id=self.report.run_id, logical_table=self.state.table.identifier, feature=f,
+                    version=self.defs[f].version, record_id=r[ID_COLUMN], batch=batch,
+                    exception_class=r[A.ERROR_CLASS], message=r[A.ERROR_MESSAGE],
+                    traceback_digest=r[A.ERROR_DIGEST], attempt=self.plan.attempt, failed_at=now)
+                for f in todo for r in failures.get(f, ())])
+            for f in todo:
+                s = stats[f]
+                s.finished_ms = _now_ms()
+                self._checkpoint(f, outputs[f][0] if s.rows else None, bookkeeping.checkpoint_properties(s))
+                self.stats[(f, batch)] = s
+                self.done.add(bookkeeping.unit_label(f, batch))
+        except Exception as e:  # only Spark's own errors are translated, the rest pass unchanged
+            translated = _translate(e, stage, todo, batch)
+            if translated is e:
+                raise
+            raise translated from e
+        finally:
+            for df in cached:
+                df.unpersist()
+
+    # ---- pieces of a unit ---------------------------------------------------------------------
+    @staticmethod
+    def _counts(tagged: DataFrame) -> dict[tuple[str, str], int]:
+        from pyspark.sql import functions as F
+
+        out = {}
+        for r in tagged.groupBy(A.FEATURE_TAG, A.KIND_TAG).agg(
+                F.count(F.lit(1)).alias("n"), F.sum(A.COUNT).alias("s")).collect():
+            out[(r[A.FEATURE_TAG], r[A.KIND_TAG])] = int(r["s"] if r[A.KIND_TAG] == A.FILTERED else r["n"])
+        return out
+
+    def _outputs(self, i: int, d: FeatureDefinition, tagged: DataFrame, reused: Any) -> tuple[Any, int]:
+        """(rows to append for feature ``d``, computed rows not replaced by reused values)."""
+        from pyspark.sql import functions as F
+
+        cols = [physical_column_name(o.name) for o in d.outputs]
+        rows = tagged.where((F.col(A.FEATURE_TAG) == d.name) & (F.col(A.KIND_TAG) == A.ROW)).select(
+            ID_COLUMN, BATCH_COLUMN, *[F.col(A.output_column(i, j)).alias(c) for j, c in enumerate(cols)])
+        if reused is None:
+            return rows, 0
+        copies, _ = reused
+        computed = rows.join(copies.select(ID_COLUMN), ID_COLUMN, "left_anti")
+        return computed.unionByName(copies), computed.count()
+
+    def _failures(self, tagged: DataFrame, reused: dict[str, Any]) -> dict[str, list[Any]]:
+        from pyspark.sql import functions as F
+
+        errors = tagged.where(F.col(A.KIND_TAG) == A.ERROR).select(
+            A.FEATURE_TAG, ID_COLUMN, A.ERROR_CLASS, A.ERROR_MESSAGE, A.ERROR_DIGEST)
+        out: dict[str, list[Any]] = {}
+        for r in errors.collect():
+            out.setdefault(r[A.FEATURE_TAG], []).append(r)
+        for f, (copies, _) in reused.items():  # a value found elsewhere replaces the failure
+            if out.get(f):
+                found = {r[ID_COLUMN] for r in copies.join(
+                    self.spark.createDataFrame([(r[ID_COLUMN],) for r in out[f]], f"{ID_COLUMN} string"),
+                    ID_COLUMN, "left_semi").select(ID_COLUMN).collect()}
+                out[f] = [r for r in out[f] if r[ID_COLUMN] not in found]
+        return out
+
+    def _reuse_on_spark(self, todo: list[str], frame: DataFrame, batch: str, cached: list[Any]
+                        ) -> dict[str, tuple[Any, int]]:
+        """Values of the same feature version computed elsewhere for the same ids (ReuseIndex's sources,
+        first source first), as rows of this batch; and how many."""
+        if not self.reuse.active:
+            return {}
+        from pyspark import StorageLevel
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        ids = frame.select(ID_COLUMN)
+        found: dict[str, tuple[Any, int]] = {}
+        for f in todo:
+            sources = self.reuse.sources.get(f) or []
+            if not sources:
+                continue
+            cols = [physical_column_name(o.name) for o in self.defs[f].outputs]
+            union = None
+            for k, src in enumerate(sources):
+                part = (self.spark.read.option("snapshot-id", str(src.snapshot_id))
+                        .table(table_name(self.catalog_name, src.identifier))
+                        .select(ID_COLUMN, *cols, F.lit(k).alias("_omni_source")))
+                union = part if union is None else union.unionByName(part)
+            first = Window.partitionBy(ID_COLUMN).orderBy("_omni_source")
+            copies = (union.join(ids, ID_COLUMN, "left_semi").withColumn("_omni_rank", F.row_number().over(first))
+                      .where(F.col("_omni_rank") == 1)
+                      .select(ID_COLUMN, F.lit(batch).alias(BATCH_COLUMN), *cols)
+                      .persist(StorageLevel.MEMORY_AND_DISK))
+            cached.append(copies)
+            n = copies.count()
+            if n:
+                found[f] = (copies, n)
+        return found
+
+    def _checkpoint(self, f: str, rows: Any, properties: dict[str, str]) -> None:
+        """One snapshot on the staging branch finishing unit ``properties['omni.unit']``."""
+        w: StagedWrite = self.writers[f]
+        if rows is None:  # nothing to write: an empty labelled snapshot, exactly as the local engine
+            w.checkpoint(properties)
+            return
+        self._ensure_branch(w)
+        before = w.staged_snapshot_id
+        # the rows are few per task and already grouped by bucket: write them where they are
+        # (one file per partition a task holds) instead of shuffling them by partition first
+        writer = (rows.writeTo(table_name(self.catalog_name, w.identifier, w.branch))
+                  .option("distribution-mode", "none").option("fanout-enabled", "true"))
+        for k, v in {**w.properties, **properties}.items():
+            writer = writer.option(f"snapshot-property.{k}", v)
+        writer.append()
+        table = self.store.catalog.load_table(w.identifier)
+        head = table.snapshot_by_id(table.metadata.refs[w.branch].snapshot_id)
+        label = (head.summary.additional_properties if head.summary else {}).get(bookkeeping.UNIT_PROPERTY)
+        if label != properties[bookkeeping.UNIT_PROPERTY] or head.parent_snapshot_id != (before or w.base_snapshot_id):
+            raise SparkStageFailedError(
+                f"the Spark write of unit {properties[bookkeeping.UNIT_PROPERTY]} to {w.identifier} did not land "
+                f"on branch {w.branch} as expected (head {head.snapshot_id}, label {label!r}); another writer "
+                f"is using this run's branch - rerun to resume")
+        w.staged_snapshot_id = head.snapshot_id
+
+    def _ensure_branch(self, w: StagedWrite) -> None:
+        if w.staged_snapshot_id is not None or w.identifier in self.branches:
+            return
+
+        def create(table):
+            if w.branch not in table.metadata.refs:
+                table.manage_snapshots().create_branch(w.base_snapshot_id, w.branch).commit()
+
+        iceberg_io.with_table_retry(self.store.catalog, w.identifier, create)
+        self.branches.add(w.identifier)
+
+    def commit(self, ns: str, table: str, command: str) -> FamilyState:
+        for w in self.writers.values():
+            if w.staged_snapshot_id is not None:  # learn the files Spark committed, for a rebase after a lost race
+                w.attach(bookkeeping.UNIT_PROPERTY)
+        return super().commit(ns, table, command)
+
+
+_PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)): (.*)$", re.MULTILINE)
+
+
+def _translate(error: Exception, stage: _SparkStage, todo: list[str], batch: str) -> Exception:
+    """Spark's job failures as omni errors that say what happened and what to do."""
+    module = type(error).__module__
+    if not module.startswith(("py4j", "pyspark")):
+        return error
+    text = str(error)
+    found = _PY_ERROR.findall(text)
+    definition_bug = [m for c, m in found if c.endswith("FeatureDefinitionError")]
+    where = f"stage {stage.stage.index} (features {', '.join(todo)}), batch {batch}"
+    if definition_bug:
+        return FeatureDefinitionError(definition_bug[-1].strip())
+    if "Python worker exited unexpectedly" in text or "crashed" in text.lower():
+        return WorkerCrashedError(
+            f"a Spark Python worker running {where} died and Spark gave up after its task retries "
+            f"({_first_line(error)}); nothing was committed and finished units are kept - fix the UDF, "
+            f"then rerun the same command to resume")
+    cause = f"{found[-1][0]}: {found[-1][1].strip()}" if found else _first_line(error)
+    return SparkStageFailedError(
+        f"Spark failed on {where}: {cause[:800]}; nothing was committed and finished units are kept - "
+        f"fix the cause, then rerun the same command to resume")
+
+
+# ---- entry points ------------------------------------------------------------------------------------
+class SparkBackfill:
+    """Runs backfill plans on Spark for one :class:`~omni_iceberg.api.Omni`.
+
+    Give it a session (``spark=``), or a ``master`` (``local[2]``, ``spark://HOST:PORT``)
+    and it starts one on first use and stops it on :meth:`close`. Either way the
+    session is checked first: Iceberg runtime present, the same catalog as omni's,
+    reachable - otherwise a :class:`~omni_iceberg.errors.ConfigError` says what to fix.
+    """
+
+    def __init__(self, omni: Any, *, spark: SparkSession | None = None, master: str | None = None,
+                 jar_cache_dir: Any = None, overrides: dict[str, Any] | None = None,
+                 executor_wait_s: float = EXECUTOR_WAIT_S):
+        self.omni = omni
+        self.master = master or "local[2]"
+        self._spark = spark
+        self._owned = False
+        self._checked = False
+        self._session_args = {"jar_cache_dir": jar_cache_dir, "overrides": overrides,
+                              "executor_wait_s": executor_wait_s}
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            self._spark = open_session(self.omni.config, self.master, **self._session_args)
+            self._owned = self._checked = True
+        elif not self._checked:
+            check_session(self._spark, self.omni.config)
+            self._checked = True
+        return self._spark
+
+    def __enter__(self) -> SparkBackfill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the session if this object started it."""
+        if self._owned and self._spark is not None:
+            self._spark.stop()
+            self._spark, self._owned, self._checked = None, False, False
+
+    def plan(self, name: str, features: list[str], batches: list[str] | None = None,
+             has_gpu: bool | None = None) -> BackfillPlan:
+        """The plan the run would execute; GPU routes follow the cluster's executors' GPUs."""
+        ns, table = split_qualified(name)
+        if has_gpu is None:
+            has_gpu = gpus_per_task(self.spark) is not None
+        return plan_backfill(self.omni.store.load(ns, table), features, batches, has_gpu)
+
+    def run(self, name: str, features: list[str], batches: list[str] | None = None, *, dry_run: bool = False,
+            max_error_ratio: float | None = None, progress: bool | None = None, command: str = "",
+            has_gpu: bool | None = None, plan: BackfillPlan | None = None, engine_reason: str = "",
+            ) -> BackfillReport:
+        """Plan (unless ``plan`` is given) and run on Spark; ONE logical commit, like the local engine."""
+        started = time.perf_counter()
+        ns, table = split_qualified(name)
+        state = self.omni.store.load(ns, table)
+        if plan is None:
+            if has_gpu is None:
+                has_gpu = gpus_per_task(self.spark) is not None
+            plan = plan_backfill(state, features, batches, has_gpu)
+        report = BackfillReport(logical_table=state.table.identifier, plan=plan.to_dict(), engine=ENGINE,
+                                engine_reason=engine_reason or "requested --engine spark")
+        if plan.empty or dry_run:
+            report.status = "nothing to do" if plan.empty else "dry run"
+            return report
+        spark = self.spark
+        ship_python_path(spark)
+        report.run_id = ("rt-" if plan.only_ids else "bf-") + plan.fingerprint()
+        report.plan["spark"] = {"master": spark.sparkContext.master, "stages": {}}
+        run = _SparkRun(spark, self.omni, state, plan, report, max_error_ratio, progress)
+        report.plan["spark"]["stages"] = run.stage_notes  # filled as stages start; saved with the run row
+        try:
+            run.execute()
+            new_state = run.commit(ns, table, command or f"backfill {name} --features {','.join(features)} "
+                                                          f"--engine spark")
+        except BaseException as e:
+            run.fail(e)
+            raise
+        report.status = "succeeded"
+        report.logical_version = new_state.version
+        report.seconds = round(time.perf_counter() - started, 3)
+        run.record(new_state)
+        return report
+
+    def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None,
+                     **kwargs: Any) -> BackfillReport:
+        """Recompute on Spark only the records ``features`` failed on (optionally some exception classes)."""
+        ns, table = split_qualified(name)
+        state = self.omni.store.load(ns, table)
+        failed, attempt = unresolved_errors(self.omni, state, features, error_classes)
+        has_gpu = kwargs.pop("has_gpu", None)
+        if has_gpu is None:
+            has_gpu = gpus_per_task(self.spark) is not None
+        plan = plan_retry(state, features, failed, attempt, has_gpu)
+        return self.run(name, features, plan=plan, **kwargs)
+
+
+def spark_backfill(omni: Any, name: str, features: list[str], batches: list[str] | None = None, *,
+                   spark: SparkSession | None = None, master: str | None = None, **kwargs: Any) -> BackfillReport:
+    """One backfill on Spark: ``SparkBackfill(omni, spark=..., master=...).run(...)``, session closed after."""
+    with SparkBackfill(omni, spark=spark, master=master) as engine:
+        return engine.run(name, features, batches, **kwargs)
