@@ -59,7 +59,7 @@ def to_svg(nodes: list[Node], edges: list[tuple[str, str]], title: str = "") -> 
            f'font-family="Helvetica,Arial,sans-serif" font-size="12">',
            '<defs><marker id="arrow" markerWidth="10" markerHeight="8" refX="9" refY="4" orient="auto">'
            '<path d="M0,0 L10,4 L0,8 z" fill="#555"/></marker></defs>',
-           f'<rect width="100%" height="100%" fill="white"/>',
+           '<rect width="100%" height="100%" fill="white"/>',
            f'<text x="20" y="28" font-size="15" font-weight="bold">{html.escape(title)}</text>']
     for a, b in edges:
         (x1, y1), (x2, y2) = pos[a], pos[b]

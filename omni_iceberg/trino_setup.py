@@ -50,7 +50,6 @@ From a shell (the Makefile's set-up step): ``python -m omni_iceberg.trino_setup`
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 import re
@@ -58,8 +57,6 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,6 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from omni_iceberg.config import OmniConfig
+from omni_iceberg.downloads import download_verified, sha1_of
 from omni_iceberg.errors import ConfigError
 
 #: Newest Trino with a server distribution on Maven Central (see module docstring).
@@ -149,7 +147,7 @@ def ensure_trino_server(cache_dir: str | os.PathLike[str] | None = None) -> Path
             _unpack_plugin(plugin, staging / "plugin" / "iceberg")
             marker = {
                 "trino-version": TRINO_VERSION,
-                "archives": {p.name: _sha1_of(p) for p in (core, plugin)},
+                "archives": {p.name: sha1_of(p) for p in (core, plugin)},
                 "dropped-plugins": sorted(dropped),
             }
             (staging / _MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n")
@@ -181,43 +179,8 @@ def _locked(path: Path) -> Iterator[None]:
 
 def _download(artifact: _Artifact, cache: Path, repo: str) -> Path:
     """``cache/<file>``, fetched and checked against its ``.sha1`` unless already there."""
-    target = cache / artifact.filename
-    url = artifact.url(repo)
-    try:
-        expected = _fetch_text(url + ".sha1").split()[0].strip().lower()
-        if target.is_file() and _sha1_of(target) == expected:
-            return target  # left by a run that died while unpacking
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{artifact.filename}.", suffix=".part", dir=cache)
-        tmp = Path(tmp_name)
-        try:
-            digest = hashlib.sha1()
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=_TIMEOUT_S) as resp:
-                while chunk := resp.read(_CHUNK):
-                    digest.update(chunk)
-                    out.write(chunk)
-            if digest.hexdigest() != expected:
-                raise ConfigError(
-                    f"{url} has sha1 {digest.hexdigest()}, expected {expected}; delete {cache} and {_FIX}"
-                )
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-    except (urllib.error.URLError, OSError, IndexError) as e:
-        raise ConfigError(f"Trino {TRINO_VERSION} is not in {cache} and {url} could not be fetched ({e}); {_FIX}") from e
-    return target
-
-
-def _fetch_text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as resp:
-        return resp.read().decode("ascii", errors="replace")
-
-
-def _sha1_of(path: Path) -> str:
-    digest = hashlib.sha1()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return download_verified(artifact.url(repo), cache / artifact.filename, f"Trino {TRINO_VERSION} ({artifact.filename})",
+                             _FIX)
 
 
 def _unpack_core(archive: Path, dest: Path) -> set[str]:

@@ -589,18 +589,8 @@ class SparkBackfill:
         report.plan["spark"] = {"master": spark.sparkContext.master, "stages": {}}
         run = _SparkRun(spark, self.omni, state, plan, report, max_error_ratio, progress)
         report.plan["spark"]["stages"] = run.stage_notes  # filled as stages start; saved with the run row
-        try:
-            run.execute()
-            new_state = run.commit(ns, table, command or f"backfill {name} --features {','.join(features)} "
-                                                          f"--engine spark")
-        except BaseException as e:
-            run.fail(e)
-            raise
-        report.status = "succeeded"
-        report.logical_version = new_state.version
-        report.seconds = round(time.perf_counter() - started, 3)
-        run.record(new_state)
-        return report
+        return run.run_to_commit(ns, table, command or f"backfill {name} --features {','.join(features)} "
+                                                       f"--engine spark", started)
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None,
                      **kwargs: Any) -> BackfillReport:

@@ -23,14 +23,11 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from omni_iceberg.downloads import download_verified
 from omni_iceberg.errors import ConfigError
 
 #: Spark line the runtime jar is built for; must match the installed pyspark.
@@ -115,36 +112,7 @@ def _ensure_one(jar: MavenJar, cache: Path, repo: str) -> Path:
     target = cache / jar.filename
     if target.is_file() and target.stat().st_size > 0:
         return target
-    url = jar.url(repo)
-    try:
-        expected = _fetch_text(url + ".sha1").split()[0].strip().lower()
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{jar.filename}.", suffix=".part", dir=cache)
-        tmp = Path(tmp_name)
-        try:
-            digest = hashlib.sha1()
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=_TIMEOUT_S) as resp:
-                while chunk := resp.read(_CHUNK):
-                    digest.update(chunk)
-                    out.write(chunk)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600; the cache may be shared
-            if digest.hexdigest() != expected:
-                raise ConfigError(
-                    f"jar {jar.coordinates} from {url} has sha1 {digest.hexdigest()}, "
-                    f"expected {expected}; delete {cache} and {_FIX}"
-                )
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-    except (urllib.error.URLError, OSError, IndexError) as e:
-        raise ConfigError(f"jar {jar.coordinates} is missing from {cache} and could not be fetched from {url} ({e}); {_FIX}") from e
-    return target
-
-
-def _fetch_text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as resp:
-        return resp.read().decode("ascii", errors="replace")
+    return download_verified(jar.url(repo), target, f"jar {jar.coordinates}", _FIX)
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience for set-up scripts

@@ -139,17 +139,7 @@ def backfill(omni: Any, name: str, features: list[str], batches: list[str] | Non
         return report
     report.run_id = ("rt-" if plan.only_ids else "bf-") + plan.fingerprint()
     run = _Run(omni, store, state, plan, report, isolation, max_error_ratio, progress)
-    try:
-        run.execute()
-        new_state = run.commit(ns, table, command)
-    except BaseException as e:
-        run.fail(e)
-        raise
-    report.status = "succeeded"
-    report.logical_version = new_state.version
-    report.seconds = round(time.perf_counter() - started, 3)
-    run.record(new_state)
-    return report
+    return run.run_to_commit(ns, table, command, started)
 
 
 class _Run:
@@ -179,6 +169,20 @@ class _Run:
             self.writers[f] = w
         report.resumed_units = len(self.done)
         self.reuse = ReuseIndex.build(store, state, list(self.bindings.values()))
+
+    def run_to_commit(self, ns: str, table: str, command: str, started: float) -> BackfillReport:
+        """Execute every unit, make the one logical commit, record lineage; on failure record that."""
+        try:
+            self.execute()
+            new_state = self.commit(ns, table, command)
+        except BaseException as e:
+            self.fail(e)
+            raise
+        self.report.status = "succeeded"
+        self.report.logical_version = new_state.version
+        self.report.seconds = round(time.perf_counter() - started, 3)
+        self.record(new_state)
+        return self.report
 
     # ---- execution -----------------------------------------------------------------------
     def _working_state(self) -> FamilyState:

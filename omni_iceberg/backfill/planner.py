@@ -20,6 +20,7 @@ import networkx as nx
 
 from catalog_ext.contract import check_batch_name
 from catalog_ext.family import FamilyState, FeatureBinding
+from omni_iceberg.features.graph import feature_graph, producers_of
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 
 #: ``auto`` features go to a GPU when one is present and their model is at least this big
@@ -157,13 +158,8 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
         wanted = list(dict.fromkeys(batches))
     else:
         wanted = all_batches
-    producers = {o.name: d.name for d in defs.values() for o in d.outputs}
-    graph = nx.DiGraph()
-    for d in defs.values():
-        graph.add_node(d.name)
-        for inp in d.inputs:
-            if inp in producers:
-                graph.add_edge(producers[inp], d.name)
+    producers = producers_of(defs.values())
+    graph = feature_graph(defs)
 
     need: dict[str, set[str]] = {}
 

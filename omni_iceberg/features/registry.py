@@ -25,6 +25,7 @@ from catalog_ext.family import FamilyState, FeatureBinding, LogicalColumn, Physi
 from catalog_ext.physical import create_physical_table, iceberg_type
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddLogicalColumns, AddPhysicalTable, BindFeature
+from omni_iceberg.features.graph import feature_graph
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import get_udf
 
@@ -112,13 +113,7 @@ def check_cycles(state: FamilyState, new: list[FeatureDefinition]) -> nx.DiGraph
             defs[b.name] = FeatureDefinition.model_validate_json(b.definition)
     for d in new:
         defs[d.name] = d
-    producers = {o.name: d.name for d in defs.values() for o in d.outputs}
-    graph = nx.DiGraph()
-    for d in defs.values():
-        graph.add_node(d.name)
-        for inp in d.inputs:
-            if inp in producers:
-                graph.add_edge(producers[inp], d.name, column=inp)
+    graph = feature_graph(defs)
     try:
         cycle = nx.find_cycle(graph)
     except nx.NetworkXNoCycle:
