@@ -129,7 +129,12 @@ def system_table(catalog: Any, name: str) -> Any:
     except NamespaceAlreadyExistsError:
         pass
     try:
-        return catalog.create_table(ident, schema=SCHEMAS[name], properties={"format-version": "2"})
+        return catalog.create_table(ident, schema=SCHEMAS[name], properties={
+            "format-version": "2",
+            # appends come one per query/run: keep the metadata log short and delete old files
+            "write.metadata.previous-versions-max": "20",
+            "write.metadata.delete-after-commit.enabled": "true",
+        })
     except TableAlreadyExistsError:
         return catalog.load_table(ident)
 
@@ -145,10 +150,38 @@ def append_rows(catalog: Any, name: str, rows: list[dict[str, Any]], attempts: i
         table = system_table(catalog, name)
         try:
             table.append(data)
-            return
+            break
         except CommitFailedException:
             time.sleep(0.05 * (attempt + 1))
-    raise CommitConflictError(f"could not append to {SYSTEM_NAMESPACE}.{name} after {attempts} attempts")
+    else:
+        raise CommitConflictError(f"could not append to {SYSTEM_NAMESPACE}.{name} after {attempts} attempts")
+    if len(table.metadata.snapshots) >= COMPACT_AFTER_SNAPSHOTS:
+        compact_system_table(table)
+
+
+#: one append per query or run makes many small files and snapshots; past this many
+#: snapshots a system table is rewritten as one file and its history expired
+COMPACT_AFTER_SNAPSHOTS = 64
+
+
+def compact_system_table(table: Any) -> bool:
+    """Rewrite a system table's rows into one file and expire the earlier snapshots.
+
+    Best effort: a concurrent append makes the rewrite lose its commit (nothing is lost,
+    the next append tries again). Readers pinned to an expired snapshot of a *system*
+    table lose that history, which the system tables do not promise to keep.
+    """
+    from datetime import datetime, timezone
+
+    from pyiceberg.exceptions import CommitFailedException
+
+    try:
+        rows = table.scan().to_arrow()
+        table.overwrite(rows)
+        table.maintenance.expire_snapshots().older_than(datetime.now(timezone.utc)).commit()
+        return True
+    except (CommitFailedException, ValueError):
+        return False
 
 
 def read_rows(catalog: Any, name: str, row_filter: str | None = None) -> pa.Table:

@@ -10,6 +10,7 @@ results. Stages are ordered topologically.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -107,6 +108,7 @@ class BackfillPlan:
         return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=1)
 def gpu_available() -> bool:
     """True when torch sees a CUDA device; torch is not imported unless installed."""
     if os.environ.get("OMNI_FORCE_CPU"):
@@ -118,6 +120,19 @@ def gpu_available() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+class _GpuProbe:
+    """Asks for a GPU only when a route depends on it: importing torch costs seconds, and
+    plans of CPU-only features should not pay that."""
+
+    def __init__(self, known: bool | None):
+        self._value = known
+
+    def __bool__(self) -> bool:
+        if self._value is None:
+            self._value = gpu_available()
+        return self._value
 
 
 def route(d: FeatureDefinition, has_gpu: bool) -> tuple[str, str]:
@@ -138,7 +153,7 @@ def definitions_of(state: FamilyState) -> dict[str, FeatureDefinition]:
 def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | None = None,
                   has_gpu: bool | None = None) -> BackfillPlan:
     """Plan the minimal work that makes ``features`` present on ``batches`` (default: all)."""
-    has_gpu = gpu_available() if has_gpu is None else has_gpu
+    has_gpu = _GpuProbe(has_gpu)
     defs = definitions_of(state)
     for name in features:
         if name not in defs:
@@ -206,7 +221,7 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
 def plan_retry(state: FamilyState, features: list[str], failed: dict[tuple[str, str], set[str]], attempt: int,
                has_gpu: bool | None = None) -> BackfillPlan:
     """Recompute only the records that failed: ``failed`` maps (feature, batch) to ids."""
-    has_gpu = gpu_available() if has_gpu is None else has_gpu
+    has_gpu = _GpuProbe(has_gpu)
     defs = definitions_of(state)
     planned: dict[str, PlannedFeature] = {}
     for name in features:

@@ -1,8 +1,9 @@
 """``omni export``: stream a filtered projection of a logical table to Parquet or JSONL,
 with a manifest that re-creates the same bytes later.
 
-Rows are read one (batch, id-bucket) partition at a time - bounded memory - and each
-non-empty partition becomes one file, rows sorted by ``_ai_unique_id_``. The manifest
+Rows are read a few (batch, id-bucket) partitions at a time (about ``PART_ROWS`` rows:
+bounded memory, no flood of tiny files) and each part becomes one file; within a part
+rows are sorted by ``_ai_unique_id_``. The manifest
 records the logical version (so every physical snapshot is pinned), the feature
 versions, batches, filter, row counts and a SHA-256 per file. ``--from-manifest``
 replays the same version and filter and checks every checksum.
@@ -26,6 +27,7 @@ from omni_iceberg.errors import OmniError
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, plan_query
 
 MANIFEST = "_omni_export_manifest.json"
+PART_ROWS = 100_000
 
 
 class ExportError(OmniError):
@@ -125,7 +127,7 @@ def _verify(expected: dict[str, Any], got: dict[str, Any]) -> None:
 
 
 def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
-    """(batch, bucket, {scan local name: tasks}) for every partition holding rows."""
+    """(batch, first bucket, {scan local name: (scan, tasks)}) for every part holding rows."""
     from catalog_ext import iceberg_io
     from pyiceberg.expressions import And, EqualTo
 
@@ -146,9 +148,23 @@ def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
             for bucket in grouped:
                 grouped[bucket].setdefault(scan.local_name, (ice_scan, []))
         base = plan.scans[0].local_name
+        # consecutive buckets are merged into parts of about PART_ROWS rows: one file per
+        # bucket would mean many tiny files for small batches
+        part: dict[str, tuple[Any, list]] = {}
+        first, rows = None, 0
         for bucket in sorted(grouped):
-            if grouped[bucket][base][1]:
-                yield batch, bucket, grouped[bucket]
+            base_tasks = grouped[bucket][base][1]
+            if not base_tasks:
+                continue
+            first = bucket if first is None else first
+            for local, (ice_scan, tasks) in grouped[bucket].items():
+                part.setdefault(local, (ice_scan, []))[1].extend(tasks)
+            rows += sum(t.file.record_count for t in base_tasks)
+            if rows >= PART_ROWS:
+                yield batch, first, part
+                part, first, rows = {}, None, 0
+        if part:
+            yield batch, first, part
 
 
 def _run_part(sql: str, plan: QueryPlan, tables: dict[str, tuple[Any, list]]) -> pa.Table:
