@@ -57,12 +57,30 @@ def _filter_mask(definition: FeatureDefinition, data: pa.Table) -> pa.Array | No
 
 
 def compute_slice(runners: dict[str, FeatureRunner], features: list[str], data: pa.Table) -> SliceResult:
-    """Evaluate ``features`` on ``data`` (keys + every input column, named by logical path)."""
+    """Evaluate ``features`` on ``data`` (keys + every input column, named by logical path).
+
+    The slice is cut into chunks of the stage's largest batch size, and every feature sees
+    the SAME :class:`SharedBatch` per chunk: that is what lets fused features share their
+    intermediate results (a feature with a smaller batch size splits its chunk further).
+    """
+    size = max((runners[f].definition.batch_size for f in features if runners[f].spec.form != "row"),
+               default=max(1, data.num_rows)) or 1
+    parts: dict[str, list[pa.Table]] = {f: [] for f in features}
+    result = SliceResult(failures={f: [] for f in features})
+    for start in range(0, data.num_rows, size):
+        _compute_chunk(runners, features, data.slice(start, size), parts, result)
+    for name in features:
+        result.outputs[name] = pa.concat_tables(parts[name]) if parts[name] else None
+    return result
+
+
+def _compute_chunk(runners, features: list[str], data: pa.Table, parts: dict[str, list[pa.Table]],
+                   result: SliceResult) -> None:
     import pyarrow.compute as pc
-    result = SliceResult()
+
     shared_cols = {name: data.column(name).to_pylist() for name in data.column_names
                    if name not in (ID_COLUMN, BATCH_COLUMN)}
-    shared = SharedBatch(shared_cols)  # one per slice: fused features share its memoised work
+    shared = SharedBatch(shared_cols)  # one per chunk, for every feature of the stage
     for name in features:
         runner = runners[name]
         d = runner.definition
@@ -71,11 +89,9 @@ def compute_slice(runners: dict[str, FeatureRunner], features: list[str], data: 
         local_shared = shared
         if mask is not None and not pc.all(mask).as_py():
             rows = data.filter(mask)
-            result.filtered[name] = data.num_rows - rows.num_rows
+            result.filtered[name] = result.filtered.get(name, 0) + data.num_rows - rows.num_rows
             local_shared = SharedBatch({k: rows.column(k).to_pylist() for k in shared_cols})
         if rows.num_rows == 0:
-            result.outputs[name] = None
-            result.failures[name] = []
             continue
         arrays, failures = runner.run([rows.column(p).combine_chunks() for p in d.inputs], local_shared)
         row_ids = rows.column(ID_COLUMN)
@@ -83,13 +99,11 @@ def compute_slice(runners: dict[str, FeatureRunner], features: list[str], data: 
         if failures:
             bad = {f.row for f in failures}
             keep = pa.array([i not in bad for i in range(rows.num_rows)])
-        out = pa.Table.from_arrays(
+        parts[name].append(pa.Table.from_arrays(
             [row_ids, rows.column(BATCH_COLUMN)] + arrays,
             names=[ID_COLUMN, BATCH_COLUMN] + [o.name.rsplit(".", 1)[-1] for o in d.outputs],
-        ).filter(keep)
-        result.outputs[name] = out
-        result.failures[name] = [(row_ids[f.row].as_py(), f) for f in failures]
-    return result
+        ).filter(keep))
+        result.failures[name] += [(row_ids[f.row].as_py(), f) for f in failures]
 
 
 class InlineWorker:
