@@ -80,7 +80,8 @@ def iter_logical_slices(catalog: Any, state: FamilyState, columns: list[str], ba
     for key, cols in per_table.items():
         meta = state.physical_table(key)
         table = catalog.load_table(meta.identifier)
-        top = tuple(KEYS + list(dict.fromkeys(n.split(".", 1)[0] for n, _ in cols)))
+        # nested names (RawData.url) read only that field, not the whole struct
+        top = tuple(KEYS + list(dict.fromkeys(n for n, _ in cols)))
         planned[key] = iceberg_io.scan_tasks_by_bucket(table, meta.snapshot_id, top, EqualTo(BATCH_COLUMN, batch))
     base_scan, base_groups = planned[state.base_table.key]
     for bucket in sorted(base_groups):
@@ -107,7 +108,7 @@ def _scan(catalog, state: FamilyState, key: str, cols: list[tuple[str, str]], ba
 
     table_meta = state.physical_table(key)
     table = catalog.load_table(table_meta.identifier)
-    top = list(dict.fromkeys(name.split(".", 1)[0] for name, _ in cols))
+    top = list(dict.fromkeys(name for name, _ in cols))  # nested names read only that field
     row_filter = In(BATCH_COLUMN, set(batches)) if batches else AlwaysTrue()
     data = table.scan(row_filter=row_filter, snapshot_id=table_meta.snapshot_id,
                       selected_fields=tuple(KEYS + top)).to_arrow()

@@ -117,7 +117,7 @@ def plan_query(omni: Any, sql: str, as_of: int | None = None) -> QueryPlan:
         for path in _leaves(state, ctx.columns[alias]):
             for pc in state.physical_columns_of(path)[:1]:
                 needed.setdefault(pc.table, [ID_COLUMN, BATCH_COLUMN])
-                top = pc.name.split(".", 1)[0]
+                top = pc.name  # a nested name (RawData.url) reads only that field of the struct
                 if top not in needed[pc.table]:
                     needed[pc.table].append(top)
         for key, cols in needed.items():
