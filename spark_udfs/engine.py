@@ -539,6 +539,13 @@ class SparkBackfill:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
+            from pyspark.sql import SparkSession as _Session
+
+            active = _Session.getActiveSession()
+            if active is not None and self.master == "local[2]":
+                # a session the caller already runs is used, never stopped by us
+                self._spark = active
+                return self.spark
             self._spark = open_session(self.omni.config, self.master, **self._session_args)
             self._owned = self._checked = True
         elif not self._checked:

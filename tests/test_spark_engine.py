@@ -82,6 +82,13 @@ def _log(event: str, **extra) -> None:
 CHAIN = [U.t_parse, U.t_lang, U.t_math, U.t_len, U.t_digits, U.t_fragile, s_short]
 
 
+def _own(features):
+    """This module's own feature versions: the session's Spark catalog is shared with other test
+    modules that compute the same features on the same pages, and values would otherwise be
+    reused from their tables (correctly - but these tests count what is computed)."""
+    return [f.definition.model_copy(update={"version": f"{f.definition.version}-se"}) for f in features]
+
+
 @pytest.fixture(scope="module")
 def pages():
     return sorted(corpora.fetch("python-docs-html").rglob("*.html"))[:72]
@@ -135,7 +142,7 @@ def test_choose_engine_from_input_size_and_threshold(tmp_path, pages, monkeypatc
 
     o = Omni(home=tmp_path / "h")
     _fill(o, "web", pages[64:68], pages[68:72], tmp_path)
-    o.register_features("web", [U.t_parse, U.t_len])
+    o.register_features("web", _own([U.t_parse, U.t_len]))
     plan = o.plan("web", ["t_len"], has_gpu=False)
     size = measure_input_bytes(o.catalog, o.state("web"), plan)
     raw = sum(len(p.read_bytes()) for p in pages[64:72])
@@ -159,7 +166,7 @@ def test_spark_and_local_engines_produce_identical_values_errors_and_lineage(spa
     local = Omni(home=tmp_path / "local")
     for o in (on_spark, local):
         _fill(o, "se_parity", pages[:12], pages[12:24], tmp_path, extra_a=poison)
-        o.register_features("se_parity", CHAIN)
+        o.register_features("se_parity", _own(CHAIN))
     before = on_spark.state("se_parity").version
 
     t0 = time.perf_counter()
@@ -214,7 +221,7 @@ def test_reuse_error_budget_and_retry_behave_as_on_the_local_engine(spark, tmp_p
     engine = SparkBackfill(omni, spark=spark.session)
     for name, batch, chunk in (("se_web", "a", pages[24:36]), ("se_mirror", "m", pages[30:42])):  # 6 shared
         omni.create_table(name)
-        omni.register_features(name, [U.t_parse, U.t_len])
+        omni.register_features(name, _own([U.t_parse, U.t_len]))
         omni.submit(name, [str(p) for p in chunk], batch=batch, progress=False)
     assert engine.run("se_web", ["t_len"]).reused == 0
     report = engine.run("se_mirror", ["t_len"])
@@ -233,7 +240,7 @@ def test_reuse_error_budget_and_retry_behave_as_on_the_local_engine(spark, tmp_p
     src.write_text("".join(json.dumps({"raw_data": f"r{i}" + (" POISON" if i % 10 == 0 else "")}) + "\n"
                            for i in range(50)))
     omni.submit("se_flaky", [str(src)], batch="b", progress=False)
-    omni.register_features("se_flaky", [U.t_flaky])
+    omni.register_features("se_flaky", _own([U.t_flaky]))
     before = omni.state("se_flaky").version
     with pytest.raises(ErrorBudgetExceededError, match=r"5 of 50 records"):
         engine.run("se_flaky", ["t_flaky"], max_error_ratio=0.05)
@@ -258,7 +265,7 @@ def test_lost_commit_race_rebases_the_same_files_without_recomputing(spark, tmp_
 
     omni = Omni(config=spark.config)
     _fill(omni, "se_race", pages[42:46], pages[46:48], tmp_path)
-    omni.register_features("se_race", [U.t_parse, U.t_len])
+    omni.register_features("se_race", _own([U.t_parse, U.t_len]))
     rival = Omni(config=spark.config)  # another writer, its own store
     tracker = spark.session.sparkContext.statusTracker()
     seen: dict = {"rebases": 0}
@@ -281,7 +288,7 @@ def test_lost_commit_race_rebases_the_same_files_without_recomputing(spark, tmp_
     assert report.status == "succeeded" and seen["rebases"] == 2  # both tables moved under us
     assert max(tracker.getJobIdsForGroup(), default=-1) == seen["jobs"]  # no Spark job since: nothing recomputed
     state = omni.state("se_race")
-    assert state.computed_batches("t_len", U.t_len.definition.version) == {"a", "b"}
+    assert state.computed_batches("t_len", state.feature("t_len").version) == {"a", "b"}
     for ident, files in seen["files"].items():
         pinned = next(t for t in state.tables if t.identifier == ident)
         table = omni.catalog.load_table(ident)
@@ -299,10 +306,10 @@ def test_udf_bugs_and_crashes_end_as_on_the_local_engine(spark, tmp_path):
     src = tmp_path / "bugs.jsonl"
     src.write_text(json.dumps({"raw_data": "fine"}) + "\n" + json.dumps({"raw_data": "SEGV here"}) + "\n")
     omni.submit("se_bugs", [str(src)], batch="b", progress=False)
-    omni.register_features("se_bugs", [U.t_badtype, U.t_segv])
+    omni.register_features("se_bugs", _own([U.t_badtype, U.t_segv]))
     before = omni.state("se_bugs")
     engine = SparkBackfill(omni, spark=spark.session)
-    with pytest.raises(FeatureDefinitionError, match=r"t_badtype@\w+: output 't_badtype' must be double"):
+    with pytest.raises(FeatureDefinitionError, match=r"t_badtype@[\w-]+: output 't_badtype' must be double"):
         engine.run("se_bugs", ["t_badtype"])
     with pytest.raises(WorkerCrashedError, match=r"Spark Python worker .* died .* rerun the same command"):
         engine.run("se_bugs", ["t_segv"])
@@ -376,7 +383,7 @@ def test_standalone_cluster_kill_resume_task_retry_and_gpu_profile(pg_server, tm
     for o in (on_cluster, local):
         _fill(o, "se_cluster", pages[48:54], pages[54:60], tmp_path, extra_a=["alpha POISON doc", "plain one"],
               extra_b=["HOLD here", "KILL here", "fine"])
-        o.register_features("se_cluster", [U.t_parse, U.t_len, U.t_fragile, s_len, SModel])
+        o.register_features("se_cluster", _own([U.t_parse, U.t_len, U.t_fragile, s_len, SModel]))
     before = on_cluster.state("se_cluster").version
     hold, log = tmp_path / "hold", tmp_path / "events.jsonl"
     hold.write_text("x")
