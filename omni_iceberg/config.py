@@ -47,3 +47,26 @@ class OmniConfig:
     def is_embedded(self) -> bool:
         """True for the SQLite default, which needs no server."""
         return self.catalog_uri.startswith("sqlite:")
+
+
+def resolve_catalog_uri(uri: str) -> str:
+    """A catalog named in ``.pyiceberg.yaml`` (no ``://``) -> its ``uri``; URIs pass through.
+
+    Engines that need a JDBC or REST address (Spark, Trino) call this first.
+    """
+    from omni_iceberg.errors import ConfigError
+
+    if "://" in uri or uri.startswith("sqlite:"):
+        return uri
+    try:
+        from pyiceberg.utils.config import Config
+
+        found = Config().get_catalog_config(uri) or {}
+    except Exception as e:  # noqa: BLE001 - a malformed yaml
+        raise ConfigError(f"cannot read .pyiceberg.yaml to resolve catalog {uri!r}: {e}") from e
+    if not found.get("uri"):
+        raise ConfigError(
+            f"catalog {uri!r} is neither a URI nor a catalog with a `uri` in .pyiceberg.yaml; "
+            "set OMNI_CATALOG to postgresql+psycopg://..., sqlite:///... or http(s)://..."
+        )
+    return str(found["uri"])

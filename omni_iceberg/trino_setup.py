@@ -63,7 +63,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from omni_iceberg.config import OmniConfig
+from omni_iceberg.config import OmniConfig, resolve_catalog_uri
 from omni_iceberg.downloads import download_verified, sha1_of
 from omni_iceberg.errors import ConfigError
 
@@ -317,21 +317,6 @@ def _jdbc_connection(catalog_uri: str) -> tuple[str, str | None, str | None]:
     return jdbc, url.username, (str(url.password) if url.password is not None else None)
 
 
-def _resolve_catalog_uri(uri: str) -> str:
-    """A catalog named in ``.pyiceberg.yaml`` (no ``://``) -> its ``uri`` property."""
-    if "://" in uri or uri.startswith("sqlite:"):
-        return uri
-    try:
-        from pyiceberg.utils.config import Config
-
-        found = Config().get_catalog_config(uri) or {}
-    except Exception as e:  # pragma: no cover - malformed yaml
-        raise ConfigError(f"cannot read .pyiceberg.yaml to resolve catalog {uri!r}: {e}") from e
-    if not found.get("uri"):
-        raise ConfigError(f"catalog {uri!r} is neither a URI nor a catalog with a `uri` in .pyiceberg.yaml")
-    return str(found["uri"])
-
-
 def _escape(value: str) -> str:
     """A value for a Java ``.properties`` file (backslashes, line breaks, non-ASCII)."""
     out = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
@@ -367,7 +352,7 @@ def trino_catalog_properties(config: OmniConfig, catalog_name: str | None = None
     catalog_name = catalog_name or config.catalog_name
     if not re.fullmatch(r"[a-z][a-z0-9_]*", catalog_name):
         raise ConfigError(f"Trino catalog name {catalog_name!r} must be lower-case letters, digits and _")
-    uri = _resolve_catalog_uri(config.catalog_uri)
+    uri = resolve_catalog_uri(config.catalog_uri)
     jdbc_url, user, password = _jdbc_connection(uri)
     if not config.warehouse.startswith("file:"):
         raise ConfigError(

@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from omni_iceberg.config import OmniConfig
+from omni_iceberg.config import OmniConfig, resolve_catalog_uri
 from omni_iceberg.errors import ConfigError
 from spark_udfs.jars import ensure_jars
 
@@ -104,7 +104,7 @@ def catalog_properties(config: OmniConfig) -> dict[str, str]:
     >>> p["uri"], p["jdbc.user"], p["jdbc.password"], p["jdbc.schema-version"]
     ('jdbc:postgresql://db:5433/cat', 'bob', 's@cret', 'V1')
     """
-    uri = _resolve_named_catalog(config.catalog_uri)
+    uri = resolve_catalog_uri(config.catalog_uri)
     props: dict[str, str] = {}
     if uri.startswith(("http://", "https://")):
         props["type"] = "rest"
@@ -119,24 +119,6 @@ def catalog_properties(config: OmniConfig) -> dict[str, str]:
     for key, value in config.extra_properties.items():
         props.setdefault(key, str(value))
     return props
-
-
-def _resolve_named_catalog(uri: str) -> str:
-    """A catalog named in ``.pyiceberg.yaml`` (no ``://``) -> its ``uri`` property."""
-    if "://" in uri or uri.startswith("sqlite:"):
-        return uri
-    try:
-        from pyiceberg.utils.config import Config
-
-        found = Config().get_catalog_config(uri) or {}
-    except Exception as e:  # pragma: no cover - malformed yaml
-        raise ConfigError(f"cannot read .pyiceberg.yaml to resolve catalog {uri!r}: {e}") from e
-    if not found.get("uri"):
-        raise ConfigError(
-            f"catalog {uri!r} is neither a URI nor a catalog with a `uri` in .pyiceberg.yaml; "
-            "set OMNI_CATALOG to postgresql+psycopg://..., sqlite:///... or http(s)://..."
-        )
-    return str(found["uri"])
 
 
 def _jdbc_properties(sqlalchemy_uri: str) -> dict[str, str]:
