@@ -47,7 +47,7 @@ def to_svg(nodes: list[Node], edges: list[tuple[str, str]], title: str = "") -> 
     graph.add_nodes_from(n.id for n in nodes)
     graph.add_edges_from(edges)
     layers = list(nx.topological_generations(graph))
-    box_w, box_h, gap_x, gap_y, top = 230, 44, 70, 22, 50
+    box_w, box_h, gap_x, gap_y, top = 270, 44, 60, 22, 50
     pos: dict[str, tuple[int, int]] = {}
     for col, layer in enumerate(layers):
         for row, node_id in enumerate(sorted(layer)):
@@ -68,7 +68,7 @@ def to_svg(nodes: list[Node], edges: list[tuple[str, str]], title: str = "") -> 
     for node_id, (x, y) in pos.items():
         n = by_id[node_id]
         fill, stroke = COLOURS.get(n.status, COLOURS["present"])
-        label = n.label if len(n.label) <= 34 else n.label[:33] + "…"
+        label = n.label if len(n.label) <= 40 else n.label[:39] + "…"
         out.append(f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="7" fill="{fill}" '
                    f'stroke="{stroke}" stroke-width="2"/>')
         out.append(f'<text x="{x + 10}" y="{y + 18}">{html.escape(label)}</text>')
