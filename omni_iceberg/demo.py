@@ -4,8 +4,11 @@ web  <- Python documentation HTML in two overlapping batches (dedup shows) plus 
         sample crawls from WARC files;
 code <- Python standard-library source, two batches;
 sft  <- HumanEval problems (prompt as raw content) in two overlapping batches.
-Then a status summary and one logical SQL query. Re-running it is safe: committed
-batches are recognised and skipped.
+Then features on web: html_parser, language detection (fastText), math_recall and
+three cheap CPU features, backfilled on one batch (the planner fills only the missing
+ancestors and fuses the cheap ones), a status summary, logical SQL queries and the
+lineage of math_recall. Re-running it is safe: committed batches, registered features
+and computed units are recognised and skipped.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ from typing import Any
 from omni_iceberg import corpora
 from omni_iceberg.errors import LogicalTableExistsError
 
+DEMO_FEATURES = ["html_parser", "detected_lang", "math_recall", "stopword_ratio", "code_ratio", "domain_tag"]
+FEATURE_QUERY = (
+    "SELECT domain_tag, count(*) AS docs, round(avg(math_recall), 4) AS math, round(avg(stopword_ratio), 3) AS stop "
+    "FROM web WHERE _ai_append_name_ = 'docs-a' GROUP BY 1 ORDER BY 2 DESC"
+)
 DEMO_QUERY = (
     "SELECT _ai_append_name_ AS batch, count(*) AS docs, "
     "round(avg(length(RawData.raw_data))) AS avg_chars FROM web GROUP BY 1 ORDER BY 1"
@@ -81,6 +89,7 @@ def run_demo(omni: Any, *, fresh: bool = False, as_json: bool = False) -> int:
         else:
             say(f"  {table}/{batch}: read {r.read}, written {r.written}, duplicates {r.duplicates}, "
                 f"rejected {r.rejected} -> version {r.logical_version}")
+    plan, run = _features(omni, say)
     summary = []
     for table in ("web", "code", "sft"):
         st = omni.status(table)
@@ -90,9 +99,12 @@ def run_demo(omni: Any, *, fresh: bool = False, as_json: bool = False) -> int:
                         "physical_tables": [t["identifier"] for t in st["physical_tables"]],
                         "bytes": sum(t["bytes"] for t in st["physical_tables"])})
     result = omni.query(DEMO_QUERY)
+    features = omni.query(FEATURE_QUERY)
     if as_json:
         print(json.dumps({"submits": reports, "tables": summary, "query": DEMO_QUERY,
-                          "result": result.to_pylist()}, default=str, indent=2))
+                          "result": result.to_pylist(), "backfill": run.to_dict(), "plan": plan.to_dict(),
+                          "feature_query": FEATURE_QUERY, "feature_result": features.to_pylist()},
+                         default=str, indent=2))
         return 0
     print("\nstatus:")
     for s in summary:
@@ -104,5 +116,23 @@ def run_demo(omni: Any, *, fresh: bool = False, as_json: bool = False) -> int:
 
     print(f"\nomni sql \"{DEMO_QUERY}\"\n")
     print(format_arrow(result, "table"))
-    print("\nnext: omni status web | omni log web | omni sql \"SELECT ... FROM web\"  (see README)")
+    print(f"\nomni sql \"{FEATURE_QUERY}\"\n")
+    print(format_arrow(features, "table"))
+    print("\nomni lineage web.math_recall\n")
+    print(omni.lineage("web", "math_recall").render())
+    print("\nnext: omni status web | omni log web | omni feature list web | omni errors web  (see README)")
     return 0
+
+
+def _features(omni: Any, say) -> tuple[Any, Any]:
+    """Register built-in features on web and backfill math_recall + cheap features on docs-a."""
+    from omni_iceberg.features.library import BUILTINS
+
+    wanted = [b for b in BUILTINS if b.definition.name in DEMO_FEATURES]
+    omni.register_features("web", wanted, command="omni demo: feature register")
+    targets = ["math_recall", "stopword_ratio", "code_ratio", "domain_tag"]
+    plan = omni.plan("web", targets, ["docs-a"])
+    say("\n" + plan.describe())
+    run = omni.backfill("web", targets, ["docs-a"], command="omni demo: backfill web")
+    say(f"backfill: {run.status}; {run.rows} values, {run.errors} isolated errors -> version {run.logical_version}")
+    return plan, run
