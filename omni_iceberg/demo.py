@@ -134,5 +134,6 @@ def _features(omni: Any, say) -> tuple[Any, Any]:
     plan = omni.plan("web", targets, ["docs-a"])
     say("\n" + plan.describe())
     run = omni.backfill("web", targets, ["docs-a"], command="omni demo: backfill web")
-    say(f"backfill: {run.status}; {run.rows} values, {run.errors} isolated errors -> version {run.logical_version}")
+    version = run.logical_version or omni.state("web").version
+    say(f"backfill: {run.status}; {run.rows} values, {run.errors} isolated errors; web is at version {version}")
     return plan, run
