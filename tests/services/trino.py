@@ -194,6 +194,8 @@ class TrinoServer:
         (etc / "config.properties").write_text(_properties({
             "coordinator": "true",
             "node-scheduler.include-coordinator": "true",
+            # one node on a loaded 2-core machine: missed heartbeats must not mark it failed
+            "failure-detector.enabled": "false",
             "http-server.http.port": str(self.port),
             "discovery.uri": f"http://{self.host}:{self.port}",
             "node.bind-ip": self.host,
@@ -220,13 +222,16 @@ class TrinoServer:
                     + self.log_tail()
                 )
             try:
-                if self.query("SELECT 1") == [(1,)]:
+                # SELECT 1 answers before the node has announced itself; queries that read
+                # tables then fail with NO_NODES_AVAILABLE, so wait for an active node
+                if self.query("SELECT count(*) FROM system.runtime.nodes WHERE state = 'active'")[0][0] >= 1 \
+                        and self.query("SELECT 1") == [(1,)]:
                     return
             except Exception as e:  # noqa: BLE001 - refused, or "server is still initializing"
                 last = e
             time.sleep(0.5)
         raise ConfigError(
-            f"Trino on {self.host}:{self.port} did not answer SELECT 1 within {self.start_timeout_s:.0f} s "
+            f"Trino on {self.host}:{self.port} had no active node answering SELECT 1 within {self.start_timeout_s:.0f} s "
             f"(last error: {last}); log {self.log_path}:\n" + self.log_tail()
         )
 
