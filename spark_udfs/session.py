@@ -189,6 +189,8 @@ def spark_catalog_conf(
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.session.timeZone": "UTC",
+        # Spark's own (non-Iceberg) warehouse goes under omni's home, not the current folder
+        "spark.sql.warehouse.dir": str(config.home / "spark-warehouse"),
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
         "spark.executorEnv.PYSPARK_PYTHON": python,
