@@ -188,44 +188,17 @@ def docs_warc(target_mib: float) -> Path:
 def distinct_docs_warc(target_mib: float) -> Path:
     """Like :func:`docs_warc`, but every record's body is distinct (cached).
 
-    Round ``n > 0`` appends ``<!-- round n -->`` to each page, so md5 dedup keeps every
-    record: the writer then has as many rows to write as the floor. Same page order,
-    URLs and headers as ``corpora.build_warc``; otherwise unchanged real HTML.
+    Round ``n > 0`` appends ``<!-- round n -->`` to each page (``corpora.build_warc``
+    with ``mark_rounds``), so md5 dedup keeps every record: the writer then has as many
+    rows to write as the floor. Otherwise unchanged real HTML.
     """
-    import io
-    from datetime import UTC, timedelta
-
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
+    from omni_iceberg import corpora
 
     target = int(target_mib * MIB)
     out = OUT / "inputs" / f"docs-distinct-{target}.warc.gz"
     if out.exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pages = [(d.name, f, f.relative_to(d).as_posix()) for d in doc_dirs() for f in _html_files(d)]
-    base = datetime(2024, 1, 1, tzinfo=UTC)
-    written = index = round_no = 0
-    tmp = out.with_name(out.name + ".partial")
-    with open(tmp, "wb") as f:
-        writer = WARCWriter(f, gzip=True)
-        while written < target:
-            for host, file, rel in pages:
-                body = file.read_bytes() + (f"\n<!-- round {round_no} -->\n".encode() if round_no else b"")
-                url = f"https://{host}.example/{rel}?round={round_no}"
-                http = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8"),
-                                                   ("Content-Length", str(len(body)))], protocol="HTTP/1.1")
-                rec = writer.create_warc_record(url, "response", payload=io.BytesIO(body), http_headers=http,
-                                                warc_headers_dict={"WARC-Date": (base + timedelta(seconds=index))
-                                                                   .strftime("%Y-%m-%dT%H:%M:%SZ")})
-                writer.write_record(rec)
-                written += len(body)
-                index += 1
-                if written >= target:
-                    break
-            round_no += 1
-    os.replace(tmp, out)
-    return out
+    return corpora.build_warc(doc_dirs(), out, target, mark_rounds=True)
 
 
 def _html_files(folder: Path) -> list[Path]:
