@@ -34,6 +34,7 @@ from omni_iceberg.errors import OmniError
 from omni_iceberg.features.registry import physical_column_name
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import get_udf
+from omni_iceberg.progress import progress_bar
 from omni_iceberg.reader import iter_logical_slices
 
 SLICE_ROWS = int(os.environ.get("OMNI_SLICE_ROWS", "8192"))
@@ -203,7 +204,7 @@ class _Run:
     def execute(self) -> None:
         for stage in self.plan.stages:
             worker = None
-            bar = _bar(self.progress, len(stage.batches),
+            bar = progress_bar(self.progress, unit="batch", total=len(stage.batches), label=
                        f"stage {stage.index}/{len(self.plan.stages)} [{stage.engine}] {','.join(stage.features)}")
             try:
                 for batch in stage.batches:
@@ -393,11 +394,3 @@ def _rebatch(slices, size: int, only_ids: set[str] | None):
                 buffer, rows = [], 0
     if rows:
         yield pa.concat_tables(buffer).combine_chunks()
-
-
-def _bar(enabled: bool, total: int, label: str):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=label, unit="batch", file=sys.stderr, dynamic_ncols=True)

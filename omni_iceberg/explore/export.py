@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,6 +24,7 @@ import pyarrow as pa
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from omni_iceberg.errors import OmniError
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, plan_query
+from omni_iceberg.progress import progress_bar
 
 MANIFEST = "_omni_export_manifest.json"
 PART_ROWS = 100_000
@@ -68,7 +68,7 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
     out.mkdir(parents=True, exist_ok=True)
     files, total = [], 0
     parts = list(_partitions(omni, plan, batches))
-    bar = _bar(progress, len(parts), f"export {state.table.identifier}")
+    bar = progress_bar(progress, f"export {state.table.identifier}", "part", total=len(parts))
     sql = plan.sql("duckdb")
     for batch, bucket, tables in parts:
         data = _run_part(sql, plan, tables)
@@ -199,11 +199,3 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _bar(enabled: bool | None, total: int, label: str):
-    if not (sys.stderr.isatty() if enabled is None else enabled):
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=label, unit="part", file=sys.stderr, dynamic_ncols=True)

@@ -8,7 +8,6 @@ Records that cannot be ingested are counted and kept in ``omni_sys.rejects``.
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -28,6 +27,7 @@ from omni_iceberg.ingest import fields as F
 from omni_iceberg.ingest.identity import content_id, random_id
 from omni_iceberg.ingest.sources import iter_sources, reader_for
 from omni_iceberg.ingest.sources.records import RecordProblem, SourceRecord
+from omni_iceberg.progress import progress_bar
 
 CHUNK_ROWS = 20_000
 CHUNK_BYTES = 32 * 1024 * 1024
@@ -121,7 +121,7 @@ def submit(
                          {"omni.operation": "ingest", "omni.batch": batch, "omni.submit-id": report.submit_id})
     rejects: list[dict[str, Any]] = []
     chunk = _Chunk()
-    bar = _progress(progress, f"{name}/{batch}")
+    bar = progress_bar(progress, f"ingest {name}/{batch}", "doc")
     try:
         for item in iter_sources(sources, kind):
             report.read += 1
@@ -355,16 +355,6 @@ def _abandon(writer: StagedWrite) -> None:
         writer.abandon()
     except Exception:  # noqa: BLE001 - the original error matters more than cleanup
         pass
-
-
-def _progress(enabled: bool | None, label: str):
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(desc=f"ingest {label}", unit="doc", file=sys.stderr, dynamic_ncols=True)
 
 
 def iter_items(sources: Iterable[str], kind: str | None = None):
