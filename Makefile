@@ -30,7 +30,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # PostgreSQL (shared JDBC catalog in tests) and a JDK 17 (Spark) come from Debian; Trino needs
-# Java 24+, which omni_iceberg.trino_setup looks for (Temurin 25 on these machines).
+# Java 24+, which omni_iceberg.toolchain.trino looks for (Temurin 25 on these machines).
 system-deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
 		echo "installing Debian packages: postgresql openjdk-17-jre-headless"; \
@@ -42,7 +42,7 @@ jars: install
 	$(PY) -m spark_udfs.jars
 
 trino: install
-	$(PY) -m omni_iceberg.trino_setup
+	$(PY) -m omni_iceberg.toolchain.trino
 
 corpora: install
 	$(VENV)/bin/omni corpus

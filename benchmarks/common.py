@@ -144,7 +144,7 @@ def fresh_omni(tag: str, catalog: str | None = None) -> Any:
     omni reuses feature values by content across the tables of one catalog.
     """
     from omni_iceberg.api import Omni
-    from omni_iceberg.config import OmniConfig
+    from catalog_ext.config import OmniConfig
 
     home = scratch_dir(f"homes/{tag}")
     uri = catalog or f"sqlite:///{home / 'catalog.db'}"
@@ -160,7 +160,7 @@ def dir_bytes(path: Path | str) -> int:
 
 def doc_dirs() -> list[Path]:
     """The Python 3.11 and Django 3.2 HTML documentation (fetched from Debian once)."""
-    from omni_iceberg import corpora
+    from omni_iceberg.demo import corpora
 
     return [corpora.fetch(name) for name in DOC_CORPORA]
 
@@ -173,10 +173,10 @@ def doc_pages() -> list[Path]:
 def docs_warc(target_mib: float) -> Path:
     """A WARC of the documentation pages holding ``target_mib`` MiB of HTML (cached).
 
-    Built by :func:`omni_iceberg.corpora.build_warc`: pages repeat round after round
+    Built by :func:`omni_iceberg.demo.corpora.build_warc`: pages repeat round after round
     with distinct URLs, so inputs larger than the corpora (~80 MB) hold duplicates.
     """
-    from omni_iceberg import corpora
+    from omni_iceberg.demo import corpora
 
     target = int(target_mib * MIB)
     out = OUT / "inputs" / f"docs-{target}.warc.gz"
@@ -192,7 +192,7 @@ def distinct_docs_warc(target_mib: float) -> Path:
     with ``mark_rounds``), so md5 dedup keeps every record: the writer then has as many
     rows to write as the floor. Otherwise unchanged real HTML.
     """
-    from omni_iceberg import corpora
+    from omni_iceberg.demo import corpora
 
     target = int(target_mib * MIB)
     out = OUT / "inputs" / f"docs-distinct-{target}.warc.gz"

@@ -51,7 +51,7 @@ def _child(kind: str, source: str, out: str) -> dict:
     result: dict = {"kind": kind}
     if kind == "omni":
         from omni_iceberg.api import Omni
-        from omni_iceberg.config import OmniConfig
+        from catalog_ext.config import OmniConfig
 
         home = Path(out)
         omni = Omni(OmniConfig.resolve(catalog=f"sqlite:///{home / 'catalog.db'}",

@@ -144,7 +144,7 @@ class SparkBench:
             C.remove(home)
 
     def _config(self, catalog_name: str, home: Path | None = None) -> Any:
-        from omni_iceberg.config import OmniConfig
+        from catalog_ext.config import OmniConfig
 
         home = home or C.scratch_dir(f"homes/{self.tag}")
         self._homes.append(home)

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     repeats = min(args.repeats or (1 if args.quick else 3), len(new_features()))
 
     from omni_iceberg.api import Omni
-    from omni_iceberg.config import OmniConfig
+    from catalog_ext.config import OmniConfig
     from spark_udfs.session import build_spark_session
     from tests.services.postgres import PostgresServer
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omni_iceberg.config import OmniConfig
-from omni_iceberg.errors import ConfigError
+from catalog_ext.config import OmniConfig
+from catalog_ext.errors import ConfigError
 
 
 def open_catalog(config: OmniConfig) -> Any:

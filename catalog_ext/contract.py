@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from omni_iceberg.errors import InvalidIdentifierError
+from catalog_ext.errors import InvalidIdentifierError
 
 ID_COLUMN = "_ai_unique_id_"
 BATCH_COLUMN = "_ai_append_name_"

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from catalog_ext import iceberg_io
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
-from omni_iceberg.errors import SchemaConflictError
+from catalog_ext.errors import SchemaConflictError
 
 STAGING_BRANCH_PREFIX = "omni-stage-"
 

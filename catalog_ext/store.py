@@ -48,7 +48,7 @@ from catalog_ext.views import (
     new_view_metadata,
     with_new_version,
 )
-from omni_iceberg.errors import (
+from catalog_ext.errors import (
     CommitConflictError,
     ConfigError,
     LogicalTableExistsError,

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from catalog_ext.contract import SYSTEM_NAMESPACE
-from omni_iceberg.errors import CommitConflictError
+from catalog_ext.errors import CommitConflictError
 
 REJECTS = "rejects"
 FEATURES = "features"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from catalog_ext.family import (
     Batch, ComputedUnit, FamilyState, FeatureBinding, LogicalColumn, PhysicalColumn, PhysicalTable, PhysicalTableGroup,
 )
-from omni_iceberg.errors import CommitConflictError
+from catalog_ext.errors import CommitConflictError
 
 
 class PreconditionFailed(CommitConflictError):

@@ -23,7 +23,7 @@ from sqlalchemy import and_, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from omni_iceberg.errors import CommitConflictError, OmniError
+from catalog_ext.errors import CommitConflictError, OmniError
 
 VIEW_TYPE = "VIEW"
 

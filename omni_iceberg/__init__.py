@@ -1,8 +1,8 @@
 """omni-iceberg: one logical wide table per LLM corpus, on Apache Iceberg.
 
 The public API is :class:`Omni`; features are declared with :func:`feature`. Names are
-loaded on first use so that importing a leaf module (``omni_iceberg.errors``, as the
-engine-free ``catalog_ext`` does) never drags in the whole package.
+loaded on first use, so that a tool importing one leaf module (the CLI's ``--help``, a
+Spark worker unpickling a UDF) does not pay for the whole package.
 """
 
 from typing import Any
@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 _WHERE = {
     "Omni": "omni_iceberg.api",
-    "OmniError": "omni_iceberg.errors",
+    "OmniError": "catalog_ext.errors",
     "FeatureDefinition": "omni_iceberg.features",
     "OutputColumn": "omni_iceberg.features",
     "feature": "omni_iceberg.features",

@@ -19,7 +19,7 @@ import pyarrow as pa
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
 from catalog_ext.store import FamilyStore, VersionInfo
-from omni_iceberg.config import OmniConfig
+from catalog_ext.config import OmniConfig
 from omni_iceberg.ingest.pipeline import SubmitReport, submit
 
 
@@ -43,7 +43,7 @@ class Omni:
     def create_table(self, name: str, *, id_mode: str = "md5", bucket_count: int = 16, comment: str = "",
                      command: str = "") -> FamilyState:
         """Create logical table ``name`` (``web`` or ``namespace.web``)."""
-        from omni_iceberg.errors import InvalidIdentifierError
+        from catalog_ext.errors import InvalidIdentifierError
 
         if id_mode not in ("md5", "uuid"):
             raise InvalidIdentifierError(f"invalid id mode {id_mode!r}: use md5 or uuid")
@@ -78,14 +78,14 @@ class Omni:
     # ---- look ---------------------------------------------------------------------------
     def status(self, name: str, as_of: int | None = None) -> dict[str, Any]:
         """Batches, columns, physical tables (files, bytes) and the version of ``name``."""
-        from omni_iceberg.status import table_status
+        from omni_iceberg.explore.status import table_status
 
         return table_status(self.catalog, self.state(name, as_of))
 
     def read(self, name: str, columns: list[str] | None = None, batches: list[str] | None = None,
              as_of: int | None = None) -> pa.Table:
         """Rows of the logical table at one version, reading only the physical tables needed."""
-        from omni_iceberg.reader import read_logical
+        from omni_iceberg.explore.reader import read_logical
 
         return read_logical(self.catalog, self.state(name, as_of), columns, batches)
 
@@ -182,7 +182,7 @@ class Omni:
 
     def lineage(self, name: str, column: str):
         """The upstream tree of a logical column (features, versions, inputs, runs)."""
-        from omni_iceberg.lineage import lineage_tree
+        from omni_iceberg.backfill.lineage import lineage_tree
 
         return lineage_tree(self, name, column)
 

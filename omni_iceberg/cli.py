@@ -13,7 +13,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from omni_iceberg.errors import OmniError
+from catalog_ext.errors import OmniError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -172,14 +172,14 @@ def _omni(args):
 
 def _dispatch(args, command_line: str) -> Any:
     if args.command == "corpus":
-        from omni_iceberg import corpora
+        from omni_iceberg.demo import corpora
 
         names = args.names or list(corpora.CORPORA)
         paths = {n: str(corpora.fetch(n)) for n in names}
         _emit(args, paths, lambda: "\n".join(f"{n}: {p}" for n, p in paths.items()))
         return 0
     if args.command == "demo":
-        from omni_iceberg.demo import run_demo
+        from omni_iceberg.demo.run import run_demo
 
         return run_demo(_omni(args), fresh=args.fresh, as_json=args.json)
     omni = _omni(args)
@@ -240,7 +240,7 @@ def _dispatch(args, command_line: str) -> Any:
             result = omni.export_from_manifest(args.from_manifest, args.out, progress=progress)
         else:
             if not args.name:
-                from omni_iceberg.errors import InvalidIdentifierError
+                from catalog_ext.errors import InvalidIdentifierError
 
                 raise InvalidIdentifierError("omni export needs a logical table NAME (or --from-manifest)")
             cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
@@ -261,7 +261,7 @@ def _dispatch(args, command_line: str) -> Any:
         _emit(args, report, lambda: f"compacted {report['files_after'] or 'nothing'} -> version {report['logical_version']}")
         return 0
     if args.command == "trino-config":
-        from omni_iceberg.trino_setup import write_trino_config
+        from omni_iceberg.toolchain.trino import write_trino_config
 
         path = write_trino_config(omni.config, args.out)
         _emit(args, {"path": str(path)}, lambda: f"wrote {path}")
@@ -274,7 +274,7 @@ def _dispatch(args, command_line: str) -> Any:
         return 0
     if args.command == "sql":
         data = omni.query(args.query, as_of=args.as_of, engine=args.engine)
-        from omni_iceberg.formatting import format_arrow
+        from omni_iceberg.ui.formatting import format_arrow
 
         print(format_arrow(data, "json" if args.json else args.format))
         return 0
@@ -333,7 +333,7 @@ def _backfill_command(args, omni, command_line: str) -> int:
     plan = omni.plan(args.name, features, batches)
     if args.dag:
         from omni_iceberg.backfill.plan_picture import plan_graph
-        from omni_iceberg.graphs import write_picture
+        from omni_iceberg.ui.graphs import write_picture
 
         nodes, edges = plan_graph(plan)
         write_picture(args.dag, nodes, edges, f"backfill {plan.logical_table}: {', '.join(features)}")
@@ -361,7 +361,7 @@ def _backfill_command(args, omni, command_line: str) -> int:
 
 def _lineage_command(args, omni) -> int:
     from catalog_ext.contract import STAGES
-    from omni_iceberg.errors import InvalidIdentifierError
+    from catalog_ext.errors import InvalidIdentifierError
 
     parts = args.column.split(".")
     # NAME.COLUMN, NS.NAME.COLUMN, with COLUMN possibly Stage.field
@@ -374,12 +374,12 @@ def _lineage_command(args, omni) -> int:
     name = ".".join(table_parts)
     tree = omni.lineage(name, column)
     if args.picture:
-        from omni_iceberg.graphs import write_picture
+        from omni_iceberg.ui.graphs import write_picture
 
         nodes, edges = tree.graph()
         write_picture(args.picture, nodes, edges, f"lineage of {name}.{column}")
     if args.openlineage:
-        from omni_iceberg.lineage import emit, openlineage_events
+        from omni_iceberg.backfill.lineage import emit, openlineage_events
 
         n = emit(openlineage_events(omni, name), args.openlineage)
         print(f"emitted {n} OpenLineage events to {args.openlineage}", file=sys.stderr)

@@ -32,12 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-# isort: off
-# omni_iceberg first: catalog_ext.contract imports omni_iceberg.errors, and the omni_iceberg package
-# imports catalog_ext back, so a process whose first import is catalog_ext fails (a Spark Python
-# worker may be one). Importing the package first breaks the cycle.
-import omni_iceberg  # noqa: F401
-# isort: on
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.physical import arrow_type
 from omni_iceberg.features.spec import FeatureDefinition

@@ -39,12 +39,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-# isort: off
-# omni_iceberg first: catalog_ext.contract imports omni_iceberg.errors, and the omni_iceberg package
-# imports catalog_ext back, so a process whose first import is catalog_ext fails (a Spark Python
-# worker may be one). Importing the package first breaks the cycle.
-import omni_iceberg  # noqa: F401
-# isort: on
 from catalog_ext import iceberg_io, system_tables
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
@@ -53,7 +47,7 @@ from omni_iceberg.backfill import bookkeeping
 from omni_iceberg.backfill.engine import SLICE_ROWS, BackfillReport, UnitStats, _now_ms, _Run, unresolved_errors
 from omni_iceberg.backfill.planner import BackfillPlan, Stage, plan_backfill, plan_retry
 from omni_iceberg.backfill.worker import WorkerCrashedError
-from omni_iceberg.errors import ConfigError, OmniError
+from catalog_ext.errors import ConfigError, OmniError
 from omni_iceberg.features.registry import physical_column_name
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import get_udf
@@ -248,7 +242,7 @@ def read_unit(spark: SparkSession, catalog_name: str, state: FamilyState, leaves
     """Keys + ``_in<k>`` = logical column ``leaves[k]`` of one batch, at the snapshots ``state`` pins."""
     from pyspark.sql import functions as F
 
-    from omni_iceberg.reader import plan_columns
+    from omni_iceberg.explore.reader import plan_columns
 
     frames = []
     for key, cols in plan_columns(state, leaves).items():
@@ -522,7 +516,7 @@ class SparkBackfill:
     Give it a session (``spark=``), or a ``master`` (``local[2]``, ``spark://HOST:PORT``)
     and it starts one on first use and stops it on :meth:`close`. Either way the
     session is checked first: Iceberg runtime present, the same catalog as omni's,
-    reachable - otherwise a :class:`~omni_iceberg.errors.ConfigError` says what to fix.
+    reachable - otherwise a :class:`~catalog_ext.errors.ConfigError` says what to fix.
     """
 
     def __init__(self, omni: Any, *, spark: SparkSession | None = None, master: str | None = None,

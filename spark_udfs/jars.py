@@ -27,8 +27,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from omni_iceberg.downloads import download_verified
-from omni_iceberg.errors import ConfigError
+from omni_iceberg.toolchain.downloads import download_verified
+from catalog_ext.errors import ConfigError
 
 #: Spark line the runtime jar is built for; must match the installed pyspark.
 SPARK_MINOR_VERSION = "3.5"
@@ -96,7 +96,7 @@ def ensure_jars(cache_dir: str | os.PathLike[str] | None = None) -> list[Path]:
 
     Idempotent: jars already in ``cache_dir`` are trusted (they were verified before the
     rename that put them there) and no network is used. Raises
-    :class:`~omni_iceberg.errors.ConfigError` when a jar is missing and cannot be fetched
+    :class:`~catalog_ext.errors.ConfigError` when a jar is missing and cannot be fetched
     or fails its checksum.
     """
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()

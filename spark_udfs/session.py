@@ -1,6 +1,6 @@
 """A local SparkSession wired to the same Iceberg catalog and warehouse as pyiceberg.
 
-:func:`spark_catalog_conf` turns an :class:`~omni_iceberg.config.OmniConfig` into Spark
+:func:`spark_catalog_conf` turns an :class:`~catalog_ext.config.OmniConfig` into Spark
 settings (pure, no Spark needed); :func:`build_spark_session` starts Spark with them.
 
 Catalog sharing (Iceberg Java ``JdbcCatalog`` <-> pyiceberg ``SqlCatalog``), as measured
@@ -61,8 +61,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from omni_iceberg.config import OmniConfig, resolve_catalog_uri
-from omni_iceberg.errors import ConfigError
+from catalog_ext.config import OmniConfig, resolve_catalog_uri
+from catalog_ext.errors import ConfigError
 from spark_udfs.jars import ensure_jars
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; pyspark stays an optional extra
@@ -227,7 +227,7 @@ def build_spark_session(
     session is returned with the SQL settings applied, but static settings (jars, JVM
     flags, master) are those it was started with - stop it first to change them.
 
-    Raises :class:`~omni_iceberg.errors.ConfigError` when java is missing, when the
+    Raises :class:`~catalog_ext.errors.ConfigError` when java is missing, when the
     session cannot start, or for a SQLite catalog unless ``allow_sqlite_catalog`` (see
     the module warning: Spark + SQLite catalog blocks pyiceberg writers).
 

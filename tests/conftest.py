@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from omni_iceberg.config import OmniConfig
+from catalog_ext.config import OmniConfig
 from tests.services.postgres import PostgresServer
 
 if TYPE_CHECKING:

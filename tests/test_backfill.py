@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from omni_iceberg import corpora
+from omni_iceberg.demo import corpora
 from omni_iceberg.api import Omni
 from omni_iceberg.backfill.engine import ErrorBudgetExceededError
 from omni_iceberg.backfill.plan_picture import plan_graph
 from omni_iceberg.backfill.planner import plan_backfill
 from omni_iceberg.backfill.worker import WorkerCrashedError
-from omni_iceberg.graphs import to_mermaid, to_svg
+from omni_iceberg.ui.graphs import to_mermaid, to_svg
 from tests import feature_udfs as U
 
 CHAIN = [U.t_parse, U.t_lang, U.t_math, U.t_len, U.t_digits]
@@ -217,7 +217,7 @@ def test_lineage_rows_tree_and_openlineage(omni, tmp_path):
     assert [c.column for c in tree.inputs] == ["ProcessedData.parsed_text", "t_lang"]
     assert tree.inputs[0].inputs[0].column == "RawData.raw_data" and tree.inputs[0].inputs[0].producer is None
     assert "t_math <- t_math@" in tree.render()
-    from omni_iceberg.lineage import emit, openlineage_events
+    from omni_iceberg.backfill.lineage import emit, openlineage_events
 
     events = openlineage_events(omni, "web", report.run_id)
     assert len(events) == 1 and events[0]["eventType"] == "COMPLETE"

@@ -3,7 +3,7 @@
 
 import pytest
 
-from omni_iceberg import corpora
+from omni_iceberg.demo import corpora
 from omni_iceberg.api import Omni
 from omni_iceberg.features.library import BUILTINS
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from omni_iceberg import corpora
-from omni_iceberg.errors import SourceError
+from omni_iceberg.demo import corpora
+from catalog_ext.errors import SourceError
 from omni_iceberg.ingest.sources import reader_for
 from omni_iceberg.ingest.sources.records import RecordProblem, SourceRecord
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from omni_iceberg import corpora
+from omni_iceberg.demo import corpora
 from omni_iceberg.api import Omni
 from tests import feature_udfs as U
 

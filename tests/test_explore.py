@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from omni_iceberg import corpora
+from omni_iceberg.demo import corpora
 from omni_iceberg.api import Omni
 from omni_iceberg.cli import main
-from omni_iceberg.errors import NoSuchVersionError
+from catalog_ext.errors import NoSuchVersionError
 from omni_iceberg.explore.export import ExportError
 from tests import feature_udfs as U
 

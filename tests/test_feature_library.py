@@ -21,8 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from omni_iceberg import corpora
-from omni_iceberg.errors import OmniError
+from omni_iceberg.demo import corpora
+from catalog_ext.errors import OmniError
 from omni_iceberg.features import get_udf, list_udfs
 from omni_iceberg.features.library import (
     BUILTINS,

@@ -3,7 +3,7 @@
 import pytest
 
 from governance.compaction import compact, plan_compaction
-from omni_iceberg import corpora
+from omni_iceberg.demo import corpora
 from omni_iceberg.api import Omni
 from omni_iceberg.ingest import pipeline
 from tests import feature_udfs as U

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from catalog_ext import system_tables
-from omni_iceberg import corpora
+from omni_iceberg.demo import corpora
 from omni_iceberg.api import Omni
-from omni_iceberg.errors import (
+from catalog_ext.errors import (
     InvalidIdentifierError, NoSuchLogicalTableError, NoSuchVersionError, RejectLimitExceededError,
     SchemaConflictError, SourceError,
 )

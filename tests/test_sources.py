@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_iceberg.errors import SourceError
+from catalog_ext.errors import SourceError
 from omni_iceberg.ingest.sources import (
     FOLDER_PRIORITY,
     READERS,

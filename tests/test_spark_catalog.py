@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from omni_iceberg.config import OmniConfig
-from omni_iceberg.errors import ConfigError
+from catalog_ext.config import OmniConfig
+from catalog_ext.errors import ConfigError
 from spark_udfs.session import catalog_properties, spark_catalog_conf
 
 NS = "interop"

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from catalog_ext.contract import ID_COLUMN
-from omni_iceberg import corpora
+from omni_iceberg.demo import corpora
 from omni_iceberg.api import Omni
 from omni_iceberg.backfill.choose import choose_engine, measure_input_bytes, run_backfill
 from omni_iceberg.backfill.engine import ErrorBudgetExceededError
 from omni_iceberg.backfill.worker import WorkerCrashedError
-from omni_iceberg.errors import ConfigError
+from catalog_ext.errors import ConfigError
 from omni_iceberg.features import feature
 from omni_iceberg.features.spec import FeatureDefinitionError
 from tests import feature_udfs as U
@@ -360,7 +360,7 @@ def test_misconfiguration_gives_one_clear_error(spark, tmp_path, monkeypatch):
 DRIVER = r"""
 import json, sys
 from omni_iceberg.api import Omni
-from omni_iceberg.config import OmniConfig
+from catalog_ext.config import OmniConfig
 from spark_udfs.engine import SparkBackfill
 import tests.test_spark_engine  # noqa: F401 - registers the test UDFs
 args = json.loads(sys.argv[1])
@@ -373,7 +373,7 @@ print("REPORT " + json.dumps(report.to_dict(), default=str))
 
 
 def test_standalone_cluster_kill_resume_task_retry_and_gpu_profile(pg_server, tmp_path, pages):
-    from omni_iceberg.config import OmniConfig
+    from catalog_ext.config import OmniConfig
     from tests.services.spark_cluster import SparkTestCluster
 
     config = OmniConfig.resolve(catalog=pg_server.sqlalchemy_uri, warehouse=(tmp_path / "wh").as_uri(),

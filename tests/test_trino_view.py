@@ -18,12 +18,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from omni_iceberg import corpora
+from omni_iceberg.demo import corpora
 from omni_iceberg.api import Omni
-from omni_iceberg.config import OmniConfig
-from omni_iceberg.errors import ConfigError
+from catalog_ext.config import OmniConfig
+from catalog_ext.errors import ConfigError
 from omni_iceberg.ingest.identity import content_id
-from omni_iceberg.trino_setup import (
+from omni_iceberg.toolchain.trino import (
     find_java_for_trino,
     trino_catalog_properties,
     write_trino_config,

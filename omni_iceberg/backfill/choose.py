@@ -24,7 +24,7 @@ import os
 from typing import Any
 
 from catalog_ext.contract import BATCH_COLUMN
-from omni_iceberg.errors import ConfigError
+from catalog_ext.errors import ConfigError
 
 ENGINES = ("local", "spark", "auto")
 #: measured by benchmarks/spark_crossover (no crossover on 2 cores); override with OMNI_SPARK_THRESHOLD_BYTES

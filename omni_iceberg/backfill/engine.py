@@ -30,12 +30,12 @@ from omni_iceberg.backfill.bookkeeping import UNIT_PROPERTY, checkpoint_properti
 from omni_iceberg.backfill.planner import BackfillPlan, definitions_of, plan_backfill
 from omni_iceberg.backfill.reuse import ReuseIndex
 from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult
-from omni_iceberg.errors import OmniError
+from catalog_ext.errors import OmniError
 from omni_iceberg.features.registry import physical_column_name
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import get_udf
-from omni_iceberg.progress import progress_bar
-from omni_iceberg.reader import iter_logical_slices
+from omni_iceberg.ui.progress import progress_bar
+from omni_iceberg.explore.reader import iter_logical_slices
 
 SLICE_ROWS = int(os.environ.get("OMNI_SLICE_ROWS", "8192"))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from omni_iceberg.backfill.planner import BackfillPlan
-from omni_iceberg.graphs import Node
+from omni_iceberg.ui.graphs import Node
 
 
 def plan_graph(plan: BackfillPlan) -> tuple[list[Node], list[tuple[str, str]]]:

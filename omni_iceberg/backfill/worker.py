@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from omni_iceberg.backfill.evaluate import FeatureRunner, RecordFailure
-from omni_iceberg.errors import OmniError
+from catalog_ext.errors import OmniError
 from omni_iceberg.features.shared import SharedBatch
 from omni_iceberg.features.spec import FeatureDefinition
 from omni_iceberg.features.udf import UdfSpec

@@ -22,9 +22,9 @@ from typing import Any
 import pyarrow as pa
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
-from omni_iceberg.errors import OmniError
+from catalog_ext.errors import OmniError
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, plan_query
-from omni_iceberg.progress import progress_bar
+from omni_iceberg.ui.progress import progress_bar
 
 MANIFEST = "_omni_export_manifest.json"
 PART_ROWS = 100_000

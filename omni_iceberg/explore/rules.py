@@ -21,7 +21,7 @@ from sqlglot.errors import ParseError
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, PHYSICAL_SEPARATOR, STAGES, SYSTEM_NAMESPACE
 from catalog_ext.family import FamilyState
-from omni_iceberg.errors import OmniError
+from catalog_ext.errors import OmniError
 
 READ_DIALECT = "duckdb"
 _NUMERIC = {"long", "int", "double", "float"}

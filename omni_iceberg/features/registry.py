@@ -213,7 +213,7 @@ def load_definitions_file(path: str) -> list[FeatureDefinition]:
     """A YAML or JSON file with one definition or a list (``features: [...]`` also accepted)."""
     from pathlib import Path
 
-    from omni_iceberg.errors import SourceError
+    from catalog_ext.errors import SourceError
     from omni_iceberg.features.spec import load_definition
 
     p = Path(path)

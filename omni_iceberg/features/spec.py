@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from catalog_ext.contract import STAGES, check_identifier
 from catalog_ext.view_sql import PRIMITIVE_TYPES
-from omni_iceberg.errors import OmniError
+from catalog_ext.errors import OmniError
 
 
 class FeatureDefinitionError(OmniError):

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from catalog_ext.contract import RAW_CONTENT_FIELD, check_identifier
-from omni_iceberg.errors import InvalidIdentifierError
+from catalog_ext.errors import InvalidIdentifierError
 
 _NOT_IDENT = re.compile(r"[^A-Za-z0-9_]")
 

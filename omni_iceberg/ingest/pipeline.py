@@ -22,12 +22,12 @@ from catalog_ext.family import Batch, FamilyState, LogicalColumn, PhysicalColumn
 from catalog_ext.physical import StagedWrite, arrow_type, iceberg_type, key_arrow_fields
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddBatch, AddLogicalColumns, AddPhysicalColumns, PinSnapshot
-from omni_iceberg.errors import RejectLimitExceededError, SchemaConflictError
+from catalog_ext.errors import RejectLimitExceededError, SchemaConflictError
 from omni_iceberg.ingest import fields as F
 from omni_iceberg.ingest.identity import content_id, random_id
 from omni_iceberg.ingest.sources import iter_sources, reader_for
 from omni_iceberg.ingest.sources.records import RecordProblem, SourceRecord
-from omni_iceberg.progress import progress_bar
+from omni_iceberg.ui.progress import progress_bar
 
 CHUNK_ROWS = 20_000
 CHUNK_BYTES = 32 * 1024 * 1024

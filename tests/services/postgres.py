@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from omni_iceberg.errors import ConfigError
+from catalog_ext.errors import ConfigError
 
 _INSTALL_HINT = "`make test` installs it; by hand: `apt-get install -y postgresql`"
 

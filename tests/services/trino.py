@@ -2,7 +2,7 @@
 
 One process is coordinator and worker at once, bound to 127.0.0.1 on a free port, with
 one catalog named like the omni catalog (``omni``: omni's views resolve their tables
-through that name; written by :func:`omni_iceberg.trino_setup.write_trino_config`) and
+through that name; written by :func:`omni_iceberg.toolchain.trino.write_trino_config`) and
 the one plugin the cached server keeps. Its ``etc`` folder is laid out as Trino's
 ``bin/launcher run --etc-dir`` expects (``node.properties``, ``jvm.config``,
 ``config.properties``, ``log.properties``, ``catalog/``), but the JVM is started
@@ -36,9 +36,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from omni_iceberg.config import OmniConfig
-from omni_iceberg.errors import ConfigError
-from omni_iceberg.trino_setup import (
+from catalog_ext.config import OmniConfig
+from catalog_ext.errors import ConfigError
+from omni_iceberg.toolchain.trino import (
     ensure_trino_server,
     find_java_for_trino,
     write_trino_config,

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omni_iceberg.errors import OmniError
+from catalog_ext.errors import OmniError
 
 #: Model identities; they enter the versions of the features that use them.
 LID_MODEL = "fasttext/lid.176.ftz"

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from omni_iceberg.errors import OmniError
+from catalog_ext.errors import OmniError
 from omni_iceberg.features.shared import SharedBatch
 from omni_iceberg.features.udf import code_hash, feature
 

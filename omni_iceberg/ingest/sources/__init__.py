@@ -3,7 +3,7 @@
 Every reader streams :class:`SourceRecord` and :class:`RecordProblem` items (see
 :mod:`.records`). The split between the two failure paths is the same everywhere:
 
-- :class:`~omni_iceberg.errors.SourceError` (raised) when the source cannot be read
+- :class:`~catalog_ext.errors.SourceError` (raised) when the source cannot be read
   at all: the path does not exist, cannot be opened or listed, or has no known format;
 - :class:`RecordProblem` (yielded) for anything wrong *inside* a file: a bad line or
   row, undecodable text, a damaged PDF, a corrupt or truncated gzip/WARC tail (then
@@ -36,7 +36,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from omni_iceberg.errors import SourceError
+from catalog_ext.errors import SourceError
 from omni_iceberg.ingest.sources.code_tree import CodeTreeReader
 from omni_iceberg.ingest.sources.html_dir import HtmlDirReader, iter_files
 from omni_iceberg.ingest.sources.jsonl import JsonlReader
@@ -81,7 +81,7 @@ def reader_for(path: str | os.PathLike[str], kind: str | None = None) -> SourceR
     >>> reader_for("/no/such/file.jsonl")
     Traceback (most recent call last):
     ...
-    omni_iceberg.errors.SourceError: source not found: /no/such/file.jsonl (check the path exists and is readable)
+    catalog_ext.errors.SourceError: source not found: /no/such/file.jsonl (check the path exists and is readable)
     """
     p = Path(path)
     if not p.exists():

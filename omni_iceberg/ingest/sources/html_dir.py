@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from omni_iceberg.errors import SourceError
+from catalog_ext.errors import SourceError
 from omni_iceberg.ingest.sources.records import RecordProblem, SourceItem, SourceRecord
 
 HTML_SUFFIXES = (".html", ".htm")

@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from omni_iceberg.errors import SourceError
+from catalog_ext.errors import SourceError
 from omni_iceberg.ingest.sources.html_dir import iter_files, one_line, utf8_reason
 from omni_iceberg.ingest.sources.records import RecordProblem, SourceItem, SourceRecord
 

@@ -5,7 +5,7 @@ field values plus where it came from) interleaved with :class:`RecordProblem` fo
 record that could not be read (malformed JSON, invalid UTF-8, ...). A problem is not
 an exception: the ingest pipeline counts it and keeps it in the rejects table, and the
 rest of the file is still read. Errors that stop the whole source (path missing,
-unknown format) raise :class:`omni_iceberg.errors.SourceError` instead.
+unknown format) raise :class:`catalog_ext.errors.SourceError` instead.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from omni_iceberg.errors import SourceError
+from catalog_ext.errors import SourceError
 from omni_iceberg.ingest.sources.html_dir import one_line
 from omni_iceberg.ingest.sources.jsonl import (
     STREAM_ERRORS,

@@ -54,7 +54,7 @@ def resolve_catalog_uri(uri: str) -> str:
 
     Engines that need a JDBC or REST address (Spark, Trino) call this first.
     """
-    from omni_iceberg.errors import ConfigError
+    from catalog_ext.errors import ConfigError
 
     if "://" in uri or uri.startswith("sqlite:"):
         return uri

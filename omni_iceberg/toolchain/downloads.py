@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from omni_iceberg.errors import ConfigError
+from catalog_ext.errors import ConfigError
 
 CHUNK = 1 << 20
 TIMEOUT_S = 120

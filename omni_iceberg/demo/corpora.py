@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from omni_iceberg.errors import ConfigError, SourceError
+from catalog_ext.errors import ConfigError, SourceError
 from omni_iceberg.ingest.sources.code_tree import LANGUAGES
 from omni_iceberg.ingest.sources.html_dir import HTML_SUFFIXES, iter_files
 

@@ -21,7 +21,7 @@ KEYS = [ID_COLUMN, BATCH_COLUMN]
 
 def expand_columns(state: FamilyState, columns: list[str] | None) -> tuple[list[str], list[str]]:
     """Requested names -> (output names, leaf logical paths). ``RawData`` expands to its fields."""
-    from omni_iceberg.errors import SchemaConflictError
+    from catalog_ext.errors import SchemaConflictError
 
     requested = columns or state.top_level_columns()
     leaves: list[str] = []

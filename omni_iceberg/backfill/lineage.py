@@ -14,7 +14,7 @@ from typing import Any
 
 from catalog_ext import system_tables
 from catalog_ext.contract import split_qualified
-from omni_iceberg.graphs import Node
+from omni_iceberg.ui.graphs import Node
 
 OPENLINEAGE_PRODUCER = "https://omni-iceberg.invalid/omni-iceberg"
 OPENLINEAGE_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
@@ -60,7 +60,7 @@ def lineage_tree(omni: Any, name: str, column: str) -> LineageNode:
     ns, table = split_qualified(name)
     state = omni.state(f"{ns}.{table}")
     if not state.has_column(column):
-        from omni_iceberg.errors import SchemaConflictError
+        from catalog_ext.errors import SchemaConflictError
 
         raise SchemaConflictError(f"no column {column!r} in {ns}.{table}")
     rows = system_tables.read_rows(omni.catalog, system_tables.LINEAGE,

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omni_iceberg import corpora
-from omni_iceberg.errors import LogicalTableExistsError
+from omni_iceberg.demo import corpora
+from catalog_ext.errors import LogicalTableExistsError
 
 DEMO_FEATURES = ["html_parser", "detected_lang", "math_recall", "stopword_ratio", "code_ratio", "domain_tag"]
 FEATURE_QUERY = (
@@ -112,7 +112,7 @@ def run_demo(omni: Any, *, fresh: bool = False, as_json: bool = False) -> int:
         print(f"  {s['logical_table']:<12} version {s['logical_version']:<3} rows {s['rows']:<6} "
               f"duplicates {s['duplicates']:<4} [{batches}]  {s['bytes'] / 1e6:.1f} MB in "
               f"{len(s['physical_tables'])} physical table(s)")
-    from omni_iceberg.formatting import format_arrow
+    from omni_iceberg.ui.formatting import format_arrow
 
     print(f"\nomni sql \"{DEMO_QUERY}\"\n")
     print(format_arrow(result, "table"))

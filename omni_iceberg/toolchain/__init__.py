@@ -1,0 +1,1 @@
+"""Developer tooling the project installs for itself: verified Maven downloads, the Trino server, a JDK."""

@@ -1,0 +1,1 @@
+"""Terminal and picture helpers shared by every action: progress bars, tables, DAG drawings."""
