@@ -90,17 +90,14 @@ class Omni:
         return read_logical(self.catalog, self.state(name, as_of), columns, batches)
 
     def rejects(self, name: str, batch: str | None = None) -> pa.Table:
-        """Rejected records of ``name`` (optionally one batch), from ``omni_sys.rejects``."""
-        from catalog_ext import system_tables
+        """Rejected records of ``name`` (optionally one batch), from ``omni_sys.rejects``.
+
+        For a committed batch, only the committing attempt's rejects (a failed attempt's are not the batch's).
+        """
+        from omni_iceberg.ingest.rejects import batch_rejects
 
         ns, table = split_qualified(name)
-        ident = f"{ns}.{table}"
-        flt = f"logical_table == '{ident}'" + (f" and batch == '{batch}'" if batch else "")
-        from catalog_ext.contract import check_batch_name
-
-        if batch:
-            check_batch_name(batch)  # it is interpolated into the filter expression above
-        return system_tables.read_rows(self.catalog, system_tables.REJECTS, flt)
+        return batch_rejects(self.store, ns, table, batch)
 
     # ---- add columns ------------------------------------------------------------------------
     def register_features(self, name: str, definitions: list[Any], command: str = "") -> list[Any]:

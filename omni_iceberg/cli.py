@@ -198,6 +198,8 @@ def _dispatch(args, command_line: str) -> Any:
         report = omni.submit(args.name, args.sources, args.batch, field_map=args.map, kind=args.kind,
                              max_reject_ratio=args.max_reject_ratio,
                              progress=False if args.no_progress else None, command=command_line)
+        for message in report.warnings:
+            print(f"omni: warning: {message}", file=sys.stderr)
         for message in report.reject_messages:
             print(f"omni: rejected: {message}", file=sys.stderr)
         if not report.already_committed and report.rejected > len(report.reject_messages):

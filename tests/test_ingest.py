@@ -232,7 +232,7 @@ def test_memory_stays_bounded_by_chunks(omni, tmp_path, monkeypatch):
 
 def test_rejects_table_is_plain_iceberg(omni, tmp_path):
     src = tmp_path / "a.jsonl"
-    src.write_text("{broken\n")
+    src.write_text('{broken\n{"raw_data": "fine"}\n')
     omni.create_table("web")
     omni.submit("web", [str(src)], batch="a")
     table = omni.catalog.load_table("omni_sys.rejects")

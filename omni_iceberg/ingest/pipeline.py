@@ -4,6 +4,25 @@ read -> map fields -> id -> dedup -> write data files (chunk by chunk) -> stage 
 private branch -> ONE logical commit. Until that commit nothing of the batch is
 visible through the logical view; a failure at any point leaves the table as it was.
 Records that cannot be ingested are counted and kept in ``omni_sys.rejects``.
+
+What is a reject and what stops the batch:
+
+- one record that cannot be stored as it is (bad JSON or UTF-8, a lone surrogate,
+  an integer past 64 bits, two fields landing in one column, a type clash) is a
+  reject naming file, line/offset and field; the rest of the batch lands;
+- a file that breaks while being read (truncated Parquet, gzip or WARC) is one
+  reject at the place it broke, and the other files of the batch still land;
+- input with no records at all, or whose every record is rejected, commits
+  nothing and leaves the batch name free (exit 2 and 4), so the corrected
+  resubmit is not answered with "already committed";
+- a mapping of a field that no record has is a warning (``report.warnings``).
+
+Every reject row carries the ``submit_id`` of its attempt; the committed batch
+records its own in the version summary (``omni.submit-id``), so rejects of a failed
+attempt are never counted as the batch's (see :mod:`.rejects`).
+
+Ids of md5 tables stay unique across concurrent submits: a submit that loses the
+commit race re-checks its ids against what the winners added (see :mod:`.recheck`).
 """
 
 from __future__ import annotations
@@ -12,7 +31,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -22,9 +41,10 @@ from catalog_ext.family import Batch, FamilyState, LogicalColumn, PhysicalColumn
 from catalog_ext.physical import StagedWrite, arrow_type, iceberg_type, key_arrow_fields
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddBatch, AddLogicalColumns, AddPhysicalColumns, PinSnapshot
-from catalog_ext.errors import RejectLimitExceededError, SchemaConflictError
+from catalog_ext.errors import RejectLimitExceededError, SchemaConflictError, SourceError
 from omni_iceberg.ingest import fields as F
 from omni_iceberg.ingest.identity import content_id, random_id
+from omni_iceberg.ingest.recheck import WinnerCheck
 from omni_iceberg.ingest.sources import iter_sources, reader_for
 from omni_iceberg.ingest.sources.records import RecordProblem, SourceRecord
 from omni_iceberg.ui.progress import progress_bar
@@ -50,6 +70,7 @@ class SubmitReport:
     seconds: float = 0.0
     new_fields: list[str] = field(default_factory=list)
     reject_messages: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,7 +136,9 @@ def submit(
     _check_declared_schemas(sources, field_map, types, state)
     known_fields = set(types)
     dedup = state.table.id_mode == "md5"
-    seen: set[str] = _existing_ids(store, state) if dedup else set()
+    existing: set[str] = _existing_ids(store, state) if dedup else set()
+    staged_ids: set[str] = set()  # kept apart from ``existing``: the race re-check needs only these
+    unused_map = set(field_map)
     base = state.base_table
     writer = StagedWrite(store.catalog, base.identifier, base.snapshot_id, report.submit_id,
                          {"omni.operation": "ingest", "omni.batch": batch, "omni.submit-id": report.submit_id})
@@ -130,6 +153,8 @@ def submit(
             if isinstance(item, RecordProblem):
                 _reject(report, rejects, item, batch, state)
                 continue
+            if unused_map:
+                unused_map.difference_update(item.fields.keys() & unused_map)
             record, problem = _map_record(item, field_map, types)
             if problem is not None:
                 _reject(report, rejects, problem, batch, state)
@@ -137,10 +162,10 @@ def submit(
             raw = record[RAW_CONTENT_FIELD]
             rid = content_id(raw) if dedup else random_id()
             if dedup:
-                if rid in seen:
+                if rid in existing or rid in staged_ids:
                     report.duplicates += 1
                     continue
-                seen.add(rid)
+                staged_ids.add(rid)
             chunk.add(rid, record, len(raw))
             if len(chunk) >= chunk_rows or chunk.bytes >= chunk_bytes:
                 _flush(writer, chunk, batch, types, known_fields, report)
@@ -148,14 +173,15 @@ def submit(
         _flush(writer, chunk, batch, types, known_fields, report)
         if bar is not None:
             bar.close()
+        del existing  # not needed past this point; can be large
+        for source in sorted(unused_map):
+            report.warnings.append(
+                f"--map {source}={field_map[source]}: no record of this batch has a field {source!r} "
+                "(check the spelling; field names are case-sensitive)")
         _save_rejects(store, rejects)
-        if max_reject_ratio is not None and report.read and report.rejected / report.read > max_reject_ratio:
-            raise RejectLimitExceededError(
-                f"batch {batch!r}: {report.rejected} of {report.read} records rejected "
-                f"({report.rejected / report.read:.2%} > {max_reject_ratio:.2%}); nothing committed. "
-                f"See: omni rejects {state.table.identifier} --batch {batch}"
-            )
-        new_state = _commit(store, namespace, name, writer, report, batch, sources, types, command)
+        _check_outcome(report, sources, batch, state, max_reject_ratio)
+        check = WinnerCheck(staged_ids, base.snapshot_id) if dedup else None
+        new_state = _commit(store, namespace, name, writer, report, batch, sources, types, command, check)
     except BaseException:
         if bar is not None:
             bar.close()
@@ -166,47 +192,80 @@ def submit(
     return report
 
 
+def _check_outcome(report: SubmitReport, sources: list[str], batch: str, state: FamilyState,
+                   max_reject_ratio: float | None) -> None:
+    """Refuse to commit a batch that would hold nothing but would use up its name."""
+    where = ", ".join(str(s) for s in sources[:3]) + (f" (+{len(sources) - 3} more)" if len(sources) > 3 else "")
+    if report.read == 0:
+        raise SourceError(
+            f"no records in {where}: nothing committed, and batch {batch!r} is still free; "
+            "check the path and the source kind (--kind)"
+        )
+    see = f"See: omni rejects {state.table.identifier} --batch {batch}"
+    if report.rejected == report.read:
+        raise RejectLimitExceededError(
+            f"batch {batch!r}: all {report.read} records rejected; nothing committed, and the batch name "
+            f"is still free. {see}"
+        )
+    if max_reject_ratio is not None and report.rejected / report.read > max_reject_ratio:
+        raise RejectLimitExceededError(
+            f"batch {batch!r}: {report.rejected} of {report.read} records rejected "
+            f"({report.rejected / report.read:.2%} > {max_reject_ratio:.2%}); nothing committed. {see}"
+        )
+
+
 # ---- steps ------------------------------------------------------------------------------
 
 def _raw_field_types(state: FamilyState) -> dict[str, str]:
     return {c.leaf: c.type for c in state.stage_fields(RAW_STAGE)}
 
 
-def _declared_types(path: str) -> dict[str, str]:
-    """Column types a typed source declares up front (Parquet); other formats declare none."""
+def _declared_columns(path: str) -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    """(file, [(column, type or None)]) of each typed source file (Parquet); other formats declare none.
+
+    A Parquet file whose footer cannot be read is passed over here: the reader
+    rejects it, naming the file, and the batch's other files still land.
+    """
     from pathlib import Path
 
+    import pyarrow.parquet as pq
+
     files = [Path(path)] if Path(path).is_file() else sorted(Path(path).rglob("*.parquet"))
-    out: dict[str, str] = {}
     for f in files:
         if f.suffix != ".parquet":
             continue
-        import pyarrow.parquet as pq
-
-        for fld in pq.read_schema(f):
+        try:
+            schema = pq.read_schema(f)
+        except (pa.ArrowException, OSError):
+            continue
+        out = []
+        for fld in schema:
             t = fld.type
             kind = ("string" if pa.types.is_string(t) or pa.types.is_large_string(t) else
                     "long" if pa.types.is_integer(t) else "double" if pa.types.is_floating(t) else
                     "boolean" if pa.types.is_boolean(t) else None)
-            if kind:
-                out.setdefault(fld.name, f"{kind}@{f}")
-    return out
+            out.append((fld.name, kind))
+        yield str(f), out
 
 
 def _check_declared_schemas(sources: list[str], field_map: dict[str, str], types: dict[str, str],
                             state: FamilyState) -> None:
-    """A typed source whose columns contradict the table is refused before anything is written."""
+    """A typed source whose columns contradict the table, or collide, is refused before anything is written."""
     for path in sources:
-        for name, typed in _declared_types(path).items():
-            declared, where = typed.split("@", 1)
-            target = field_map.get(name) or F.normalise_name(name)
-            expected = types.get(target)
-            if expected is None or expected == declared or (expected == "double" and declared == "long"):
-                continue
-            raise SchemaConflictError(
-                f"{where}: column '{name}' is {declared}, but RawData.{target} of {state.table.identifier} is "
-                f"{expected}; rename it with --map {name}=NEW_NAME or convert the source"
-            )
+        for where, columns in _declared_columns(path):
+            clash = F.collision([c for c, _ in columns], field_map)
+            if clash is not None:
+                raise SchemaConflictError(f"{where}: " + F.collision_reason(*clash, field_map))
+            for name, declared in columns:
+                target = F.target_name(name, field_map)
+                expected = types.get(target)
+                if declared is None or expected is None or expected == declared or (
+                        expected == "double" and declared == "long"):
+                    continue
+                raise SchemaConflictError(
+                    f"{where}: column '{name}' is {declared}, but RawData.{target} of {state.table.identifier} is "
+                    f"{expected}; rename it with --map {name}=NEW_NAME or convert the source"
+                )
 
 
 def _existing_ids(store: FamilyStore, state: FamilyState) -> set[str]:
@@ -225,11 +284,23 @@ def _existing_ids(store: FamilyStore, state: FamilyState) -> set[str]:
 def _map_record(
     item: SourceRecord, field_map: dict[str, str], types: dict[str, str]
 ) -> tuple[dict[str, Any] | None, RecordProblem | None]:
-    """Rename, normalise and type-check one record; a problem names file, line and field."""
+    """Rename, normalise and type-check one record; a problem names file, line and field.
+
+    Two source fields landing in one target (``raw-data`` next to ``raw_data``, or a
+    mapped field next to a field already named like its target) reject the record:
+    keeping either value would silently drop the other.
+    """
     out: dict[str, Any] = {}
+    origin: dict[str, str] = {}
     for key, value in item.fields.items():
-        target = field_map.get(key) or F.normalise_name(key)
-        out[target] = F.plain_value(value)
+        target = F.target_name(key, field_map)
+        if target in origin:
+            return None, _problem(item, F.collision_reason(origin[target], key, target, field_map), target)
+        origin[target] = key
+        try:
+            out[target] = F.plain_value(value, binary=types.get(target) == "binary")
+        except F.BadValue as e:
+            return None, _problem(item, str(e), key)
     raw = out.get(RAW_CONTENT_FIELD)
     if raw is None:
         mapped_from = next((s for s, t in field_map.items() if t == RAW_CONTENT_FIELD), None)
@@ -320,13 +391,18 @@ def _save_rejects(store: FamilyStore, rejects: list[dict[str, Any]]) -> None:
 
 
 def _commit(store, namespace, name, writer: StagedWrite, report: SubmitReport, batch: str,
-            sources: list[str], types: dict[str, str], command: str) -> FamilyState:
-    has_data = bool(writer.data_files)
-    if has_data:
+            sources: list[str], types: dict[str, str], command: str, check: WinnerCheck | None) -> FamilyState:
+    if writer.data_files:
         writer.stage()
     now = int(time.time() * 1000)
 
     def updates(latest: FamilyState):
+        if check is not None:
+            # called again after each rebase: ids the winners added since our base are ours no more
+            removed = check.after_rebase(writer)
+            report.written -= removed
+            report.duplicates += removed
+        has_data = writer.staged_snapshot_id is not None and bool(writer.data_files)
         ups: list = []
         new_cols = [f for f in report.new_fields if not latest.has_column(f"{RAW_STAGE}.{f}")]
         if new_cols:
@@ -344,10 +420,13 @@ def _commit(store, namespace, name, writer: StagedWrite, report: SubmitReport, b
             committed_ms=now)))
         return tuple(ups)
 
-    summary = {"omni.batch": batch, "omni.rows": str(report.written), "omni.duplicates": str(report.duplicates),
-               "omni.rejected": str(report.rejected)}
+    def summary(_latest: FamilyState) -> dict[str, str]:
+        # evaluated after ``updates``, so the counts include a re-check's duplicates
+        return {"omni.batch": batch, "omni.rows": str(report.written), "omni.duplicates": str(report.duplicates),
+                "omni.rejected": str(report.rejected), "omni.submit-id": report.submit_id}
+
     return store.commit(namespace, name, updates, operation="ingest", command=command,
-                        summary=lambda _: summary, staged=[writer] if has_data else [])
+                        summary=summary, staged=[writer] if writer.data_files else [])
 
 
 def _abandon(writer: StagedWrite) -> None:

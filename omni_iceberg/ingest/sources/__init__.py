@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -85,7 +86,7 @@ def reader_for(path: str | os.PathLike[str], kind: str | None = None) -> SourceR
     """
     p = Path(path)
     if not p.exists():
-        raise SourceError(f"source not found: {p} (check the path exists and is readable)")
+        raise SourceError(missing_reason(p))
     if kind is not None:
         try:
             return _BY_KIND[kind]
@@ -101,6 +102,26 @@ def reader_for(path: str | os.PathLike[str], kind: str | None = None) -> SourceR
             "rename the file or pass the kind explicitly"
         )
     return detected
+
+
+def missing_reason(path: Path) -> str:
+    """Why ``path`` cannot be read although it was named: missing, a broken link, or a link loop.
+
+    ``Path.exists`` answers False for all three; telling them apart saves the user a
+    search for a file that is right there.
+    """
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return (f"symbolic link loop at {path}: resolving it leads back to itself ({e.strerror}); "
+                    "point the link at a real file or folder")
+        if path.is_symlink():
+            return (f"broken symbolic link {path} -> {os.readlink(path)}: its target does not exist; "
+                    "fix or remove the link")
+        if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+            return f"cannot read source {path}: {e.strerror or e} (check its permissions)"
+    return f"source not found: {path} (check the path exists and is readable)"
 
 
 def iter_sources(

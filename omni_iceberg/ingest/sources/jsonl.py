@@ -8,6 +8,7 @@ line where reading stopped.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import json
@@ -34,6 +35,8 @@ def open_raw(path: Path) -> io.BufferedReader:
     except FileNotFoundError as e:
         raise SourceError(f"source not found: {path} (check the path exists)") from e
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SourceError(f"symbolic link loop at {path}: point the link at a real file") from e
         raise SourceError(f"cannot open {path}: {e.strerror or e} (check its permissions)") from e
 
 
