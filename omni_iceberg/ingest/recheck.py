@@ -101,6 +101,13 @@ def read_data_files(table: Any, files: list[Any], columns: tuple[str, ...] | Non
     from pyiceberg.table import FileScanTask
 
     schema = table.schema() if columns is None else table.schema().select(*columns)
+    for f in files:
+        try:
+            f.spec_id
+        except AttributeError:
+            # a file written by this process and not yet read back from a manifest has no
+            # spec id; it was written with the table's default spec (the only one omni uses)
+            f.spec_id = table.metadata.default_spec_id
     tasks = [FileScanTask(f) for f in files]
     return ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(tasks)
 
