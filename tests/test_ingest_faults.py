@@ -231,7 +231,7 @@ def test_invalid_utf8_is_rejected_with_field_and_byte_offset_in_every_reader(omn
         assert (r.written, r.rejected) == (1, 1), kind
         (reject,) = _rejects(omni, kind)
         assert "invalid UTF-8 at byte" in reject["reason"], (kind, reject)
-        assert reject["field"] == "raw_data" or kind == "jsonl", (kind, reject)  # JSONL: the line is undecodable
+        assert reject["field"] == "raw_data", (kind, reject)
     assert all("\ufffd" not in t for t in _texts(omni))
 
 

@@ -12,6 +12,7 @@ import errno
 import gzip
 import io
 import json
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,7 +119,7 @@ class JsonlReader:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            return RecordProblem(src, utf8_reason(e, unit="line"), line=line_no)
+            return RecordProblem(src, utf8_reason(e, unit="line"), line=line_no, field=_undecodable_field(raw))
         try:
             value = json.loads(text)
         except json.JSONDecodeError as e:
@@ -130,6 +131,28 @@ class JsonlReader:
                 src, f"expected a JSON object, got {_json_type(value)}", line=line_no
             )
         return SourceRecord(fields=value, source_file=src, line=line_no)
+
+
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def _undecodable_field(raw: bytes) -> str | None:
+    """The top-level key whose key or value holds the invalid bytes, when the line still parses.
+
+    surrogateescape keeps each bad byte as one marker character, so the JSON structure
+    survives decoding and the marker shows which field the bytes were in.
+    """
+    try:
+        value = json.loads(raw.decode("utf-8", errors="surrogateescape"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    for key, item in value.items():
+        text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
+        if _ESCAPED_BYTE.search(key) or _ESCAPED_BYTE.search(text):
+            return key
+    return None
 
 
 def _json_type(value: object) -> str:
