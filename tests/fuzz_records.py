@@ -154,8 +154,8 @@ def _duplicate_of(cases: list[FuzzCase], rng: random.Random) -> FuzzCase | None:
 
 
 _CORRUPTIONS: dict[str, tuple[str, ...]] = {
-    "jsonl": ("surrogate_raw", "surrogate_field", "huge_int", "negative_huge_int", "nan_inf", "wrong_type",
-              "wrong_type_raw", "bool_for_long", "colliding_keys", "colliding_raw", "nested_junk", "deep_nesting",
+    "jsonl": ("surrogate_raw", "surrogate_field", "surrogate_key", "huge_int", "negative_huge_int", "nan_inf",
+              "wrong_type", "wrong_type_raw", "bool_for_long", "colliding_keys", "colliding_raw", "nested_junk", "deep_nesting",
               "invalid_utf8", "empty_content", "blank_content", "nul_escaped", "nul_raw_byte", "broken_json",
               "not_object", "missing_raw", "nested_raw"),
     "csv": ("invalid_utf8", "surrogate_bytes", "empty_content", "blank_content", "nul_byte", "wrong_columns",
@@ -191,6 +191,8 @@ def _write_jsonl(out: Path, plan: list[str], rng: random.Random) -> FuzzInput:
             line = b'{"raw_data": "' + text.encode() + b' \\ud800 lone"}'
         elif what == "surrogate_field":
             line = b'{"raw_data": "' + text.encode() + b'", "note": "x \\udfff"}'
+        elif what == "surrogate_key":  # the reject's own field name is then no valid text either
+            line = b'{"raw_data": "' + text.encode() + b'", "k\\ud800": "v \\udfff"}'
         elif what == "huge_int":
             rec["n"] = 2**64 + rng.randint(0, 10**6)
         elif what == "negative_huge_int":

@@ -261,3 +261,23 @@ def test_binary_column_keeps_bytes_where_the_table_says_binary(omni, tmp_path):
     (row,) = omni.read("web", columns=["RawData"]).column("RawData").to_pylist()
     assert row["blob"] == b"\x00\xff\xfe"
     assert omni.read("web", columns=["_ai_unique_id_"]).column(0).to_pylist() == [content_id("doc")]
+
+
+def test_bad_names_in_a_reject_are_stored_escaped(omni, tmp_path):
+    """A non-UTF-8 file name, or a surrogate in a JSON key, must not crash writing the reject itself."""
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / "ok.html").write_text("<p>fine</p>")
+    odd = os.path.join(os.fsencode(pages), b"caf\xe9.html")
+    with open(odd, "wb") as f:
+        f.write(b"<p>odd name</p>")
+    r = omni.submit("web", [str(pages)], batch="h")
+    assert (r.written, r.rejected) == (1, 1)
+    (reject,) = _rejects(omni, "h")
+    assert reject["source_file"].endswith("caf\\udce9.html") and reject["field"] == "path"
+    assert "undecodable byte 0xe9" in reject["reason"]
+    src = tmp_path / "k.jsonl"
+    src.write_text('{"raw_data": "x", "k\\ud800": "v \\udfff"}\n{"raw_data": "y"}\n')
+    r = omni.submit("web", [str(src)], batch="k")
+    assert (r.written, r.rejected) == (1, 1)
+    assert _rejects(omni, "k")[0]["field"] == "k\\ud800"

@@ -149,9 +149,12 @@ def check_text(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        byte = len(text[: e.start].encode("utf-8"))
-        raise BadValue(f"lone surrogate U+{ord(text[e.start]):04X} at character {e.start} (byte {byte}) "
-                       "is not valid Unicode text; fix the escape in the source") from None
+        byte = len(text[: e.start].encode("utf-8", errors="surrogatepass"))
+        code = ord(text[e.start])
+        hint = (f"; from a file name, it is the undecodable byte 0x{code - 0xDC00:02x}: rename the file to UTF-8"
+                if 0xDC80 <= code <= 0xDCFF else "")
+        raise BadValue(f"lone surrogate U+{code:04X} at character {e.start} (byte {byte}) is not valid "
+                       f"Unicode text; fix the escape in the source{hint}") from None
     return text
 
 

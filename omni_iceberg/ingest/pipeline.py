@@ -330,14 +330,23 @@ def _problem(item: SourceRecord, reason: str, field_name: str) -> RecordProblem:
 
 def _reject(report: SubmitReport, rejects: list, problem: RecordProblem, batch: str, state: FamilyState) -> None:
     report.rejected += 1
-    message = problem.message()
+    message = _storable(problem.message())
     if len(report.reject_messages) < MAX_REJECT_MESSAGES:
         report.reject_messages.append(message)
     rejects.append({
         "logical_table": state.table.identifier, "batch": batch, "submit_id": report.submit_id,
-        "source_file": problem.source_file, "line": problem.line, "offset": problem.offset,
-        "field": problem.field, "reason": problem.reason, "rejected_at": datetime.now(timezone.utc),
+        "source_file": _storable(problem.source_file), "line": problem.line, "offset": problem.offset,
+        "field": _storable(problem.field), "reason": _storable(problem.reason),
+        "rejected_at": datetime.now(timezone.utc),
     })
+
+
+def _storable(text: str | None) -> str | None:
+    """Reject text as UTF-8 can store it: the bad field name or file name that caused a reject
+    may itself hold a lone surrogate (a non-UTF-8 file name, ``"\\ud800"`` in a JSON key)."""
+    if text is None:
+        return None
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
 def _flush(writer: StagedWrite, chunk: _Chunk, batch: str, types: dict[str, str], known: set[str],
