@@ -155,7 +155,8 @@ def _duplicate_of(cases: list[FuzzCase], rng: random.Random) -> FuzzCase | None:
 
 _CORRUPTIONS: dict[str, tuple[str, ...]] = {
     "jsonl": ("surrogate_raw", "surrogate_field", "surrogate_key", "huge_int", "negative_huge_int", "nan_inf",
-              "wrong_type", "wrong_type_raw", "bool_for_long", "colliding_keys", "colliding_raw", "nested_junk", "deep_nesting",
+              "wrong_type", "wrong_type_raw", "bool_for_long", "colliding_keys", "colliding_raw", "nested_junk",
+              "deep_nesting",
               "invalid_utf8", "empty_content", "blank_content", "nul_escaped", "nul_raw_byte", "broken_json",
               "not_object", "missing_raw", "nested_raw"),
     "csv": ("invalid_utf8", "surrogate_bytes", "empty_content", "blank_content", "nul_byte", "wrong_columns",
