@@ -146,3 +146,23 @@ def test_the_ids_a_loser_keeps_are_checked_through_every_winner(tmp_path, monkey
 def _jsonl(path: Path, texts: list[str]) -> str:
     path.write_text("".join(json.dumps({"raw_data": t}) + "\n" for t in texts))
     return str(path)
+
+
+def test_added_between_follows_ancestry_and_falls_back_to_every_live_file(tmp_path):
+    omni = Omni(home=tmp_path / "home")
+    omni.create_table("web")
+    omni.submit("web", [_jsonl(tmp_path / "a.jsonl", ["a1", "a2"])], batch="a")
+    after_a = omni.state("web").base_table.snapshot_id
+    omni.submit("web", [_jsonl(tmp_path / "b.jsonl", ["b1", "b2", "b3"])], batch="b")
+    state = omni.state("web")
+    table = omni.catalog.load_table(state.base_table.identifier)
+    until = state.base_table.snapshot_id
+
+    def rows(files):
+        return sorted(recheck.read_data_files(table, files, ("_ai_unique_id_",)).column(0).to_pylist())
+
+    assert rows(recheck.added_between(table, after_a, until)) == sorted(content_id(t) for t in ("b1", "b2", "b3"))
+    assert recheck.added_between(table, until, until) == []
+    # a base that is no ancestor (history rewritten): every live file, slower but still correct
+    everything = sorted(content_id(t) for t in ("a1", "a2", "b1", "b2", "b3"))
+    assert rows(recheck.added_between(table, 12345, until)) == everything
