@@ -202,7 +202,10 @@ class StagedWrite:
         """
 
         def batch_of(data_file: Any, table: Any) -> str | None:
-            spec = table.specs()[data_file.spec_id]
+            try:
+                spec = table.specs()[data_file.spec_id]
+            except AttributeError:  # a file written in this process carries no spec id: the current spec
+                spec = table.spec()
             pos = next(i for i, f in enumerate(spec.fields) if f.name == BATCH_COLUMN)
             return data_file.partition[pos]
 

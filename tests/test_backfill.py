@@ -253,3 +253,67 @@ def test_plan_on_unknown_feature_or_batch(omni):
         plan_backfill(omni.state("web"), ["t_mth"])
     with pytest.raises(FeatureDefinitionError, match="no batch 'zz'"):
         plan_backfill(omni.state("web"), ["t_math"], ["zz"])
+
+
+def test_concurrent_backfills_needing_the_same_ancestor_append_it_once(tmp_path, pages):
+    """Two runs (different targets, same missing ancestor t_parse) both compute it; the
+    race is forced: B computes, A computes and commits, then B commits. B's commit must
+    drop its copy of t_parse/cc instead of appending a second one."""
+    from omni_iceberg.backfill.engine import BackfillRun, LocalExecutor, start_report
+
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    o.submit("web", [str(p) for p in pages[:24]], batch="cc")
+    o.register_features("web", CHAIN)
+    state = o.state("web")
+    plan_b = plan_backfill(state, ["t_len"], has_gpu=False)
+    assert [s.features for s in plan_b.stages] == [["t_parse"], ["t_len"]]
+    run_b = BackfillRun(o, state, plan_b, start_report(state, plan_b, "local", "test"), LocalExecutor("inline"),
+                        progress=False)
+    run_b.execute()  # B has computed t_parse and t_len on its staging branches, not committed
+    a = o.backfill("web", ["t_lang"], isolation="inline", progress=False)
+    assert a.status == "succeeded" and {u["feature"] for u in a.units} == {"t_parse", "t_lang"}
+    b = run_b.run_to_commit("backfill web --features t_len")
+
+    final = o.state("web")
+    parse = final.physical_table(final.feature("t_parse").table_key)
+    ids = o.catalog.load_table(parse.identifier).scan(snapshot_id=parse.snapshot_id).to_arrow().column(
+        "_ai_unique_id_").to_pylist()
+    assert len(ids) == 24 and len(set(ids)) == 24  # one row per id, not two copies
+    assert [(u.feature, u.batch, u.run_id) for u in final.computed if u.feature == "t_parse"] == [
+        ("t_parse", "cc", a.run_id)]
+    data = o.read("web", columns=["_ai_unique_id_", "ProcessedData", "t_lang", "t_len"])
+    assert data.num_rows == 24 and None not in data.column("t_len").to_pylist()
+    got = o.query("SELECT count(*) AS n, count(t_len) AS l FROM web WHERE t_lang IS NOT NULL").to_pylist()
+    assert got == [{"n": 24, "l": 24}]
+    assert b.status == "succeeded" and b.raced_units == ["t_parse/cc"]
+    assert {u["feature"] for u in b.units} == {"t_len"} and b.rows == 24
+    runs = [r for r in o.catalog.load_table("omni_sys.runs").scan().to_arrow().to_pylist() if r["run_id"] == b.run_id]
+    assert runs[-1]["status"] == "succeeded" and "t_parse/cc" in runs[-1]["message"]
+
+
+def test_failed_budget_keeps_its_records_readable_with_the_runs_status(tmp_path, monkeypatch):
+    from omni_iceberg.backfill.engine import run_errors
+
+    marker = tmp_path / "busy"
+    marker.write_text("x")
+    monkeypatch.setenv("OMNI_TEST_FLAKY_MARKER", str(marker))
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"r{i}" + (" POISON" if i % 10 == 0 else "")}) + "\n"
+                           for i in range(50)))
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [U.t_flaky])
+    with pytest.raises(ErrorBudgetExceededError) as info:
+        o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.05, progress=False)
+    run_id = next(r["run_id"] for r in o.catalog.load_table("omni_sys.runs").scan().to_arrow().to_pylist())
+    assert f"see 'omni errors {o.state('web').table.identifier} --run {run_id}'" in str(info.value)
+    rows = run_errors(o, "web", run_id).to_pylist()
+    assert len(rows) == 5 and {r["run_status"] for r in rows} == {"failed"}
+    assert {r["exception_class"] for r in rows} == {"TimeoutError"}
+    # a failed run's records are not "unresolved failures" of a computed unit: retry finds nothing
+    assert o.retry_failed("web", ["t_flaky"], isolation="inline").status == "nothing to do"
+    ok = o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.2, progress=False)
+    statuses = {(r["run_id"], r["run_status"]) for r in run_errors(o, "web").to_pylist()}
+    assert statuses == {(run_id, "failed"), (ok.run_id, "succeeded")}

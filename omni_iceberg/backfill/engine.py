@@ -171,12 +171,19 @@ def run_errors(omni: Any, name: str, run_id: str | None = None) -> pa.Table:
     errors = omni.errors(name, run_id)
     ns, table = split_qualified(name)
     runs = system_tables.read_rows(omni.catalog, system_tables.RUNS, f"logical_table == '{ns}.{table}'")
-    latest: dict[str, tuple[Any, str]] = {}
-    for r in runs.select(["run_id", "finished_at", "status"]).to_pylist():
-        seen = latest.get(r["run_id"])
-        if seen is None or (r["finished_at"] and (seen[0] is None or r["finished_at"] >= seen[0])):
-            latest[r["run_id"]] = (r["finished_at"], r["status"])
-    status = [latest.get(rid, (None, "running"))[1] for rid in errors.column("run_id").to_pylist()]
+    # a rerun of the same plan has the same run id (that is how it resumes): the attempt an
+    # error row belongs to is the run row whose time span holds the moment it failed
+    spans: dict[str, list[tuple[Any, Any, str]]] = {}
+    for r in runs.select(["run_id", "started_at", "finished_at", "status"]).to_pylist():
+        spans.setdefault(r["run_id"], []).append((r["started_at"], r["finished_at"], r["status"]))
+
+    def status_of(rid: str, failed_at: Any) -> str:
+        for started, finished, status in spans.get(rid, ()):
+            if started <= failed_at <= finished:
+                return status
+        return "running"
+
+    status = [status_of(r["run_id"], r["failed_at"]) for r in errors.select(["run_id", "failed_at"]).to_pylist()]
     return errors.append_column("run_status", pa.array(status, pa.string()))
 
 
