@@ -14,6 +14,7 @@ from omni_iceberg.backfill.engine import ErrorBudgetExceededError
 from omni_iceberg.backfill.plan_picture import plan_graph
 from omni_iceberg.backfill.planner import plan_backfill
 from omni_iceberg.backfill.worker import WorkerCrashedError
+from omni_iceberg.features.udf import feature
 from omni_iceberg.ui.graphs import to_mermaid, to_svg
 from tests import feature_udfs as U
 
@@ -317,3 +318,49 @@ def test_failed_budget_keeps_its_records_readable_with_the_runs_status(tmp_path,
     ok = o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.2, progress=False)
     statuses = {(r["run_id"], r["run_status"]) for r in run_errors(o, "web").to_pylist()}
     assert statuses == {(run_id, "failed"), (ok.run_id, "succeeded")}
+
+
+@feature(outputs={"p_words": "long"}, inputs=["RawData.raw_data"], name="p_words", form="pandas", batch_size=16)
+def p_words(raw_data):
+    """A Spark-style pandas UDF: a Series in, a Series out; one poisoned record fails its whole batch."""
+    if raw_data.str.contains("POISON").any():
+        raise ValueError("poisoned record in batch")
+    return raw_data.str.split().str.len()
+
+
+@feature(outputs={"p_len": "double"}, inputs=["RawData.raw_data"], name="p_len", form="pandas")
+def p_len(raw_data):
+    """NaN out is null, as Spark reads a pandas UDF's result."""
+    return raw_data.str.len().astype("float64").where(~raw_data.str.startswith("skip"))
+
+
+def test_pandas_form_runs_series_in_series_out_with_record_isolation(tmp_path):
+    import pandas as pd
+
+    assert p_words(pd.Series(["a b", "c"])).tolist() == [2, 1]  # a decorated UDF runs as plain pandas code
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    rows = [("skip " if i % 7 == 0 else "") + f"doc{i} " + " ".join(["w"] * (i % 5 + 1)) + (" POISON" if i in (3, 40) else "")
+            for i in range(60)]
+    src.write_text("".join(json.dumps({"raw_data": r}) + "\n" for r in rows))
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [p_words, p_len])
+    report = o.backfill("web", ["p_words", "p_len"], isolation="process", progress=False)
+    assert report.status == "succeeded" and report.errors == 2  # only the two poisoned records, not their batches
+    got = {r["RawData"]["raw_data"]: (r["p_words"], r["p_len"])
+           for r in o.read("web", columns=["RawData", "p_words", "p_len"]).to_pylist()}
+    for r in rows:
+        words, length = got[r]
+        assert words == (None if "POISON" in r else len(r.split()))
+        assert length == (None if r.startswith("skip") else float(len(r)))
+    assert sorted(e["exception_class"] for e in o.errors("web").to_pylist()) == ["ValueError", "ValueError"]
+
+
+def test_pandas_form_rejects_a_shared_parameter():
+    from omni_iceberg.features.spec import FeatureDefinitionError
+
+    with pytest.raises(FeatureDefinitionError, match="form='pandas' takes a function of pandas Series"):
+        @feature(outputs={"x": "long"}, form="pandas")
+        def x(raw_data, shared=None):
+            return raw_data.str.len()
