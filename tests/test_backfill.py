@@ -364,3 +364,96 @@ def test_pandas_form_rejects_a_shared_parameter():
         @feature(outputs={"x": "long"}, form="pandas")
         def x(raw_data, shared=None):
             return raw_data.str.len()
+
+
+# ---- the engine registry -------------------------------------------------------------------------
+@pytest.fixture
+def empty_registry(monkeypatch):
+    """The registry as in a fresh process (the local engine registers itself on first lookup)."""
+    from omni_iceberg import engines
+
+    monkeypatch.setattr(engines, "_BACKFILL", {})
+    monkeypatch.setattr(engines, "_SQL", {})
+    monkeypatch.setattr(engines, "_load_errors", {})
+    monkeypatch.setattr(engines, "_loaded", False)
+    return engines
+
+
+PLUGIN = '''
+from omni_iceberg.engines import register_backfill_engine, register_sql_executor
+
+class DummyEngine:
+    def __init__(self, omni, **options):
+        self.omni, self.options = omni, options
+
+def register():
+    register_backfill_engine("dummy", DummyEngine)
+    register_sql_executor("dummy", lambda omni, sql: "ran " + sql)
+
+def broken():
+    raise ImportError("no module named dummy_runtime")
+'''
+
+
+def test_engines_register_through_the_entry_point_group(tmp_path, monkeypatch, empty_registry):
+    from catalog_ext.errors import ConfigError
+    from omni_iceberg.backfill.engine import LocalBackfill
+
+    (tmp_path / "omni_dummy_engine.py").write_text(PLUGIN)
+    info = tmp_path / "omni_dummy_engine-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: omni-dummy-engine\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[omni_iceberg.engines]\ndummy = omni_dummy_engine:register\nshaky = omni_dummy_engine:broken\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    engines = empty_registry
+    assert engines.backfill_engine("local") is LocalBackfill
+    runner = engines.backfill_engine("dummy")("omni", master="x")
+    assert type(runner).__name__ == "DummyEngine" and runner.options == {"master": "x"}
+    assert engines.sql_executor("dummy")(None, "SELECT 1") == "ran SELECT 1"
+    assert {"dummy", "local"} <= set(engines.backfill_engines())
+    with pytest.raises(ConfigError, match=r"no backfill engine named 'shaky' is installed .* its entry point "
+                                          r"failed to load: omni_dummy_engine:broken: ImportError"):
+        engines.backfill_engine("shaky")
+
+
+def test_a_missing_engine_names_the_extra_to_install(tmp_path, monkeypatch, empty_registry):
+    import importlib.metadata
+
+    from catalog_ext.errors import ConfigError
+    from omni_iceberg.backfill.choose import run_backfill, spark_blocker
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [])  # nothing installed but the core
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"r{i}"}) + "\n" for i in range(5)))
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [U.t_fragile])
+    with pytest.raises(ConfigError, match=r"no backfill engine named 'spark' is installed \(installed: local\); "
+                                          r"install it: pip install 'omni-iceberg\[spark\]'"):
+        run_backfill(o, "web", ["t_fragile"], engine="spark")
+    assert "pip install 'omni-iceberg[spark]'" in spark_blocker(o.config)
+    report = run_backfill(o, "web", ["t_fragile"], engine="auto", threshold_bytes=0, isolation="inline",
+                          progress=False)
+    assert report.engine == "local" and "Spark cannot run here: no backfill engine named 'spark'" in \
+        report.engine_reason and report.rows == 5
+
+
+def test_the_spark_plugin_registers_without_importing_pyspark(tmp_path):
+    code = ("import sys\n"
+            "import omni_iceberg.api, omni_iceberg.backfill.choose, omni_iceberg.explore.planner\n"
+            "from omni_iceberg.engines import backfill_engine\n"
+            "assert not [m for m in sys.modules if m.startswith(('spark_udfs', 'pyspark'))], 'core imported an engine'\n"
+            "import spark_udfs.plugin as p\n"
+            "p.register()\n"
+            "assert backfill_engine('spark') is p.spark_engine\n"
+            "assert not [m for m in sys.modules if m.startswith('pyspark')], 'registration imported pyspark'\n"
+            "print('ok')\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(root)))
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    from spark_udfs.plugin import unavailable
+
+    assert "embedded SQLite" in unavailable(Omni(home=tmp_path / "h").config)

@@ -72,6 +72,21 @@ class SModel:
         return [len(v) % self.modulus for v in raw_data.to_pylist()]
 
 
+@feature(outputs={"sp_words": "long"}, inputs=["RawData.raw_data"], name="sp_words", form="pandas", batch_size=8)
+def sp_words(raw_data):
+    """A Spark-style pandas UDF (Series in, Series out); a poisoned record fails its whole batch."""
+    if raw_data.str.contains("POISON").any():
+        raise ValueError("poisoned record in batch")
+    return raw_data.str.split().str.len()
+
+
+@feature(outputs={"sp_len": "double"}, inputs=["RawData.raw_data"], name="sp_len", form="pandas",
+         filter="length(raw_data) < 6000")
+def sp_len(raw_data):
+    """NaN out is null on both engines."""
+    return raw_data.str.len().astype("float64").where(~raw_data.str.startswith("skip"))
+
+
 def _log(event: str, **extra) -> None:
     path = os.environ.get("OMNI_TEST_MODEL_LOG")
     if path:
@@ -214,6 +229,38 @@ def test_spark_and_local_engines_produce_identical_values_errors_and_lineage(spa
     assert frame.count() == 15
 
 
+def test_pandas_udf_stage_matches_the_local_engine(spark, tmp_path, pages):
+    from omni_iceberg.backfill.planner import definitions_of
+    from omni_iceberg.features.udf import get_udf
+    from spark_udfs import pandas_stage
+    from spark_udfs.engine import SparkBackfill, read_unit
+
+    extra = ["alpha POISON record"] + [f"skip record {i}" for i in range(3)] + [f"plain record {i}" for i in range(9)]
+    on_spark, local = Omni(config=spark.config), Omni(home=tmp_path / "local")
+    for o in (on_spark, local):
+        _fill(o, "se_pandas", pages[:6], pages[6:10], tmp_path, extra_a=extra)
+        o.register_features("se_pandas", _own([sp_words, sp_len]))
+    lr = local.backfill("se_pandas", ["sp_words", "sp_len"], isolation="inline", progress=False, max_error_ratio=None)
+    sr = SparkBackfill(on_spark, spark=spark.session).run("se_pandas", ["sp_words", "sp_len"], progress=False,
+                                                          has_gpu=False)
+    assert sr.status == lr.status == "succeeded" and sr.run_id == lr.run_id
+    assert set(sr.plan["spark"]["stages"].values()) == {"pandas_udf (CPU)"}
+    assert (sr.rows, sr.errors) == (lr.rows, lr.errors) and sr.errors == 1  # the poisoned record, isolated
+    assert _units(sr) == _units(lr) and any(u[5] for u in _units(sr))  # sp_len's filter skipped pages
+    columns = ["RawData.raw_data", "sp_words", "sp_len"]
+    s_facts, l_facts = _facts(on_spark, "se_pandas", columns), _facts(local, "se_pandas", columns)
+    assert s_facts == l_facts and len(s_facts["values"]) == 10 + len(extra)
+    assert {r["sp_len"] for r in s_facts["values"] if r["RawData"]["raw_data"].startswith("skip")} == {None}
+
+    # the stage is a real pandas UDF: one Arrow-evaluated Python node for both features, no mapInArrow
+    state = on_spark.state("se_pandas")
+    defs = [d for d in definitions_of(state).values() if d.name in ("sp_words", "sp_len")]
+    frame = read_unit(spark.session, "omni", state, ["RawData.raw_data"], "a")
+    tagged = pandas_stage.run_stage(frame, defs, {d.name: get_udf(d.udf) for d in defs}, ["RawData.raw_data"])
+    plan_text = tagged._jdf.queryExecution().executedPlan().toString()
+    assert plan_text.count("ArrowEvalPython") == 1 and "MapInArrow" not in plan_text, plan_text
+
+
 def test_reuse_error_budget_and_retry_behave_as_on_the_local_engine(spark, tmp_path, pages, monkeypatch):
     from spark_udfs.engine import SparkBackfill
 
@@ -320,7 +367,7 @@ def test_udf_bugs_and_crashes_end_as_on_the_local_engine(spark, tmp_path):
 
 
 def test_misconfiguration_gives_one_clear_error(spark, tmp_path, monkeypatch):
-    from spark_udfs.cluster import free_port
+    from tests.services.spark_cluster import free_port
     from spark_udfs.engine import SparkBackfill
 
     omni = Omni(config=spark.config)
