@@ -250,7 +250,7 @@ def test_pandas_udf_stage_matches_the_local_engine(spark, tmp_path, pages):
     columns = ["RawData.raw_data", "sp_words", "sp_len"]
     s_facts, l_facts = _facts(on_spark, "se_pandas", columns), _facts(local, "se_pandas", columns)
     assert s_facts == l_facts and len(s_facts["values"]) == 10 + len(extra)
-    assert {r["sp_len"] for r in s_facts["values"] if r["RawData"]["raw_data"].startswith("skip")} == {None}
+    assert {r["sp_len"] for r in s_facts["values"] if r["RawData.raw_data"].startswith("skip")} == {None}
 
     # the stage is a real pandas UDF: one Arrow-evaluated Python node for both features, no mapInArrow
     state = on_spark.state("se_pandas")
