@@ -406,8 +406,12 @@ def test_engines_register_through_the_entry_point_group(tmp_path, monkeypatch, e
     (info / "entry_points.txt").write_text(
         "[omni_iceberg.engines]\ndummy = omni_dummy_engine:register\nshaky = omni_dummy_engine:broken\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    from omni_iceberg.backfill.engine import LocalExecutor
+    from omni_iceberg.backfill.protocol import BackfillEngine, UnitExecutor
+
     engines = empty_registry
     assert engines.backfill_engine("local") is LocalBackfill
+    assert isinstance(LocalExecutor(), UnitExecutor) and isinstance(LocalBackfill(None), BackfillEngine)
     runner = engines.backfill_engine("dummy")("omni", master="x")
     assert type(runner).__name__ == "DummyEngine" and runner.options == {"master": "x"}
     assert engines.sql_executor("dummy")(None, "SELECT 1") == "ran SELECT 1"

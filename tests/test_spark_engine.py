@@ -87,6 +87,14 @@ def sp_len(raw_data):
     return raw_data.str.len().astype("float64").where(~raw_data.str.startswith("skip"))
 
 
+@feature(outputs={"sp_gpu": "long"}, inputs=["RawData.raw_data"], name="sp_gpu", form="pandas", engine="gpu",
+         batch_size=4, model_size_mb=100)
+def sp_gpu(raw_data):
+    """A pandas UDF on the GPU route: logs the batch it got and the GPU address of its task."""
+    _log("pandas-call", rows=len(raw_data), gpu=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return raw_data.str.len() % 7
+
+
 def _log(event: str, **extra) -> None:
     path = os.environ.get("OMNI_TEST_MODEL_LOG")
     if path:
@@ -502,3 +510,37 @@ def test_standalone_cluster_kill_resume_task_retry_and_gpu_profile(pg_server, tm
     assert len(setups) == len(set(setups)) and len(calls) > len(setups)  # one model load per worker process
     assert max(c["rows"] for c in calls) <= SModel.definition.batch_size
     assert {c["gpu"] for c in calls} == {"0"}  # the address Spark's resource profile gave the task
+
+
+def test_pandas_udf_gpu_stage_gets_its_gpu_from_a_resource_profile(pg_server, tmp_path, pages):
+    from catalog_ext.config import OmniConfig
+    from tests.services.spark_cluster import SparkTestCluster
+
+    config = OmniConfig.resolve(catalog=pg_server.sqlalchemy_uri, warehouse=(tmp_path / "wh").as_uri(),
+                                home=tmp_path / "home", catalog_name="omni")
+    on_cluster, local = Omni(config=config), Omni(home=tmp_path / "local")
+    for o in (on_cluster, local):
+        _fill(o, "se_pandas_gpu", pages[60:63], pages[63:66], tmp_path)
+        o.register_features("se_pandas_gpu", _own([sp_gpu]))
+    log = tmp_path / "events.jsonl"
+    args = {"catalog": config.catalog_uri, "warehouse": config.warehouse, "home": str(config.home),
+            "jars": str(JARS), "table": "se_pandas_gpu", "features": ["sp_gpu"],
+            "overrides": {"spark.executor.memory": "512m", "spark.cores.max": "2",
+                          "spark.executor.resource.gpu.amount": "1",
+                          "spark.executorEnv.OMNI_TEST_MODEL_LOG": str(log)}}
+    with SparkTestCluster(tmp_path / "spark", fake_gpus=1) as cluster:
+        args["master"] = cluster.master_url
+        done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(args)], cwd=REPO, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-6000:] + cluster.logs()
+    report = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("REPORT "))[7:])
+    assert report["status"] == "succeeded"
+    assert set(report["plan"]["spark"]["stages"].values()) == {
+        "GPU route: pandas_udf, 1 GPU per task through a stage-level resource profile"}
+    lr = local.backfill("se_pandas_gpu", ["sp_gpu"], isolation="inline", progress=False, has_gpu=False)
+    c_facts, l_facts = _facts(on_cluster, "se_pandas_gpu", ["sp_gpu"]), _facts(local, "se_pandas_gpu", ["sp_gpu"])
+    assert c_facts["values"] == l_facts["values"] and len(c_facts["values"]) == 6
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    calls = [c for c in calls if c["event"] == "pandas-call"]
+    assert calls and {c["gpu"] for c in calls} == {"0"}  # the address Spark's resource profile gave the task
+    assert max(c["rows"] for c in calls) <= sp_gpu.definition.batch_size
