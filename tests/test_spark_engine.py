@@ -241,7 +241,7 @@ def test_pandas_udf_stage_matches_the_local_engine(spark, tmp_path, pages):
     from omni_iceberg.backfill.planner import definitions_of
     from omni_iceberg.features.udf import get_udf
     from spark_udfs import pandas_stage
-    from spark_udfs.engine import SparkBackfill, read_unit
+    from spark_udfs.engine import SparkBackfill, read_unit, table_name
 
     extra = ["alpha POISON record"] + [f"skip record {i}" for i in range(3)] + [f"plain record {i}" for i in range(9)]
     on_spark, local = Omni(config=spark.config), Omni(home=tmp_path / "local")
@@ -267,6 +267,15 @@ def test_pandas_udf_stage_matches_the_local_engine(spark, tmp_path, pages):
     tagged = pandas_stage.run_stage(frame, defs, {d.name: get_udf(d.udf) for d in defs}, ["RawData.raw_data"])
     plan_text = tagged._jdf.queryExecution().executedPlan().toString()
     assert plan_text.count("ArrowEvalPython") == 1 and "MapInArrow" not in plan_text, plan_text
+
+    # Spark's SQL executor, as the explore planner reaches it: through the registry, by name
+    from omni_iceberg.engines import sql_executor
+    from spark_udfs import plugin
+
+    plugin.register()  # what the omni_iceberg.engines entry point does in an installed package
+    got = sql_executor("spark")(on_spark, "SELECT count(*) AS n FROM " + table_name(
+        "omni", state.physical_table(state.feature("sp_words").table_key).identifier))
+    assert got.to_pylist() == [{"n": 10 + len(extra) - 1}]  # every record but the poisoned one has a value
 
 
 def test_reuse_error_budget_and_retry_behave_as_on_the_local_engine(spark, tmp_path, pages, monkeypatch):
