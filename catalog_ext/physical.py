@@ -193,6 +193,38 @@ class StagedWrite:
         self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
         return self.staged_snapshot_id
 
+    def rebase_excluding(self, onto_snapshot_id: int, batches: set[str]) -> int:
+        """Like :meth:`rebase`, but drop the files of ``batches`` (units the winner already committed).
+
+        Files are partitioned ``identity(_ai_append_name_)``, so a unit's files are known
+        by their batch. Without this a lost race would append a second copy of the
+        winner's rows. With every file dropped the branch simply sits at ``onto``.
+        """
+
+        def batch_of(data_file: Any, table: Any) -> str | None:
+            try:
+                spec = table.specs()[data_file.spec_id]
+            except AttributeError:  # a file written in this process carries no spec id: the current spec
+                spec = table.spec()
+            pos = next(i for i, f in enumerate(spec.fields) if f.name == BATCH_COLUMN)
+            return data_file.partition[pos]
+
+        keep = [f for f in self.data_files if batch_of(f, self.table) not in batches]
+
+        def recommit(table):
+            ops = table.manage_snapshots()
+            if self.branch in table.metadata.refs:
+                ops = ops.remove_branch(self.branch)
+            ops.create_branch(onto_snapshot_id, self.branch).commit()
+            table = self.catalog.load_table(self.identifier)
+            return iceberg_io.commit_data_files(table, keep, self.branch, self.properties) if keep else table
+
+        table = iceberg_io.with_table_retry(self.catalog, self.identifier, recommit)
+        self.branch_files, self.pending_files = keep, []
+        self.base_snapshot_id = onto_snapshot_id
+        self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
+        return self.staged_snapshot_id
+
     def publish(self) -> None:
         """After the logical commit: move ``main`` forward to the pinned snapshot, drop the branch.
 

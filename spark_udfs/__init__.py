@@ -1,4 +1,10 @@
-"""The Spark side of the engine protocol: jars, session, and (elsewhere) fused stages.
+"""The Spark side of the engine protocol: jars, session, the engine and its stages.
+
+The core never imports this package: :mod:`spark_udfs.plugin` registers the ``spark``
+backfill engine (:mod:`spark_udfs.engine`) and SQL executor (:mod:`spark_udfs.sql`)
+through the ``omni_iceberg.engines`` entry point. Stages run as one fused
+``mapInArrow`` pass (:mod:`spark_udfs.arrow_stage`) or, when every feature of a stage
+is a pandas UDF, as Spark pandas UDFs (:mod:`spark_udfs.pandas_stage`).
 
 Nothing here imports pyspark at module level - :func:`build_spark_session` imports it
 when called - and the public names below are loaded on first use, so importing

@@ -1,24 +1,26 @@
 """Run a backfill plan on Spark: same plan, same values, same bookkeeping as the local engine.
 
 :class:`SparkBackfill` takes the plan of :mod:`omni_iceberg.backfill.planner` unchanged
-and runs it with the local engine's run machinery (``_Run``: staging branches,
-resume from checkpoints, error budget, the ONE logical commit, lineage and run rows).
-Only the per-unit work differs:
+and runs it with the shared run machinery (:class:`~omni_iceberg.backfill.engine.BackfillRun`:
+staging branches, resume from checkpoints, error budget, the ONE logical commit, lineage
+and run rows). Only the per-unit work differs - :class:`SparkExecutor`, the Spark
+side of :mod:`omni_iceberg.backfill.protocol`:
 
 1. read the unit's inputs with Spark from the exact snapshots the run sees (the
    pinned version plus this run's earlier stages), one physical table per input
    group, joined on the keys - the family is co-partitioned, so the join is a
    storage-partitioned join with no shuffle;
-2. ONE fused pass (:mod:`spark_udfs.arrow_stage`) runs every feature of the unit on
-   the same Arrow batches with the local engine's ``compute_slice``; its tagged
+2. ONE fused pass (:mod:`spark_udfs.arrow_stage`, or :mod:`spark_udfs.pandas_stage`
+   when every feature of the stage is a pandas UDF) runs every feature of the unit on
+   the same batches with the local engine's ``compute_slice``; its tagged
    output is persisted once and split into per-feature rows, error rows and counts;
 3. error budget, then ``omni_sys.errors``, then one Iceberg append per feature to the
    run's staging branch with Spark's writer, labelled ``omni.unit`` - the checkpoint
    a resumed run finds. A Spark task that dies is retried by Spark; only the
    successful attempt's output is kept, so no row is written twice.
 
-The final logical commit is ``FamilyStore.commit``: a lost race re-commits the same
-files on the winner's snapshot (``StagedWrite.rebase``), nothing is recomputed.
+The final logical commit is ``BackfillRun.commit``: a lost race re-commits the same
+files on the winner's snapshot, minus the units the winner already committed.
 
 Example::
 
@@ -44,8 +46,10 @@ from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
 from catalog_ext.physical import StagedWrite
 from omni_iceberg.backfill import bookkeeping
-from omni_iceberg.backfill.engine import SLICE_ROWS, BackfillReport, UnitStats, _now_ms, _Run, unresolved_errors
+from omni_iceberg.backfill.engine import (SLICE_ROWS, BackfillReport, BackfillRun, UnitStats, now_ms, start_report,
+                                         unresolved_errors)
 from omni_iceberg.backfill.planner import BackfillPlan, Stage, plan_backfill, plan_retry
+from omni_iceberg.backfill.protocol import Unit
 from omni_iceberg.backfill.worker import WorkerCrashedError
 from catalog_ext.errors import ConfigError, OmniError
 from omni_iceberg.features.registry import physical_column_name
@@ -88,7 +92,7 @@ def check_master_reachable(master: str, timeout_s: float = 3.0) -> None:
             errors.append(f"{hostport}: {e.strerror or e}")
     raise ConfigError(
         f"Spark master {master} is unreachable ({'; '.join(errors)}); start it "
-        f"(python -m spark_udfs.cluster) or fix --spark-master, or use --engine local")
+        f"(python -m tests.services.spark_cluster) or fix --spark-master, or use --engine local")
 
 
 def check_session(spark: SparkSession, config: Any) -> None:
@@ -272,12 +276,29 @@ class _SparkStage:
         self.gpu = stage.engine == "gpu"
         self.gpus_per_task = gpus if self.gpu else None
 
+        # Series-in/Series-out UDFs run as Spark pandas UDFs when the whole stage is in that form;
+        # a mixed stage stays one fused mapInArrow pass (the local engine converts per feature)
+        self.pandas = all(spec.form == "pandas" for spec in self.specs.values())
+
     def describe(self) -> str:
+        carrier = "pandas_udf" if self.pandas else "mapInArrow"
         if not self.gpu:
-            return "mapInArrow (CPU)"
+            return f"{carrier} (CPU)"
         if self.gpus_per_task:
-            return f"GPU route: {self.gpus_per_task:g} GPU per task through a stage-level resource profile"
-        return "GPU route, no GPU in the Spark cluster: mapInArrow on CPU with the model's batch size"
+            return (f"GPU route: {carrier}, {self.gpus_per_task:g} GPU per task through a stage-level "
+                    f"resource profile")
+        return f"GPU route, no GPU in the Spark cluster: {carrier} on CPU with the model's batch size"
+
+    def run(self, frame: DataFrame, defs: list[FeatureDefinition], leaves: list[str], batch_rows: int
+            ) -> DataFrame:
+        """The tagged output of the stage's features over ``frame`` (lazy; the caller persists it)."""
+        if self.pandas:
+            from spark_udfs import pandas_stage
+
+            return pandas_stage.run_stage(frame, defs, self.specs, leaves, gpu=self.gpu,
+                                          gpus_per_task=self.gpus_per_task)
+        return A.run_stage(frame, defs, self.specs, leaves, gpu=self.gpu, gpus_per_task=self.gpus_per_task,
+                           batch_rows=batch_rows)
 
     def batch_rows(self, features: list[str]) -> int:
         if not self.gpu:
@@ -288,52 +309,62 @@ class _SparkStage:
         pass  # models live in the Python workers, which Spark keeps for the next stage
 
 
-class _SparkRun(_Run):
-    """The local engine's run (checkpoints, budget, commit, lineage) with Spark doing each unit."""
+class SparkExecutor:
+    """Spark's :class:`~omni_iceberg.backfill.protocol.UnitExecutor`: each unit is one fused Spark job."""
 
-    def __init__(self, spark: SparkSession, omni: Any, state: FamilyState, plan: BackfillPlan,
-                 report: BackfillReport, max_error_ratio: float | None, progress: bool | None):
-        super().__init__(omni, omni.store, state, plan, report, ENGINE, max_error_ratio, progress)
+    name = ENGINE
+
+    def __init__(self, spark: SparkSession, catalog_name: str):
         self.spark = spark
-        self.catalog_name = omni.config.catalog_name
+        self.catalog_name = catalog_name
         self.gpus = gpus_per_task(spark)
         self.branches: set[str] = set()
         self.stage_notes: dict[str, str] = {}
+        self._stage: _SparkStage | None = None
 
-    def _worker(self, stage: Stage) -> _SparkStage:
-        runner = _SparkStage(stage, {f: self.defs[f] for f in stage.features}, self.gpus)
-        self.stage_notes[str(stage.index)] = runner.describe()
-        return runner
+    def open_stage(self, run: BackfillRun, stage: Stage) -> None:
+        self._stage = _SparkStage(stage, {f: run.defs[f] for f in stage.features}, self.gpus)
+        self.stage_notes[str(stage.index)] = self._stage.describe()
 
-    def _run_unit(self, stage: _SparkStage, todo: list[str], batch: str, bar: Any) -> None:
+    def close_stage(self, run: BackfillRun, stage: Stage) -> None:
+        if self._stage is not None:
+            self._stage.close()
+            self._stage = None
+
+    def before_commit(self, run: BackfillRun) -> None:
+        for w in run.writers.values():
+            if w.staged_snapshot_id is not None:  # learn the files Spark committed, for a rebase after a lost race
+                w.attach(bookkeeping.UNIT_PROPERTY)
+
+    def run_unit(self, run: BackfillRun, unit: Unit, bar: Any) -> None:
         from pyspark import StorageLevel
 
-        stats = {f: UnitStats(f, batch, started_ms=_now_ms()) for f in todo}
-        defs = [self.defs[f] for f in todo]
+        stage = self._stage
+        todo, batch = list(unit.features), unit.batch
+        stats = {f: UnitStats(f, batch, started_ms=now_ms()) for f in todo}
+        defs = [run.defs[f] for f in todo]
         leaves = list(dict.fromkeys(p for d in defs for p in d.inputs))
-        retry_ids = (set().union(*(self.plan.only_ids.get((f, batch), set()) for f in todo))
-                     if self.plan.only_ids else None)
+        retry_ids = unit.retry_ids
         cached: list[Any] = []
         try:
-            frame = read_unit(self.spark, self.catalog_name, self._working_state(), leaves, batch)
+            frame = read_unit(self.spark, self.catalog_name, run.working_state(), leaves, batch)
             if retry_ids is not None:
                 from pyspark.sql import functions as F
 
                 ids = self.spark.createDataFrame([(i,) for i in sorted(retry_ids)], f"{ID_COLUMN} string")
                 frame = frame.join(F.broadcast(ids), ID_COLUMN, "left_semi")
-            rows_hint = len(retry_ids) if retry_ids is not None else (self.state.batch(batch).rows
-                                                                       if self.state.batch(batch) else SLICE_ROWS)
+            rows_hint = len(retry_ids) if retry_ids is not None else (run.state.batch(batch).rows
+                                                                       if run.state.batch(batch) else SLICE_ROWS)
             frame = frame.coalesce(max(1, math.ceil(rows_hint / SLICE_ROWS)))  # few tasks, full Arrow batches
             batch_rows = stage.batch_rows(todo)
             with session_conf(self.spark, {**UNIT_READ_CONF,
                                             "spark.sql.execution.arrow.maxRecordsPerBatch": str(batch_rows)}):
-                tagged = A.run_stage(frame, defs, stage.specs, leaves, gpu=stage.gpu,
-                                     gpus_per_task=stage.gpus_per_task, batch_rows=batch_rows)
+                tagged = stage.run(frame, defs, leaves, batch_rows)
                 tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
                 cached.append(tagged)
                 counts = self._counts(tagged)  # the one pass: computes and caches every partition
-            reused = self._reuse_on_spark(todo, frame, batch, cached)
-            outputs = {f: self._outputs(i, self.defs[f], tagged, reused.get(f)) for i, f in enumerate(todo)}
+            reused = self._reuse_on_spark(run, todo, frame, batch, cached)
+            outputs = {f: self._outputs(i, run.defs[f], tagged, reused.get(f)) for i, f in enumerate(todo)}
             failures = self._failures(tagged, reused) if any(k == A.ERROR for _, k in counts) else {}
             for f in todo:
                 s = stats[f]
@@ -343,21 +374,15 @@ class _SparkRun(_Run):
                 s.errors = len(failures.get(f, ()))
             if bar is not None:
                 bar.set_postfix_str(f"batch {batch}: {sum(s.rows for s in stats.values())} rows")
-            self._check_budget(stats)
             now = datetime.now(UTC)
-            system_tables.append_rows(self.store.catalog, system_tables.ERRORS, [
-                bookkeeping.error_row(
-                    run_id=self.report.run_id, logical_table=self.state.table.identifier, feature=f,
-                    version=self.defs[f].version, record_id=r[ID_COLUMN], batch=batch,
-                    exception_class=r[A.ERROR_CLASS], message=r[A.ERROR_MESSAGE],
-                    traceback_digest=r[A.ERROR_DIGEST], attempt=self.plan.attempt, failed_at=now)
-                for f in todo for r in failures.get(f, ())])
-            for f in todo:
-                s = stats[f]
-                s.finished_ms = _now_ms()
-                self._checkpoint(f, outputs[f][0] if s.rows else None, bookkeeping.checkpoint_properties(s))
-                self.stats[(f, batch)] = s
-                self.done.add(bookkeeping.unit_label(f, batch))
+            error_rows = [run.error_row(f, r[ID_COLUMN], batch, r[A.ERROR_CLASS], r[A.ERROR_MESSAGE],
+                                        r[A.ERROR_DIGEST], now)
+                          for f in todo for r in failures.get(f, ())]
+
+            def checkpoint(f: str, properties: dict[str, str]) -> None:
+                self._checkpoint(run, f, outputs[f][0] if stats[f].rows else None, properties)
+
+            run.finish_unit(unit, stats, error_rows, checkpoint)
         except Exception as e:  # only Spark's own errors are translated, the rest pass unchanged
             translated = _translate(e, stage, todo, batch)
             if translated is e:
@@ -407,11 +432,11 @@ class _SparkRun(_Run):
                 out[f] = [r for r in out[f] if r[ID_COLUMN] not in found]
         return out
 
-    def _reuse_on_spark(self, todo: list[str], frame: DataFrame, batch: str, cached: list[Any]
-                        ) -> dict[str, tuple[Any, int]]:
+    def _reuse_on_spark(self, run: BackfillRun, todo: list[str], frame: DataFrame, batch: str,
+                        cached: list[Any]) -> dict[str, tuple[Any, int]]:
         """Values of the same feature version computed elsewhere for the same ids (ReuseIndex's sources,
         first source first), as rows of this batch; and how many."""
-        if not self.reuse.active:
+        if not run.reuse.active:
             return {}
         from pyspark import StorageLevel
         from pyspark.sql import Window
@@ -420,10 +445,10 @@ class _SparkRun(_Run):
         ids = frame.select(ID_COLUMN)
         found: dict[str, tuple[Any, int]] = {}
         for f in todo:
-            sources = self.reuse.sources.get(f) or []
+            sources = run.reuse.sources.get(f) or []
             if not sources:
                 continue
-            cols = [physical_column_name(o.name) for o in self.defs[f].outputs]
+            cols = [physical_column_name(o.name) for o in run.defs[f].outputs]
             union = None
             for k, src in enumerate(sources):
                 part = (self.spark.read.option("snapshot-id", str(src.snapshot_id))
@@ -441,13 +466,13 @@ class _SparkRun(_Run):
                 found[f] = (copies, n)
         return found
 
-    def _checkpoint(self, f: str, rows: Any, properties: dict[str, str]) -> None:
+    def _checkpoint(self, run: BackfillRun, f: str, rows: Any, properties: dict[str, str]) -> None:
         """One snapshot on the staging branch finishing unit ``properties['omni.unit']``."""
-        w: StagedWrite = self.writers[f]
+        w: StagedWrite = run.writers[f]
         if rows is None:  # nothing to write: an empty labelled snapshot, exactly as the local engine
             w.checkpoint(properties)
             return
-        self._ensure_branch(w)
+        self._ensure_branch(run, w)
         before = w.staged_snapshot_id
         # the rows are few per task and already grouped by bucket: write them where they are
         # (one file per partition a task holds) instead of shuffling them by partition first
@@ -456,7 +481,7 @@ class _SparkRun(_Run):
         for k, v in {**w.properties, **properties}.items():
             writer = writer.option(f"snapshot-property.{k}", v)
         writer.append()
-        table = self.store.catalog.load_table(w.identifier)
+        table = run.store.catalog.load_table(w.identifier)
         head = table.snapshot_by_id(table.metadata.refs[w.branch].snapshot_id)
         label = (head.summary.additional_properties if head.summary else {}).get(bookkeeping.UNIT_PROPERTY)
         if label != properties[bookkeeping.UNIT_PROPERTY] or head.parent_snapshot_id != (before or w.base_snapshot_id):
@@ -466,7 +491,7 @@ class _SparkRun(_Run):
                 f"is using this run's branch - rerun to resume")
         w.staged_snapshot_id = head.snapshot_id
 
-    def _ensure_branch(self, w: StagedWrite) -> None:
+    def _ensure_branch(self, run: BackfillRun, w: StagedWrite) -> None:
         if w.staged_snapshot_id is not None or w.identifier in self.branches:
             return
 
@@ -474,14 +499,8 @@ class _SparkRun(_Run):
             if w.branch not in table.metadata.refs:
                 table.manage_snapshots().create_branch(w.base_snapshot_id, w.branch).commit()
 
-        iceberg_io.with_table_retry(self.store.catalog, w.identifier, create)
+        iceberg_io.with_table_retry(run.store.catalog, w.identifier, create)
         self.branches.add(w.identifier)
-
-    def commit(self, ns: str, table: str, command: str) -> FamilyState:
-        for w in self.writers.values():
-            if w.staged_snapshot_id is not None:  # learn the files Spark committed, for a rebase after a lost race
-                w.attach(bookkeeping.UNIT_PROPERTY)
-        return super().commit(ns, table, command)
 
 
 _PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)): (.*)$", re.MULTILINE)
@@ -579,19 +598,19 @@ class SparkBackfill:
             if has_gpu is None:
                 has_gpu = gpus_per_task(self.spark) is not None
             plan = plan_backfill(state, features, batches, has_gpu)
-        report = BackfillReport(logical_table=state.table.identifier, plan=plan.to_dict(), engine=ENGINE,
-                                engine_reason=engine_reason or "requested --engine spark")
+        report = start_report(state, plan, ENGINE, engine_reason or "requested --engine spark")
         if plan.empty or dry_run:
             report.status = "nothing to do" if plan.empty else "dry run"
             return report
         spark = self.spark
         ship_python_path(spark)
-        report.run_id = ("rt-" if plan.only_ids else "bf-") + plan.fingerprint()
-        report.plan["spark"] = {"master": spark.sparkContext.master, "stages": {}}
-        run = _SparkRun(spark, self.omni, state, plan, report, max_error_ratio, progress)
-        report.plan["spark"]["stages"] = run.stage_notes  # filled as stages start; saved with the run row
-        return run.run_to_commit(ns, table, command or f"backfill {name} --features {','.join(features)} "
-                                                       f"--engine spark", started)
+        executor = SparkExecutor(spark, self.omni.config.catalog_name)
+        report.plan["spark"] = {"master": spark.sparkContext.master, "stages": executor.stage_notes}
+        # stage_notes fill as stages start and are saved with the run row
+        run = BackfillRun(self.omni, state, plan, report, executor, max_error_ratio=max_error_ratio,
+                          progress=progress)
+        return run.run_to_commit(command or f"backfill {name} --features {','.join(features)} --engine spark",
+                                 started)
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None,
                      **kwargs: Any) -> BackfillReport:

@@ -14,6 +14,7 @@ from omni_iceberg.backfill.engine import ErrorBudgetExceededError
 from omni_iceberg.backfill.plan_picture import plan_graph
 from omni_iceberg.backfill.planner import plan_backfill
 from omni_iceberg.backfill.worker import WorkerCrashedError
+from omni_iceberg.features.udf import feature
 from omni_iceberg.ui.graphs import to_mermaid, to_svg
 from tests import feature_udfs as U
 
@@ -253,3 +254,210 @@ def test_plan_on_unknown_feature_or_batch(omni):
         plan_backfill(omni.state("web"), ["t_mth"])
     with pytest.raises(FeatureDefinitionError, match="no batch 'zz'"):
         plan_backfill(omni.state("web"), ["t_math"], ["zz"])
+
+
+def test_concurrent_backfills_needing_the_same_ancestor_append_it_once(tmp_path, pages):
+    """Two runs (different targets, same missing ancestor t_parse) both compute it; the
+    race is forced: B computes, A computes and commits, then B commits. B's commit must
+    drop its copy of t_parse/cc instead of appending a second one."""
+    from omni_iceberg.backfill.engine import BackfillRun, LocalExecutor, start_report
+
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    o.submit("web", [str(p) for p in pages[:24]], batch="cc")
+    o.register_features("web", CHAIN)
+    state = o.state("web")
+    plan_b = plan_backfill(state, ["t_len"], has_gpu=False)
+    assert [s.features for s in plan_b.stages] == [["t_parse"], ["t_len"]]
+    run_b = BackfillRun(o, state, plan_b, start_report(state, plan_b, "local", "test"), LocalExecutor("inline"),
+                        progress=False)
+    run_b.execute()  # B has computed t_parse and t_len on its staging branches, not committed
+    a = o.backfill("web", ["t_lang"], isolation="inline", progress=False)
+    assert a.status == "succeeded" and {u["feature"] for u in a.units} == {"t_parse", "t_lang"}
+    b = run_b.run_to_commit("backfill web --features t_len")
+
+    final = o.state("web")
+    parse = final.physical_table(final.feature("t_parse").table_key)
+    ids = o.catalog.load_table(parse.identifier).scan(snapshot_id=parse.snapshot_id).to_arrow().column(
+        "_ai_unique_id_").to_pylist()
+    assert len(ids) == 24 and len(set(ids)) == 24  # one row per id, not two copies
+    assert [(u.feature, u.batch, u.run_id) for u in final.computed if u.feature == "t_parse"] == [
+        ("t_parse", "cc", a.run_id)]
+    data = o.read("web", columns=["_ai_unique_id_", "ProcessedData", "t_lang", "t_len"])
+    assert data.num_rows == 24 and None not in data.column("t_len").to_pylist()
+    got = o.query("SELECT count(*) AS n, count(t_len) AS l FROM web WHERE t_lang IS NOT NULL").to_pylist()
+    assert got == [{"n": 24, "l": 24}]
+    assert b.status == "succeeded" and b.raced_units == ["t_parse/cc"]
+    assert {u["feature"] for u in b.units} == {"t_len"} and b.rows == 24
+    runs = [r for r in o.catalog.load_table("omni_sys.runs").scan().to_arrow().to_pylist() if r["run_id"] == b.run_id]
+    assert runs[-1]["status"] == "succeeded" and "t_parse/cc" in runs[-1]["message"]
+
+
+def test_failed_budget_keeps_its_records_readable_with_the_runs_status(tmp_path, monkeypatch):
+    from omni_iceberg.backfill.engine import run_errors
+
+    marker = tmp_path / "busy"
+    marker.write_text("x")
+    monkeypatch.setenv("OMNI_TEST_FLAKY_MARKER", str(marker))
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"r{i}" + (" POISON" if i % 10 == 0 else "")}) + "\n"
+                           for i in range(50)))
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [U.t_flaky])
+    with pytest.raises(ErrorBudgetExceededError) as info:
+        o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.05, progress=False)
+    run_id = next(r["run_id"] for r in o.catalog.load_table("omni_sys.runs").scan().to_arrow().to_pylist())
+    assert f"see 'omni errors {o.state('web').table.identifier} --run {run_id}'" in str(info.value)
+    rows = run_errors(o, "web", run_id).to_pylist()
+    assert len(rows) == 5 and {r["run_status"] for r in rows} == {"failed"}
+    assert {r["exception_class"] for r in rows} == {"TimeoutError"}
+    # a failed run's records are not "unresolved failures" of a computed unit: retry finds nothing
+    assert o.retry_failed("web", ["t_flaky"], isolation="inline").status == "nothing to do"
+    ok = o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.2, progress=False)
+    statuses = {(r["run_id"], r["run_status"]) for r in run_errors(o, "web").to_pylist()}
+    assert statuses == {(run_id, "failed"), (ok.run_id, "succeeded")}
+
+
+@feature(outputs={"p_words": "long"}, inputs=["RawData.raw_data"], name="p_words", form="pandas", batch_size=16)
+def p_words(raw_data):
+    """A Spark-style pandas UDF: a Series in, a Series out; one poisoned record fails its whole batch."""
+    if raw_data.str.contains("POISON").any():
+        raise ValueError("poisoned record in batch")
+    return raw_data.str.split().str.len()
+
+
+@feature(outputs={"p_len": "double"}, inputs=["RawData.raw_data"], name="p_len", form="pandas")
+def p_len(raw_data):
+    """NaN out is null, as Spark reads a pandas UDF's result."""
+    return raw_data.str.len().astype("float64").where(~raw_data.str.startswith("skip"))
+
+
+def test_pandas_form_runs_series_in_series_out_with_record_isolation(tmp_path):
+    import pandas as pd
+
+    assert p_words(pd.Series(["a b", "c"])).tolist() == [2, 1]  # a decorated UDF runs as plain pandas code
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    rows = [("skip " if i % 7 == 0 else "") + f"doc{i} " + " ".join(["w"] * (i % 5 + 1)) + (" POISON" if i in (3, 40) else "")
+            for i in range(60)]
+    src.write_text("".join(json.dumps({"raw_data": r}) + "\n" for r in rows))
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [p_words, p_len])
+    report = o.backfill("web", ["p_words", "p_len"], isolation="process", progress=False)
+    assert report.status == "succeeded" and report.errors == 2  # only the two poisoned records, not their batches
+    got = {r["RawData"]["raw_data"]: (r["p_words"], r["p_len"])
+           for r in o.read("web", columns=["RawData", "p_words", "p_len"]).to_pylist()}
+    for r in rows:
+        words, length = got[r]
+        assert words == (None if "POISON" in r else len(r.split()))
+        assert length == (None if r.startswith("skip") else float(len(r)))
+    assert sorted(e["exception_class"] for e in o.errors("web").to_pylist()) == ["ValueError", "ValueError"]
+
+
+def test_pandas_form_rejects_a_shared_parameter():
+    from omni_iceberg.features.spec import FeatureDefinitionError
+
+    with pytest.raises(FeatureDefinitionError, match="form='pandas' takes a function of pandas Series"):
+        @feature(outputs={"x": "long"}, form="pandas")
+        def x(raw_data, shared=None):
+            return raw_data.str.len()
+
+
+# ---- the engine registry -------------------------------------------------------------------------
+@pytest.fixture
+def empty_registry(monkeypatch):
+    """The registry as in a fresh process (the local engine registers itself on first lookup)."""
+    from omni_iceberg import engines
+
+    monkeypatch.setattr(engines, "_BACKFILL", {})
+    monkeypatch.setattr(engines, "_SQL", {})
+    monkeypatch.setattr(engines, "_load_errors", {})
+    monkeypatch.setattr(engines, "_loaded", False)
+    return engines
+
+
+PLUGIN = '''
+from omni_iceberg.engines import register_backfill_engine, register_sql_executor
+
+class DummyEngine:
+    def __init__(self, omni, **options):
+        self.omni, self.options = omni, options
+
+def register():
+    register_backfill_engine("dummy", DummyEngine)
+    register_sql_executor("dummy", lambda omni, sql: "ran " + sql)
+
+def broken():
+    raise ImportError("no module named dummy_runtime")
+'''
+
+
+def test_engines_register_through_the_entry_point_group(tmp_path, monkeypatch, empty_registry):
+    from catalog_ext.errors import ConfigError
+    from omni_iceberg.backfill.engine import LocalBackfill
+
+    (tmp_path / "omni_dummy_engine.py").write_text(PLUGIN)
+    info = tmp_path / "omni_dummy_engine-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: omni-dummy-engine\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[omni_iceberg.engines]\ndummy = omni_dummy_engine:register\nshaky = omni_dummy_engine:broken\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from omni_iceberg.backfill.engine import LocalExecutor
+    from omni_iceberg.backfill.protocol import BackfillEngine, UnitExecutor
+
+    engines = empty_registry
+    assert engines.backfill_engine("local") is LocalBackfill
+    assert isinstance(LocalExecutor(), UnitExecutor) and isinstance(LocalBackfill(None), BackfillEngine)
+    runner = engines.backfill_engine("dummy")("omni", master="x")
+    assert type(runner).__name__ == "DummyEngine" and runner.options == {"master": "x"}
+    assert engines.sql_executor("dummy")(None, "SELECT 1") == "ran SELECT 1"
+    assert {"dummy", "local"} <= set(engines.backfill_engines())
+    with pytest.raises(ConfigError, match=r"no backfill engine named 'shaky' is installed .* its entry point "
+                                          r"failed to load: omni_dummy_engine:broken: ImportError"):
+        engines.backfill_engine("shaky")
+
+
+def test_a_missing_engine_names_the_extra_to_install(tmp_path, monkeypatch, empty_registry):
+    import importlib.metadata
+
+    from catalog_ext.errors import ConfigError
+    from omni_iceberg.backfill.choose import run_backfill, spark_blocker
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [])  # nothing installed but the core
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"r{i}"}) + "\n" for i in range(5)))
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [U.t_fragile])
+    with pytest.raises(ConfigError, match=r"no backfill engine named 'spark' is installed \(installed: local\); "
+                                          r"install it: pip install 'omni-iceberg\[spark\]'"):
+        run_backfill(o, "web", ["t_fragile"], engine="spark")
+    assert "pip install 'omni-iceberg[spark]'" in spark_blocker(o.config)
+    report = run_backfill(o, "web", ["t_fragile"], engine="auto", threshold_bytes=0, isolation="inline",
+                          progress=False)
+    assert report.engine == "local" and "Spark cannot run here: no backfill engine named 'spark'" in \
+        report.engine_reason and report.rows == 5
+
+
+def test_the_spark_plugin_registers_without_importing_pyspark(tmp_path):
+    code = ("import sys\n"
+            "import omni_iceberg.api, omni_iceberg.backfill.choose, omni_iceberg.explore.planner\n"
+            "from omni_iceberg.engines import backfill_engine\n"
+            "assert not [m for m in sys.modules if m.startswith(('spark_udfs', 'pyspark'))], 'core imported an engine'\n"
+            "import spark_udfs.plugin as p\n"
+            "p.register()\n"
+            "assert backfill_engine('spark') is p.spark_engine\n"
+            "assert not [m for m in sys.modules if m.startswith('pyspark')], 'registration imported pyspark'\n"
+            "print('ok')\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(root)))
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    from spark_udfs.plugin import unavailable
+
+    assert "embedded SQLite" in unavailable(Omni(home=tmp_path / "h").config)

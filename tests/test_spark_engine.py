@@ -72,6 +72,29 @@ class SModel:
         return [len(v) % self.modulus for v in raw_data.to_pylist()]
 
 
+@feature(outputs={"sp_words": "long"}, inputs=["RawData.raw_data"], name="sp_words", form="pandas", batch_size=8)
+def sp_words(raw_data):
+    """A Spark-style pandas UDF (Series in, Series out); a poisoned record fails its whole batch."""
+    if raw_data.str.contains("POISON").any():
+        raise ValueError("poisoned record in batch")
+    return raw_data.str.split().str.len()
+
+
+@feature(outputs={"sp_len": "double"}, inputs=["RawData.raw_data"], name="sp_len", form="pandas",
+         filter="length(raw_data) < 6000")
+def sp_len(raw_data):
+    """NaN out is null on both engines."""
+    return raw_data.str.len().astype("float64").where(~raw_data.str.startswith("skip"))
+
+
+@feature(outputs={"sp_gpu": "long"}, inputs=["RawData.raw_data"], name="sp_gpu", form="pandas", engine="gpu",
+         batch_size=4, model_size_mb=100)
+def sp_gpu(raw_data):
+    """A pandas UDF on the GPU route: logs the batch it got and the GPU address of its task."""
+    _log("pandas-call", rows=len(raw_data), gpu=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return raw_data.str.len() % 7
+
+
 def _log(event: str, **extra) -> None:
     path = os.environ.get("OMNI_TEST_MODEL_LOG")
     if path:
@@ -214,6 +237,47 @@ def test_spark_and_local_engines_produce_identical_values_errors_and_lineage(spa
     assert frame.count() == 15
 
 
+def test_pandas_udf_stage_matches_the_local_engine(spark, tmp_path, pages):
+    from omni_iceberg.backfill.planner import definitions_of
+    from omni_iceberg.features.udf import get_udf
+    from spark_udfs import pandas_stage
+    from spark_udfs.engine import SparkBackfill, read_unit, table_name
+
+    extra = ["alpha POISON record"] + [f"skip record {i}" for i in range(3)] + [f"plain record {i}" for i in range(9)]
+    on_spark, local = Omni(config=spark.config), Omni(home=tmp_path / "local")
+    for o in (on_spark, local):
+        _fill(o, "se_pandas", pages[:6], pages[6:10], tmp_path, extra_a=extra)
+        o.register_features("se_pandas", _own([sp_words, sp_len]))
+    lr = local.backfill("se_pandas", ["sp_words", "sp_len"], isolation="inline", progress=False, max_error_ratio=None)
+    sr = SparkBackfill(on_spark, spark=spark.session).run("se_pandas", ["sp_words", "sp_len"], progress=False,
+                                                          has_gpu=False)
+    assert sr.status == lr.status == "succeeded" and sr.run_id == lr.run_id
+    assert set(sr.plan["spark"]["stages"].values()) == {"pandas_udf (CPU)"}
+    assert (sr.rows, sr.errors) == (lr.rows, lr.errors) and sr.errors == 1  # the poisoned record, isolated
+    assert _units(sr) == _units(lr) and any(u[5] for u in _units(sr))  # sp_len's filter skipped pages
+    columns = ["RawData.raw_data", "sp_words", "sp_len"]
+    s_facts, l_facts = _facts(on_spark, "se_pandas", columns), _facts(local, "se_pandas", columns)
+    assert s_facts == l_facts and len(s_facts["values"]) == 10 + len(extra)
+    assert {r["sp_len"] for r in s_facts["values"] if r["RawData.raw_data"].startswith("skip")} == {None}
+
+    # the stage is a real pandas UDF: one Arrow-evaluated Python node for both features, no mapInArrow
+    state = on_spark.state("se_pandas")
+    defs = [d for d in definitions_of(state).values() if d.name in ("sp_words", "sp_len")]
+    frame = read_unit(spark.session, "omni", state, ["RawData.raw_data"], "a")
+    tagged = pandas_stage.run_stage(frame, defs, {d.name: get_udf(d.udf) for d in defs}, ["RawData.raw_data"])
+    plan_text = tagged._jdf.queryExecution().executedPlan().toString()
+    assert plan_text.count("ArrowEvalPython") == 1 and "MapInArrow" not in plan_text, plan_text
+
+    # Spark's SQL executor, as the explore planner reaches it: through the registry, by name
+    from omni_iceberg.engines import sql_executor
+    from spark_udfs import plugin
+
+    plugin.register()  # what the omni_iceberg.engines entry point does in an installed package
+    got = sql_executor("spark")(on_spark, "SELECT count(*) AS n FROM " + table_name(
+        "omni", state.physical_table(state.feature("sp_words").table_key).identifier))
+    assert got.to_pylist() == [{"n": 10 + len(extra) - 1}]  # every record but the poisoned one has a value
+
+
 def test_reuse_error_budget_and_retry_behave_as_on_the_local_engine(spark, tmp_path, pages, monkeypatch):
     from spark_udfs.engine import SparkBackfill
 
@@ -320,7 +384,7 @@ def test_udf_bugs_and_crashes_end_as_on_the_local_engine(spark, tmp_path):
 
 
 def test_misconfiguration_gives_one_clear_error(spark, tmp_path, monkeypatch):
-    from spark_udfs.cluster import free_port
+    from tests.services.spark_cluster import free_port
     from spark_udfs.engine import SparkBackfill
 
     omni = Omni(config=spark.config)
@@ -455,3 +519,37 @@ def test_standalone_cluster_kill_resume_task_retry_and_gpu_profile(pg_server, tm
     assert len(setups) == len(set(setups)) and len(calls) > len(setups)  # one model load per worker process
     assert max(c["rows"] for c in calls) <= SModel.definition.batch_size
     assert {c["gpu"] for c in calls} == {"0"}  # the address Spark's resource profile gave the task
+
+
+def test_pandas_udf_gpu_stage_gets_its_gpu_from_a_resource_profile(pg_server, tmp_path, pages):
+    from catalog_ext.config import OmniConfig
+    from tests.services.spark_cluster import SparkTestCluster
+
+    config = OmniConfig.resolve(catalog=pg_server.sqlalchemy_uri, warehouse=(tmp_path / "wh").as_uri(),
+                                home=tmp_path / "home", catalog_name="omni")
+    on_cluster, local = Omni(config=config), Omni(home=tmp_path / "local")
+    for o in (on_cluster, local):
+        _fill(o, "se_pandas_gpu", pages[60:63], pages[63:66], tmp_path)
+        o.register_features("se_pandas_gpu", _own([sp_gpu]))
+    log = tmp_path / "events.jsonl"
+    args = {"catalog": config.catalog_uri, "warehouse": config.warehouse, "home": str(config.home),
+            "jars": str(JARS), "table": "se_pandas_gpu", "features": ["sp_gpu"],
+            "overrides": {"spark.executor.memory": "512m", "spark.cores.max": "2",
+                          "spark.executor.resource.gpu.amount": "1",
+                          "spark.executorEnv.OMNI_TEST_MODEL_LOG": str(log)}}
+    with SparkTestCluster(tmp_path / "spark", fake_gpus=1) as cluster:
+        args["master"] = cluster.master_url
+        done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(args)], cwd=REPO, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-6000:] + cluster.logs()
+    report = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("REPORT "))[7:])
+    assert report["status"] == "succeeded"
+    assert set(report["plan"]["spark"]["stages"].values()) == {
+        "GPU route: pandas_udf, 1 GPU per task through a stage-level resource profile"}
+    lr = local.backfill("se_pandas_gpu", ["sp_gpu"], isolation="inline", progress=False, has_gpu=False)
+    c_facts, l_facts = _facts(on_cluster, "se_pandas_gpu", ["sp_gpu"]), _facts(local, "se_pandas_gpu", ["sp_gpu"])
+    assert c_facts["values"] == l_facts["values"] and len(c_facts["values"]) == 6
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    calls = [c for c in calls if c["event"] == "pandas-call"]
+    assert calls and {c["gpu"] for c in calls} == {"0"}  # the address Spark's resource profile gave the task
+    assert max(c["rows"] for c in calls) <= sp_gpu.definition.batch_size

@@ -115,14 +115,10 @@ def measure_input_bytes(catalog: Any, state: Any, plan: Any) -> int:
 
 
 def spark_blocker(config: Any) -> str | None:
-    """Why Spark cannot run a backfill for ``config`` here, or None."""
-    import importlib.util
+    """Why Spark cannot run a backfill for ``config`` here (not installed, or its own check), or None."""
+    from omni_iceberg.engines import engine_unavailable
 
-    if importlib.util.find_spec("pyspark") is None:
-        return "pyspark is not installed (pip install 'omni-iceberg[spark]')"
-    if config.is_embedded:
-        return "the catalog is embedded SQLite, which Spark would lock (use a PostgreSQL catalog)"
-    return None
+    return engine_unavailable("spark", config)
 
 
 def run_backfill(omni: Any, name: str, features: list[str], batches: list[str] | None = None, *,
@@ -130,12 +126,13 @@ def run_backfill(omni: Any, name: str, features: list[str], batches: list[str] |
                  has_gpu: bool | None = None, plan: Any = None, dry_run: bool = False, **kwargs: Any) -> Any:
     """Plan, choose the engine, run; the report's ``engine``/``engine_reason`` say which and why.
 
-    ``kwargs`` go to the engine (``max_error_ratio``, ``progress``, ``command``;
-    ``isolation`` for the local engine only). Without ``plan`` and ``has_gpu``, a Spark
-    run plans again with the GPUs of the Spark cluster, not of this machine.
+    ``kwargs`` go to the engine's ``run`` (``max_error_ratio``, ``progress``,
+    ``command``); ``isolation`` (local) and ``spark_master`` (Spark) are engine
+    options. Without ``plan`` and ``has_gpu``, a non-local engine plans again with
+    its own GPUs (a Spark cluster's executors), not this machine's. The engine comes
+    from :mod:`omni_iceberg.engines`; a missing one is a ConfigError naming the extra.
     """
     from catalog_ext.contract import split_qualified
-    from omni_iceberg.backfill.engine import backfill
     from omni_iceberg.backfill.planner import plan_backfill
 
     ns, table = split_qualified(name)
@@ -143,32 +140,41 @@ def run_backfill(omni: Any, name: str, features: list[str], batches: list[str] |
     sized = plan or plan_backfill(state, features, batches, has_gpu)
     chosen, reason = choose_engine(state, sized, engine, threshold_bytes, catalog=omni.catalog,
                                    spark_blocker=spark_blocker(omni.config) if engine == "auto" else None)
-    if chosen == "spark" and not (dry_run or sized.empty):
-        from spark_udfs.engine import SparkBackfill
-
-        kwargs.pop("isolation", None)  # Spark isolates UDFs in its own Python workers
-        with SparkBackfill(omni, master=spark_master) as runner:
+    options = _engine_options(kwargs, spark_master)
+    if chosen != "local" and not (dry_run or sized.empty):
+        with _engine(chosen)(omni, **options) as runner:
             return runner.run(name, features, batches, plan=plan, has_gpu=has_gpu, engine_reason=reason, **kwargs)
-    report = backfill(omni, name, features, batches, dry_run=dry_run, has_gpu=has_gpu, plan=sized, **kwargs)
-    report.engine, report.engine_reason = chosen, reason  # spark only reaches here with nothing to run
+    with _engine("local")(omni, **options) as runner:
+        report = runner.run(name, features, batches, dry_run=dry_run, has_gpu=has_gpu, plan=sized,
+                            engine_reason=reason, **kwargs)
+    report.engine, report.engine_reason = chosen, reason  # a non-local engine only reaches here with nothing to run
     return report
 
 
 def run_retry_failed(omni: Any, name: str, features: list[str], error_classes: list[str] | None = None, *,
                      engine: str = "local", spark_master: str | None = None, **kwargs: Any) -> Any:
     """Recompute only the failed records on the chosen engine (``auto`` is local: retries are small)."""
-    if engine == "spark":
-        from spark_udfs.engine import SparkBackfill
-
-        kwargs.pop("isolation", None)
-        with SparkBackfill(omni, master=spark_master) as runner:
-            return runner.retry_failed(name, features, error_classes,
-                                       engine_reason="requested --engine spark", **kwargs)
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
-    from omni_iceberg.backfill.engine import retry_failed
-
-    report = retry_failed(omni, name, features, error_classes=error_classes, **kwargs)
-    report.engine_reason = ("auto: a retry recomputes few records, the local engine" if engine == "auto"
-                            else f"requested --engine {engine}")
+    chosen = "local" if engine == "auto" else engine
+    with _engine(chosen)(omni, **_engine_options(kwargs, spark_master)) as runner:
+        report = runner.retry_failed(name, features, error_classes, engine_reason=(
+            "auto: a retry recomputes few records, the local engine" if engine == "auto"
+            else f"requested --engine {engine}"), **kwargs)
     return report
+
+
+def _engine(name: str) -> Any:
+    from omni_iceberg.engines import backfill_engine
+
+    return backfill_engine(name)
+
+
+def _engine_options(kwargs: dict[str, Any], spark_master: str | None) -> dict[str, Any]:
+    """Engine options out of ``kwargs``: each engine takes the ones it knows (see :mod:`omni_iceberg.engines`)."""
+    options: dict[str, Any] = {}
+    if "isolation" in kwargs:
+        options["isolation"] = kwargs.pop("isolation")
+    if spark_master is not None:
+        options["master"] = spark_master
+    return options

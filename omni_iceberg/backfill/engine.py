@@ -1,4 +1,8 @@
-"""Execute a backfill plan on the local engine and commit it as ONE logical version.
+"""Run a backfill plan and commit it as ONE logical version; the local engine.
+
+:class:`BackfillRun` is the machinery every engine shares (see
+:mod:`omni_iceberg.backfill.protocol`); :class:`LocalExecutor` is the local engine's
+per-unit work and :class:`LocalBackfill` the engine :mod:`omni_iceberg.engines` hands out.
 
 Per stage, one worker holds every feature of the stage (models load once). Per batch
 of the stage, the inputs are read once, bucket by bucket (bounded memory), from the
@@ -15,6 +19,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -26,11 +31,12 @@ from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
 from catalog_ext.physical import StagedWrite, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, PinSnapshot
-from omni_iceberg.backfill.bookkeeping import UNIT_PROPERTY, checkpoint_properties, error_row
-from omni_iceberg.backfill.planner import BackfillPlan, definitions_of, plan_backfill
+from catalog_ext.errors import ConfigError, OmniError
+from omni_iceberg.backfill.bookkeeping import UNIT_PROPERTY, checkpoint_properties, error_row, unit_label
+from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, plan_backfill
+from omni_iceberg.backfill.protocol import Unit, UnitExecutor
 from omni_iceberg.backfill.reuse import ReuseIndex
 from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult
-from catalog_ext.errors import OmniError
 from omni_iceberg.features.registry import physical_column_name
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import get_udf
@@ -74,12 +80,15 @@ class BackfillReport:
     resumed_units: int = 0
     logical_version: int | None = None
     seconds: float = 0.0
+    #: ``feature/batch`` units a concurrent run committed first; this run did not append them again
+    raced_units: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """Milliseconds since the epoch: the unit of checkpoint and run timestamps."""
     return int(time.time() * 1000)
 
 
@@ -89,7 +98,12 @@ def _ts(ms: int) -> datetime:
 
 def unresolved_errors(omni: Any, state: FamilyState, features: list[str], error_classes: list[str] | None = None
                       ) -> tuple[dict[tuple[str, str], set[str]], int]:
-    """Failed records of the current feature versions that still have no value; and the next attempt number."""
+    """Failed records of the current feature versions that still have no value; and the next attempt number.
+
+    Only records of computed units count: a failed run's records (kept in
+    ``omni_sys.errors`` for reading) belong to units no commit made, which the next
+    plain backfill computes whole - retrying them alone would add a second copy later.
+    """
     errors = system_tables.read_rows(omni.catalog, system_tables.ERRORS,
                                      f"logical_table == '{state.table.identifier}'").to_pylist()
     failed: dict[tuple[str, str], set[str]] = {}
@@ -98,8 +112,9 @@ def unresolved_errors(omni: Any, state: FamilyState, features: list[str], error_
         binding = state.feature(f)
         if binding is None:
             raise FeatureDefinitionError(f"no feature {f!r} is registered on {state.table.identifier}")
+        computed = state.computed_batches(f, binding.version)
         rows = [r for r in errors if r["feature"] == f and r["version"] == binding.version
-                and (not error_classes or r["exception_class"] in error_classes)]
+                and r["batch"] in computed and (not error_classes or r["exception_class"] in error_classes)]
         if not rows:
             continue
         attempt = max(attempt, max(r["attempt"] for r in rows) + 1)
@@ -114,14 +129,9 @@ def unresolved_errors(omni: Any, state: FamilyState, features: list[str], error_
 
 def retry_failed(omni: Any, name: str, features: list[str], *, error_classes: list[str] | None = None,
                  **kwargs: Any) -> BackfillReport:
-    """Recompute only the failed records of ``features`` (optionally only some exception classes)."""
-    from omni_iceberg.backfill.planner import plan_retry
-
-    ns, table = split_qualified(name)
-    state = omni.store.load(ns, table)
-    failed, attempt = unresolved_errors(omni, state, features, error_classes)
-    plan = plan_retry(state, features, failed, attempt, kwargs.pop("has_gpu", None))
-    return backfill(omni, name, features, plan=plan, **kwargs)
+    """Recompute only the failed records of ``features`` on the local engine (optionally some exception classes)."""
+    return LocalBackfill(omni, isolation=kwargs.pop("isolation", "process")).retry_failed(
+        name, features, error_classes, **kwargs)
 
 
 def backfill(omni: Any, name: str, features: list[str], batches: list[str] | None = None, *,
@@ -129,36 +139,86 @@ def backfill(omni: Any, name: str, features: list[str], batches: list[str] | Non
              progress: bool | None = None, command: str = "", has_gpu: bool | None = None,
              plan: BackfillPlan | None = None) -> BackfillReport:
     """Plan and (unless ``dry_run``) run a backfill on the local engine."""
-    started = time.perf_counter()
+    return LocalBackfill(omni, isolation=isolation).run(
+        name, features, batches, dry_run=dry_run, max_error_ratio=max_error_ratio, progress=progress,
+        command=command, has_gpu=has_gpu, plan=plan)
+
+
+def start_report(state: FamilyState, plan: BackfillPlan, engine: str, engine_reason: str) -> BackfillReport:
+    """The report of a run of ``plan`` on ``engine``, with the run id every engine derives the same way.
+
+    The id is a hash of the plan, so rerunning the same command finds the same staging
+    branches and resumes.
+    """
+    report = BackfillReport(logical_table=state.table.identifier, plan=plan.to_dict(), engine=engine,
+                            engine_reason=engine_reason)
+    if not plan.empty:
+        report.run_id = ("rt-" if plan.only_ids else "bf-") + plan.fingerprint()
+    return report
+
+
+def failed_run_hint(logical_table: str, run_id: str) -> str:
+    """The exact command that shows the failed records of a run, committed or not."""
+    return f"omni errors {logical_table} --run {run_id}"
+
+
+def run_errors(omni: Any, name: str, run_id: str | None = None) -> pa.Table:
+    """Failed records of ``name`` (optionally one run) with the status of the run that recorded them.
+
+    Failed runs keep their records in ``omni_sys.errors`` too: ``run_status`` tells
+    them apart (``succeeded``, ``failed``, or ``running`` while a run has no outcome yet).
+    """
+    errors = omni.errors(name, run_id)
     ns, table = split_qualified(name)
-    store = omni.store
-    state = store.load(ns, table)
-    plan = plan or plan_backfill(state, features, batches, has_gpu)
-    report = BackfillReport(logical_table=state.table.identifier, plan=plan.to_dict())
-    if plan.empty or dry_run:
-        report.status = "nothing to do" if plan.empty else "dry run"
-        return report
-    report.run_id = ("rt-" if plan.only_ids else "bf-") + plan.fingerprint()
-    run = _Run(omni, store, state, plan, report, isolation, max_error_ratio, progress)
-    return run.run_to_commit(ns, table, command, started)
+    runs = system_tables.read_rows(omni.catalog, system_tables.RUNS, f"logical_table == '{ns}.{table}'")
+    # a rerun of the same plan has the same run id (that is how it resumes): the attempt an
+    # error row belongs to is the run row whose time span holds the moment it failed
+    spans: dict[str, list[tuple[Any, Any, str]]] = {}
+    for r in runs.select(["run_id", "started_at", "finished_at", "status"]).to_pylist():
+        spans.setdefault(r["run_id"], []).append((r["started_at"], r["finished_at"], r["status"]))
+
+    def status_of(rid: str, failed_at: Any) -> str:
+        for started, finished, status in spans.get(rid, ()):
+            if started <= failed_at <= finished:
+                return status
+        return "running"
+
+    status = [status_of(r["run_id"], r["failed_at"]) for r in errors.select(["run_id", "failed_at"]).to_pylist()]
+    return errors.append_column("run_status", pa.array(status, pa.string()))
 
 
-class _Run:
-    def __init__(self, omni, store, state: FamilyState, plan: BackfillPlan, report: BackfillReport,
-                 isolation: str, max_error_ratio: float | None, progress: bool | None):
-        self.omni, self.store, self.state, self.plan, self.report = omni, store, state, plan, report
-        self.isolation = isolation
+class BackfillRun:
+    """One run of a plan: the machinery every engine shares, with a per-unit hook.
+
+    Staging writers (one per feature table) and resume from their checkpoints, the
+    units still to do, the error budget, the ONE logical commit (which drops units a
+    concurrent run already committed), lineage and run rows. The engine plugs in
+    through ``executor`` (a :class:`~omni_iceberg.backfill.protocol.UnitExecutor`).
+
+    Example::
+
+        run = BackfillRun(omni, state, plan, start_report(state, plan, "local", ""), LocalExecutor())
+        report = run.run_to_commit(command="backfill web --features quality")
+    """
+
+    def __init__(self, omni: Any, state: FamilyState, plan: BackfillPlan, report: BackfillReport,
+                 executor: UnitExecutor, *, max_error_ratio: float | None = None, progress: bool | None = None):
+        self.omni, self.store, self.state, self.plan, self.report = omni, omni.store, state, plan, report
+        self.executor = executor
+        report.engine = executor.name
         self.max_error_ratio = max_error_ratio
         self.progress = sys.stderr.isatty() if progress is None else progress
-        self.started_ms = _now_ms()
+        self.started_ms = now_ms()
         self.defs: dict[str, FeatureDefinition] = definitions_of(state)
         self.bindings = {f: state.feature(f) for f in plan.features if plan.features[f].batches}
         self.writers: dict[str, StagedWrite] = {}
         self.stats: dict[tuple[str, str], UnitStats] = {}
         self.done: set[str] = set()
+        #: units a concurrent run committed first: this run's copies were dropped at commit
+        self.raced: set[tuple[str, str]] = set()
         for f, binding in self.bindings.items():
             t = state.physical_table(binding.table_key)
-            w = StagedWrite(store.catalog, t.identifier, t.snapshot_id, report.run_id,
+            w = StagedWrite(self.store.catalog, t.identifier, t.snapshot_id, report.run_id,
                             {"omni.operation": "backfill", "omni.run-id": report.run_id, "omni.feature": binding.key})
             for label, props in w.attach(UNIT_PROPERTY).items():
                 fname, batch = label.split("/", 1)
@@ -169,10 +229,12 @@ class _Run:
                     int(props.get("omni.unit-finished", 0)), resumed=True)
             self.writers[f] = w
         report.resumed_units = len(self.done)
-        self.reuse = ReuseIndex.build(store, state, list(self.bindings.values()))
+        self.reuse = ReuseIndex.build(self.store, state, list(self.bindings.values()))
 
-    def run_to_commit(self, ns: str, table: str, command: str, started: float) -> BackfillReport:
+    def run_to_commit(self, command: str = "", started: float | None = None) -> BackfillReport:
         """Execute every unit, make the one logical commit, record lineage; on failure record that."""
+        started = time.perf_counter() if started is None else started
+        ns, table = split_qualified(self.state.table.identifier)
         try:
             self.execute()
             new_state = self.commit(ns, table, command)
@@ -186,7 +248,7 @@ class _Run:
         return self.report
 
     # ---- execution -----------------------------------------------------------------------
-    def _working_state(self) -> FamilyState:
+    def working_state(self) -> FamilyState:
         """The pinned version plus this run's own staged outputs (earlier stages feed later ones)."""
         heads = {self.bindings[f].table_key: w.staged_snapshot_id for f, w in self.writers.items()
                  if w.staged_snapshot_id is not None}
@@ -194,105 +256,84 @@ class _Run:
                        for t in self.state.tables)
         return self.state.model_copy(update={"tables": tables})
 
-    def _worker(self, stage):
-        defs = [self.defs[f] for f in stage.features]
-        specs = {d.name: get_udf(d.udf) for d in defs}
-        if self.isolation == "process":
-            return ProcessWorker(defs, specs, f"stage {stage.index}")
-        return InlineWorker(defs, specs)
+    def units(self, stage: Stage) -> Iterator[Unit]:
+        """The units of ``stage`` still to do (finished ones were found on the staging branches)."""
+        for batch in stage.batches:
+            todo = tuple(f for f in stage.features
+                         if batch in self.plan.features[f].batches and unit_label(f, batch) not in self.done)
+            if not todo:
+                continue
+            retry = None
+            if self.plan.only_ids:
+                retry = frozenset().union(*(self.plan.only_ids.get((f, batch), set()) for f in todo))
+            yield Unit(stage, batch, todo, retry)
 
     def execute(self) -> None:
         for stage in self.plan.stages:
-            worker = None
+            opened = False
             bar = progress_bar(self.progress, unit="batch", total=len(stage.batches), label=
                        f"stage {stage.index}/{len(self.plan.stages)} [{stage.engine}] {','.join(stage.features)}")
             try:
-                for batch in stage.batches:
-                    todo = [f for f in stage.features
-                            if batch in self.plan.features[f].batches and f"{f}/{batch}" not in self.done]
-                    if todo:
-                        worker = worker or self._worker(stage)
-                        self._run_unit(worker, todo, batch, bar)
+                finished = 0
+                for unit in self.units(stage):
+                    if not opened:
+                        self.executor.open_stage(self, stage)
+                        opened = True
+                    self.run_unit(unit, bar)
+                    finished += 1
                     if bar is not None:
                         bar.update(1)
+                if bar is not None:
+                    bar.update(len(stage.batches) - finished)  # units resumed from checkpoints
             finally:
-                if worker is not None:
-                    worker.close()
+                if opened:
+                    self.executor.close_stage(self, stage)
                 if bar is not None:
                     bar.close()
 
-    def _run_unit(self, worker, todo: list[str], batch: str, bar) -> None:
-        inputs = list(dict.fromkeys(p for f in todo for p in self.defs[f].inputs))
-        stats = {f: UnitStats(f, batch, started_ms=_now_ms()) for f in todo}
-        error_rows: list[dict[str, Any]] = []
-        retry_ids = set().union(*(self.plan.only_ids.get((f, batch), set()) for f in todo)) if self.plan.only_ids else None
-        for part in _rebatch(iter_logical_slices(self.store.catalog, self._working_state(), inputs, batch),
-                             SLICE_ROWS, retry_ids):
-            computed_here = self._reuse(todo, part, stats)
-            result: SliceResult = worker.compute(todo, part)
-            for f in todo:
-                self._write(f, result, computed_here.get(f), stats[f], batch, error_rows)
-            if bar is not None:
-                bar.set_postfix_str(f"batch {batch}: {sum(s.rows for s in stats.values())} rows")
-        self._check_budget(stats)
+    def run_unit(self, unit: Unit, bar: Any = None) -> None:
+        """The per-unit hook: the engine computes ``unit`` and ends it with :meth:`finish_unit`."""
+        self.executor.run_unit(self, unit, bar)
+
+    def finish_unit(self, unit: Unit, stats: dict[str, UnitStats], error_rows: list[dict[str, Any]],
+                    checkpoint: Callable[[str, dict[str, str]], None] | None = None) -> None:
+        """Record the unit's failed records, enforce the budget, checkpoint each feature.
+
+        Failed records are appended BEFORE the budget check: a run stopped by its
+        budget commits nothing, but its records stay readable (``omni errors --run``).
+        ``checkpoint(feature, properties)`` is the engine's own (default: the staged
+        writer commits its pending files as the labelled snapshot).
+        """
         system_tables.append_rows(self.store.catalog, system_tables.ERRORS, error_rows)
-        for f in todo:
+        self.check_budget(stats)
+        for f in unit.features:
             s = stats[f]
-            s.finished_ms = _now_ms()
-            self.writers[f].checkpoint(checkpoint_properties(s))
-            self.stats[(f, batch)] = s
-            self.done.add(f"{f}/{batch}")
+            s.finished_ms = now_ms()
+            props = checkpoint_properties(s)
+            if checkpoint is None:
+                self.writers[f].checkpoint(props)
+            else:
+                checkpoint(f, props)
+            self.stats[(f, unit.batch)] = s
+            self.done.add(unit_label(f, unit.batch))
 
-    def _reuse(self, todo: list[str], part: pa.Table, stats) -> dict[str, pa.Table]:
-        """Copy values computed elsewhere for the same content; those rows are then not recomputed."""
-        if not self.reuse.active:
-            return {}
-        found: dict[str, pa.Table] = {}
-        for f in todo:
-            cols = [physical_column_name(o.name) for o in self.defs[f].outputs]
-            hit = self.reuse.lookup(f, part.column(ID_COLUMN).combine_chunks(), cols)
-            if hit is not None and hit.num_rows:
-                found[f] = hit
-        return found
+    def error_row(self, feature: str, record_id: str, batch: str, exception_class: str, message: str,
+                  traceback_digest: str, failed_at: datetime | None = None) -> dict[str, Any]:
+        """A row of ``omni_sys.errors`` for a record ``feature`` failed on in this run."""
+        return error_row(
+            run_id=self.report.run_id, logical_table=self.state.table.identifier, feature=feature,
+            version=self.defs[feature].version, record_id=record_id, batch=batch, exception_class=exception_class,
+            message=message, traceback_digest=traceback_digest, attempt=self.plan.attempt,
+            failed_at=failed_at or datetime.now(timezone.utc))
 
-    def _write(self, f: str, result: SliceResult, reused: pa.Table | None, s: UnitStats, batch: str,
-               error_rows: list) -> None:
-        d = self.defs[f]
-        out = result.outputs.get(f)
-        s.filtered += result.filtered.get(f, 0)
-        if reused is not None:
-            reused_ids = set(reused.column(ID_COLUMN).to_pylist())
-            copy = pa.Table.from_arrays(
-                [reused.column(ID_COLUMN), pa.array([batch] * reused.num_rows, pa.string())]
-                + [reused.column(c) for c in reused.column_names[1:]],
-                names=[ID_COLUMN, BATCH_COLUMN] + reused.column_names[1:])
-            if out is not None:
-                keep = pa.array([i not in reused_ids for i in out.column(ID_COLUMN).to_pylist()])
-                out = out.filter(keep)
-            s.reused += copy.num_rows
-            self._append(f, copy)
-        failures = [(rid, fail) for rid, fail in result.failures.get(f, [])
-                    if reused is None or rid not in reused_ids]
-        if out is not None and out.num_rows:
-            self._append(f, out)
-            s.rows += out.num_rows
-        s.rows += 0 if reused is None else reused.num_rows
-        s.errors += len(failures)
-        now = datetime.now(timezone.utc)
-        for rid, fail in failures:
-            error_rows.append(error_row(
-                run_id=self.report.run_id, logical_table=self.state.table.identifier, feature=d.name,
-                version=d.version, record_id=rid, batch=batch, exception_class=fail.exception_class,
-                message=fail.message, traceback_digest=fail.traceback_digest, attempt=self.plan.attempt,
-                failed_at=now))
-
-    def _append(self, f: str, data: pa.Table) -> None:
+    def append(self, f: str, data: pa.Table) -> None:
+        """Write rows (keys + physical output columns) of feature ``f`` to its staged table."""
         d = self.defs[f]
         schema = pa.schema(key_arrow_fields() + [
             pa.field(physical_column_name(o.name), arrow_type(o.type)) for o in d.outputs])
         self.writers[f].write(data.select(schema.names).cast(schema))
 
-    def _check_budget(self, stats: dict[str, UnitStats]) -> None:
+    def check_budget(self, stats: dict[str, UnitStats]) -> None:
         if self.max_error_ratio is None:
             return
         for s in list(stats.values()):
@@ -300,28 +341,46 @@ class _Run:
             if total and s.errors / total > self.max_error_ratio:
                 raise ErrorBudgetExceededError(
                     f"feature {s.feature} failed on {s.errors} of {total} records of batch {s.batch} "
-                    f"({s.errors / total:.3%} > {self.max_error_ratio:.3%}); nothing committed. "
-                    f"See 'omni errors {self.state.table.identifier}'")
+                    f"({s.errors / total:.3%} > {self.max_error_ratio:.3%}); nothing committed. The failed "
+                    f"records are kept: see '{failed_run_hint(self.state.table.identifier, self.report.run_id)}'")
 
     # ---- commit and records ------------------------------------------------------------------
     def commit(self, ns: str, table: str, command: str) -> FamilyState:
+        """The ONE logical commit: pin every staged table, mark the units computed.
+
+        Built against ``latest`` on every attempt: a unit a concurrent run committed
+        first (same feature version, same batch) is dropped from this commit - its files
+        are left out of the rebase and it is not marked twice - so a lost race never
+        appends a second copy of the winner's rows.
+        """
+        self.executor.before_commit(self)
         writers = {f: w for f, w in self.writers.items() if w.staged_snapshot_id is not None}
 
         def updates(latest: FamilyState):
-            ups: list[Any] = [PinSnapshot(self.bindings[f].table_key, w.staged_snapshot_id, w.base_snapshot_id)
-                              for f, w in writers.items()]
-            if self.plan.only_ids:  # a retry adds values to units that are already computed
+            ups: list[Any] = []
+            for f, w in writers.items():
+                binding = self.bindings[f]
+                if not self.plan.only_ids:  # a retry adds values to units that are already computed
+                    mine = {b for g, b in self.stats if g == f}
+                    taken = mine & latest.computed_batches(f, binding.version)
+                    if {(f, b) for b in taken} - self.raced:
+                        self.raced |= {(f, b) for b in taken}
+                        w.rebase_excluding(latest.physical_table(binding.table_key).snapshot_id, taken)
+                ups.append(PinSnapshot(binding.table_key, w.staged_snapshot_id, w.base_snapshot_id))
+            if self.plan.only_ids:
                 return tuple(ups)
             ups.append(MarkComputed(tuple(
                 ComputedUnit(feature=f, version=self.bindings[f].version, batch=b, run_id=self.report.run_id,
                              rows=s.rows, errors=s.errors, reused=s.reused, logical_version=latest.version + 1)
-                for (f, b), s in sorted(self.stats.items()))))
+                for (f, b), s in sorted(self.stats.items()) if (f, b) not in self.raced)))
             return tuple(ups)
 
         summary = {"omni.run-id": self.report.run_id,
                    "omni.features": ",".join(sorted({f for f, _ in self.stats}))}
-        return self.store.commit(ns, table, updates, operation="backfill", command=command,
-                                 summary=lambda _: summary, staged=list(writers.values()))
+        new_state = self.store.commit(ns, table, updates, operation="backfill", command=command,
+                                      summary=lambda _: summary, staged=list(writers.values()))
+        self.report.raced_units = sorted(unit_label(f, b) for f, b in self.raced)
+        return new_state
 
     def fail(self, error: BaseException) -> None:
         self.report.status = "failed"
@@ -334,12 +393,13 @@ class _Run:
         self._record_run("failed", None, f"{type(error).__name__}: {error}")
 
     def record(self, new_state: FamilyState) -> None:
-        self.report.units = [asdict(s) for s in self.stats.values()]
-        self.report.rows = sum(s.rows for s in self.stats.values())
-        self.report.errors = sum(s.errors for s in self.stats.values())
-        self.report.reused = sum(s.reused for s in self.stats.values())
+        kept = {k: s for k, s in self.stats.items() if k not in self.raced}  # the winner's lineage stands
+        self.report.units = [asdict(s) for s in kept.values()]
+        self.report.rows = sum(s.rows for s in kept.values())
+        self.report.errors = sum(s.errors for s in kept.values())
+        self.report.reused = sum(s.reused for s in kept.values())
         lineage = []
-        for (f, batch), s in sorted(self.stats.items()):
+        for (f, batch), s in sorted(kept.items()):
             d, binding = self.defs[f], self.bindings[f]
             inputs = []
             input_tables = {}
@@ -358,23 +418,172 @@ class _Run:
                     "output_table": out_table.identifier, "output_snapshot": out_table.snapshot_id,
                     "logical_version": new_state.version, "code_hash": binding.code_hash,
                     "engine": f"{self.report.engine}:{self.plan.features[f].engine}",
-                    "started_at": _ts(s.started_ms or self.started_ms), "finished_at": _ts(s.finished_ms or _now_ms()),
+                    "started_at": _ts(s.started_ms or self.started_ms), "finished_at": _ts(s.finished_ms or now_ms()),
                     "rows": s.rows, "errors": s.errors, "reused": s.reused})
         system_tables.append_rows(self.store.catalog, system_tables.LINEAGE, lineage)
-        self._record_run("succeeded", new_state.version, "")
+        message = (f"units committed first by a concurrent run, not appended again: "
+                   f"{', '.join(self.report.raced_units)}" if self.raced else "")
+        self._record_run("succeeded", new_state.version, message)
 
     def _record_run(self, status: str, version: int | None, message: str) -> None:
+        kept = [s for k, s in self.stats.items() if k not in self.raced]
         try:
             system_tables.append_rows(self.store.catalog, system_tables.RUNS, [{
                 "run_id": self.report.run_id, "logical_table": self.state.table.identifier,
                 "features": ",".join(sorted(self.bindings)), "batches": ",".join(self.plan.batches),
                 "engine": self.report.engine, "status": status, "plan": json.dumps(self.report.plan, default=str),
-                "rows": sum(s.rows for s in self.stats.values()), "errors": sum(s.errors for s in self.stats.values()),
-                "reused": sum(s.reused for s in self.stats.values()), "logical_version": version,
+                "rows": sum(s.rows for s in kept), "errors": sum(s.errors for s in kept),
+                "reused": sum(s.reused for s in kept), "logical_version": version,
                 "started_at": _ts(self.started_ms), "finished_at": datetime.now(timezone.utc), "message": message}])
         except Exception:  # noqa: BLE001 - never hide the run's own outcome behind bookkeeping
             if status == "succeeded":
                 raise
+
+
+# ---- the local engine ------------------------------------------------------------------------
+class LocalExecutor:
+    """The local engine's units: pyarrow reads, UDFs in a worker process (or inline).
+
+    ``isolation="process"`` runs a stage's UDFs in a child process (a crashing UDF
+    cannot take the caller down); ``"inline"`` runs them here (tests, debugging).
+    """
+
+    name = "local"
+
+    def __init__(self, isolation: str = "process"):
+        if isolation not in ("process", "inline"):
+            raise ConfigError(f"unknown isolation {isolation!r}: use 'process' or 'inline'")
+        self.isolation = isolation
+        self._worker: Any = None
+        self._stage: Stage | None = None
+
+    def open_stage(self, run: BackfillRun, stage: Stage) -> None:
+        self._stage = stage  # the worker starts with the first unit that computes something
+
+    def _worker_for(self, run: BackfillRun, stage: Stage) -> Any:
+        if self._worker is None:
+            defs = [run.defs[f] for f in stage.features]
+            specs = {d.name: get_udf(d.udf) for d in defs}
+            self._worker = (ProcessWorker(defs, specs, f"stage {stage.index}") if self.isolation == "process"
+                            else InlineWorker(defs, specs))
+        return self._worker
+
+    def close_stage(self, run: BackfillRun, stage: Stage) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def before_commit(self, run: BackfillRun) -> None:
+        pass  # every write went through the staged writers
+
+    def run_unit(self, run: BackfillRun, unit: Unit, bar: Any) -> None:
+        todo, batch = list(unit.features), unit.batch
+        inputs = list(dict.fromkeys(p for f in todo for p in run.defs[f].inputs))
+        stats = {f: UnitStats(f, batch, started_ms=now_ms()) for f in todo}
+        error_rows: list[dict[str, Any]] = []
+        for part in _rebatch(iter_logical_slices(run.store.catalog, run.working_state(), inputs, batch),
+                             SLICE_ROWS, unit.retry_ids):
+            computed_here = self._reuse(run, todo, part)
+            result: SliceResult = self._worker_for(run, unit.stage).compute(todo, part)
+            for f in todo:
+                self._write(run, f, result, computed_here.get(f), stats[f], batch, error_rows)
+            if bar is not None:
+                bar.set_postfix_str(f"batch {batch}: {sum(s.rows for s in stats.values())} rows")
+        run.finish_unit(unit, stats, error_rows)
+
+    @staticmethod
+    def _reuse(run: BackfillRun, todo: list[str], part: pa.Table) -> dict[str, pa.Table]:
+        """Copy values computed elsewhere for the same content; those rows are then not recomputed."""
+        if not run.reuse.active:
+            return {}
+        found: dict[str, pa.Table] = {}
+        for f in todo:
+            cols = [physical_column_name(o.name) for o in run.defs[f].outputs]
+            hit = run.reuse.lookup(f, part.column(ID_COLUMN).combine_chunks(), cols)
+            if hit is not None and hit.num_rows:
+                found[f] = hit
+        return found
+
+    @staticmethod
+    def _write(run: BackfillRun, f: str, result: SliceResult, reused: pa.Table | None, s: UnitStats, batch: str,
+               error_rows: list) -> None:
+        out = result.outputs.get(f)
+        s.filtered += result.filtered.get(f, 0)
+        if reused is not None:
+            reused_ids = set(reused.column(ID_COLUMN).to_pylist())
+            copy = pa.Table.from_arrays(
+                [reused.column(ID_COLUMN), pa.array([batch] * reused.num_rows, pa.string())]
+                + [reused.column(c) for c in reused.column_names[1:]],
+                names=[ID_COLUMN, BATCH_COLUMN] + reused.column_names[1:])
+            if out is not None:
+                keep = pa.array([i not in reused_ids for i in out.column(ID_COLUMN).to_pylist()])
+                out = out.filter(keep)
+            s.reused += copy.num_rows
+            run.append(f, copy)
+        failures = [(rid, fail) for rid, fail in result.failures.get(f, [])
+                    if reused is None or rid not in reused_ids]
+        if out is not None and out.num_rows:
+            run.append(f, out)
+            s.rows += out.num_rows
+        s.rows += 0 if reused is None else reused.num_rows
+        s.errors += len(failures)
+        now = datetime.now(timezone.utc)
+        for rid, fail in failures:
+            error_rows.append(run.error_row(f, rid, batch, fail.exception_class, fail.message,
+                                            fail.traceback_digest, now))
+
+
+class LocalBackfill:
+    """The local backfill engine (registered as ``local`` in :mod:`omni_iceberg.engines`).
+
+    >>> from omni_iceberg.engines import backfill_engine
+    >>> backfill_engine("local") is LocalBackfill
+    True
+    """
+
+    name = "local"
+
+    def __init__(self, omni: Any, *, isolation: str = "process", **_ignored: Any):
+        # other engines' options (a Spark master) mean nothing here: the registry passes them to every engine
+        self.omni = omni
+        self.isolation = isolation
+
+    def __enter__(self) -> LocalBackfill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    def run(self, name: str, features: list[str], batches: list[str] | None = None, *, dry_run: bool = False,
+            max_error_ratio: float | None = None, progress: bool | None = None, command: str = "",
+            has_gpu: bool | None = None, plan: BackfillPlan | None = None, engine_reason: str = "",
+            ) -> BackfillReport:
+        """Plan (unless ``plan`` is given) and run on this machine; ONE logical commit."""
+        started = time.perf_counter()
+        ns, table = split_qualified(name)
+        state = self.omni.store.load(ns, table)
+        plan = plan or plan_backfill(state, features, batches, has_gpu)
+        report = start_report(state, plan, self.name, engine_reason)
+        if plan.empty or dry_run:
+            report.status = "nothing to do" if plan.empty else "dry run"
+            return report
+        run = BackfillRun(self.omni, state, plan, report, LocalExecutor(self.isolation),
+                          max_error_ratio=max_error_ratio, progress=progress)
+        return run.run_to_commit(command, started)
+
+    def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None,
+                     **kwargs: Any) -> BackfillReport:
+        """Recompute only the failed records of ``features`` (optionally some exception classes)."""
+        from omni_iceberg.backfill.planner import plan_retry
+
+        ns, table = split_qualified(name)
+        state = self.omni.store.load(ns, table)
+        failed, attempt = unresolved_errors(self.omni, state, features, error_classes)
+        plan = plan_retry(state, features, failed, attempt, kwargs.pop("has_gpu", None))
+        return self.run(name, features, plan=plan, **kwargs)
 
 
 def _rebatch(slices, size: int, only_ids: set[str] | None):

@@ -1,7 +1,7 @@
 """Run one feature's UDF over a slice of rows, isolating the records it fails on.
 
-Row UDFs are called per row inside a try. Arrow-batch and class UDFs are called on
-the whole slice; if the call raises, the slice is bisected until the failing records
+Row UDFs are called per row inside a try. Arrow-batch, pandas (Series in, Series
+out) and class UDFs are called on the whole slice; if the call raises, the slice is bisected until the failing records
 are alone, so good neighbours keep their values (the paper's UDF-level isolation).
 A wrong result shape or type is a bug in the definition, not in a record: it is
 raised at once as :class:`FeatureDefinitionError` naming the feature.
@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from catalog_ext.errors import ConfigError
 from catalog_ext.physical import arrow_type
 from omni_iceberg.features.shared import SharedBatch
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
@@ -44,6 +45,12 @@ class FeatureRunner:
         self.spec = spec
         self._fn: Any = None
         self._types = [arrow_type(o.type) for o in definition.outputs]
+        if spec.form == "pandas":
+            import importlib.util
+
+            if importlib.util.find_spec("pandas") is None:  # else every record would "fail" on the import
+                raise ConfigError(f"feature {definition.key} is a pandas UDF (form='pandas') and pandas is not "
+                                  f"installed here: pip install 'omni-iceberg[spark]' (or pandas)")
 
     @property
     def fn(self) -> Any:
@@ -128,6 +135,8 @@ class FeatureRunner:
             idx = pa.array(rows, pa.int64())
             args = [c.take(idx) for c in columns]
             sub_shared = SharedBatch({k: [v[i] for i in rows] for k, v in shared._columns.items()}) if shared else None
+        if self.spec.form == "pandas":  # the pandas-UDF form: one pandas Series per input, as Spark passes them
+            args = [a.to_pandas() for a in args]
         try:
             params = self.definition.params
             if self.spec.wants_shared:
@@ -148,6 +157,8 @@ class FeatureRunner:
 
     def _split_batch(self, result: Any, n: int) -> list[list[Any]]:
         outs = self.definition.outputs
+        if self.spec.form == "pandas" and hasattr(result, "columns") and hasattr(result, "iloc"):
+            result = {str(c): result[c] for c in result.columns}  # a DataFrame: one column per output
         if isinstance(result, dict):
             parts = [result.get(o.name, result.get(o.name.rsplit(".", 1)[-1])) for o in outs]
         elif len(outs) == 1:
@@ -161,6 +172,9 @@ class FeatureRunner:
         for o, part in zip(outs, parts):
             if part is None:
                 raise FeatureDefinitionError(f"feature {self.definition.key}: no values returned for {o.name!r}")
+            if self.spec.form == "pandas" and hasattr(part, "iloc"):
+                # as Spark reads a pandas UDF's result: NaN and None are both null
+                part = pa.Array.from_pandas(part)
             vals = part.to_pylist() if hasattr(part, "to_pylist") else list(part.tolist() if hasattr(part, "tolist") else part)
             if len(vals) != n:
                 raise FeatureDefinitionError(

@@ -4,6 +4,10 @@
     def text_length(parsed_text):            # input inferred from the parameter name
         return len(parsed_text)
 
+    @feature(outputs={"n_words": "long"}, form="pandas")   # a Spark-style pandas UDF
+    def n_words(parsed_text):                 # a pandas Series in, a Series out
+        return parsed_text.str.split().str.len()
+
     @feature(outputs={"quality_score": "double"}, form="batch", engine="auto", model_size_mb=90)
     class QualityScore:
         def setup(self): self.model = load()   # once per worker, not per batch
@@ -25,7 +29,7 @@ from typing import Any, Callable, Literal
 
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError, OutputColumn
 
-Form = Literal["row", "batch", "class"]
+Form = Literal["row", "batch", "class", "pandas"]
 SHARED_PARAM = "shared"
 
 _UDFS: dict[str, "UdfSpec"] = {}
@@ -86,6 +90,11 @@ def register_udf(name: str, target: Any, form: Form | None = None, definition: F
                  replace: bool = True) -> UdfSpec:
     form = form or ("class" if inspect.isclass(target) else "row")
     inputs, config, shared = _signature(target, form)
+    if form == "pandas" and (shared or inspect.isclass(target)):
+        # Spark calls each pandas UDF on its own: there is no batch shared with other features
+        raise FeatureDefinitionError(
+            f"UDF {name!r}: form='pandas' takes a function of pandas Series (Series in, Series out), "
+            f"without a {SHARED_PARAM!r} parameter; use form='batch' or form='class' for those")
     spec = UdfSpec(name, form, target, inputs, config, shared, code_hash(target), definition)
     existing = _UDFS.get(name)
     if existing is not None and not replace and existing.code_hash != spec.code_hash:

@@ -1,0 +1,19 @@
+"""Spark's SQL executor: run SQL already rewritten to the Spark dialect, return Arrow.
+
+Registered as ``sql_executor("spark")`` in :mod:`omni_iceberg.engines` (through the
+``omni_iceberg.engines`` entry point), so the explore planner never imports Spark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+
+def execute_sql(omni: Any, sql_text: str) -> pa.Table:
+    """``sql_text`` (Spark dialect, physical tables at pinned snapshots) on a Spark session for omni's catalog."""
+    from spark_udfs.session import build_spark_session
+
+    spark = build_spark_session(omni.config)
+    return pa.Table.from_pandas(spark.sql(sql_text).toPandas(), preserve_index=False)
