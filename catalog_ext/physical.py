@@ -20,40 +20,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog_ext import iceberg_io
+from catalog_ext import iceberg_io, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
-from catalog_ext.errors import SchemaConflictError
 
 STAGING_BRANCH_PREFIX = "omni-stage-"
 
 
 def iceberg_type(type_str: str) -> Any:
-    """Iceberg type string -> pyiceberg type."""
-    from pyiceberg import types as T
-
-    simple = {
-        "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType(),
-        "float": T.FloatType(), "boolean": T.BooleanType(), "binary": T.BinaryType(), "date": T.DateType(),
-        "timestamp": T.TimestampType(), "timestamptz": T.TimestamptzType(),
-    }
-    if type_str in simple:
-        return simple[type_str]
-    if type_str.startswith("list<") and type_str.endswith(">"):
-        return T.ListType(element_id=0, element_type=iceberg_type(type_str[5:-1]), element_required=False)
-    raise SchemaConflictError(f"unsupported column type {type_str!r}")
+    """Logical type string -> pyiceberg type (kept for callers; see :mod:`catalog_ext.types`)."""
+    return types.to_iceberg(type_str)
 
 
 def arrow_type(type_str: str) -> pa.DataType:
-    simple = {
-        "string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(),
-        "float": pa.float32(), "boolean": pa.bool_(), "binary": pa.binary(), "date": pa.date32(),
-        "timestamp": pa.timestamp("us"), "timestamptz": pa.timestamp("us", tz="UTC"),
-    }
-    if type_str in simple:
-        return simple[type_str]
-    if type_str.startswith("list<"):
-        return pa.list_(arrow_type(type_str[5:-1]))
-    raise SchemaConflictError(f"unsupported column type {type_str!r}")
+    """Logical type string -> Arrow type (kept for callers; see :mod:`catalog_ext.types`)."""
+    return types.to_arrow(type_str)
 
 
 def key_arrow_fields() -> list[pa.Field]:

@@ -7,7 +7,6 @@ capabilities land). Appends retry on a lost race, since many writers share them.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -143,18 +142,20 @@ def append_rows(catalog: Any, name: str, rows: list[dict[str, Any]], attempts: i
     """Append rows to a system table, retrying when another writer committed first."""
     if not rows:
         return
-    from pyiceberg.exceptions import CommitFailedException
+    from catalog_ext.iceberg_io import is_commit_race
+    from catalog_ext.retry import retry
 
     data = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
-    for attempt in range(attempts):
+
+    def append() -> Any:
         table = system_table(catalog, name)
-        try:
-            table.append(data)
-            break
-        except CommitFailedException:
-            time.sleep(0.05 * (attempt + 1))
-    else:
-        raise CommitConflictError(f"could not append to {SYSTEM_NAMESPACE}.{name} after {attempts} attempts")
+        table.append(data)
+        return table
+
+    table = retry(append, on=is_commit_race, attempts=attempts, backoff=0.05, cap=1.0,
+                  exhausted=lambda e: CommitConflictError(
+                      f"could not append to {SYSTEM_NAMESPACE}.{name} after {attempts} attempts "
+                      f"(last: {e}); other writers keep winning - retry later"))
     if len(table.metadata.snapshots) >= COMPACT_AFTER_SNAPSHOTS:
         compact_system_table(table)
 
