@@ -100,6 +100,9 @@ class Batch(_Frozen):
     sources: list[str] = Field(default_factory=list)
     version: int
     committed_ms: int
+    #: the submit attempt that committed this batch: its rejects are the batch's rejects
+    #: (earlier, failed attempts of the same batch name wrote rejects under other ids)
+    submit_id: str = ""
 
 
 class FeatureBinding(_Frozen):

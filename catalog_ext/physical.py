@@ -20,10 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog_ext import iceberg_io, types
+from catalog_ext import iceberg_io, staging, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
-
-STAGING_BRANCH_PREFIX = "omni-stage-"
+from catalog_ext.staging import STAGING_BRANCH_PREFIX
 
 
 def iceberg_type(type_str: str) -> Any:
@@ -87,12 +86,20 @@ class StagedWrite:
     ``attach`` finds it again, tells which units are done and which files they added.
     """
 
-    def __init__(self, catalog: Any, identifier: str, base_snapshot_id: int, run_id: str, properties: dict[str, str]):
+    def __init__(self, catalog: Any, identifier: str, base_snapshot_id: int, run_id: str, properties: dict[str, str],
+                 *, rebasable: bool = True):
         self.catalog = catalog
         self.identifier = identifier
         self.base_snapshot_id = base_snapshot_id
+        self.run_id = run_id
         self.branch = f"{STAGING_BRANCH_PREFIX}{run_id}"
-        self.properties = dict(properties)
+        # every snapshot names its run: cleanup tells a run's own snapshots from its base by it
+        self.properties = {"omni.run-id": run_id, **properties}
+        #: appends can be re-committed onto another writer's snapshot; rewrites (compaction)
+        #: cannot - a PinConflict on them fails the commit instead
+        self.rebasable = rebasable
+        #: set by the logical commit once it pinned this write: from then on its files are live
+        self.committed = False
         self.table = catalog.load_table(identifier)
         self.pending_files: list[Any] = []  # written, not yet on the branch
         self.branch_files: list[Any] = []  # committed on the branch
@@ -192,20 +199,38 @@ class StagedWrite:
 
         iceberg_io.with_table_retry(self.catalog, self.identifier, fast_forward)
 
-    def abandon(self) -> None:
-        """Drop the staging branch of a failed commit; its files become orphans for cleanup."""
+    def overwrite(self, data: pa.Table, overwrite_filter: Any, properties: dict[str, str] | None = None) -> int:
+        """Replace the rows matching ``overwrite_filter`` on the branch with ``data`` (one snapshot).
 
-        def drop(table):
-            if self.branch in table.metadata.refs:
-                table.manage_snapshots().remove_branch(self.branch).commit()
+        For rewrites such as compaction; such a write is not rebasable (see ``rebasable``).
+        """
+        def rewrite(table):
+            if self.branch not in table.metadata.refs:
+                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
+                table = self.catalog.load_table(self.identifier)
+            table.overwrite(data.cast(table.schema().as_arrow()), overwrite_filter=overwrite_filter,
+                            branch=self.branch, snapshot_properties={**self.properties, **(properties or {})})
+            return self.catalog.load_table(self.identifier)
 
-        iceberg_io.with_table_retry(self.catalog, self.identifier, drop)
+        table = iceberg_io.with_table_retry(self.catalog, self.identifier, rewrite)
+        self.rows += data.num_rows
+        self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
+        return self.staged_snapshot_id
+
+    def abandon(self) -> tuple[int, int]:
+        """Drop the staging branch of a failed run and delete the data files only it wrote.
+
+        Files still pending (written, never checkpointed) go too. Snapshots reachable from
+        ``main``, another branch, or the base this write started from are kept with their
+        files. Returns (files deleted, bytes freed).
+        """
+        if self.committed:  # interrupted after the logical commit: the files are readable, keep them
+            return 0, 0
+        result = staging.discard_branch(self.catalog, self.identifier, self.branch, [self.base_snapshot_id],
+                                        extra_files=self.pending_files)
+        self.pending_files, self.branch_files, self.staged_snapshot_id = [], [], None
+        return result
 
 
 def _is_ancestor(table: Any, ancestor_id: int, snapshot_id: int | None) -> bool:
-    current = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-    while current is not None:
-        if current.snapshot_id == ancestor_id:
-            return True
-        current = table.snapshot_by_id(current.parent_snapshot_id) if current.parent_snapshot_id else None
-    return False
+    return staging.is_ancestor(table, ancestor_id, snapshot_id)

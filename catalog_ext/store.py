@@ -273,7 +273,7 @@ class FamilyStore:
                 )
             except PinConflict as conflict:
                 writer = staged_by_key.get(base.physical_table(conflict.table_key).identifier)
-                if writer is None or conflict.actual is None:
+                if writer is None or conflict.actual is None or not writer.rebasable:
                     raise
                 writer.rebase(conflict.actual)  # same files, new parent: nothing recomputed
                 raise _LostRace(conflict) from conflict
@@ -288,6 +288,8 @@ class FamilyStore:
                 self.views.replace_view(view, metadata)
             except CommitConflictError as e:
                 raise _LostRace(e) from e
+            for writer in staged_by_key.values():
+                writer.committed = True
             return new_state
 
         new_state = retry(

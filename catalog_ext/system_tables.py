@@ -191,3 +191,26 @@ def read_rows(catalog: Any, name: str, row_filter: str | None = None) -> pa.Tabl
         return SCHEMAS[name].empty_table()
     scan = table.scan(row_filter=row_filter) if row_filter else table.scan()
     return scan.to_arrow()
+
+
+def read_rejects(catalog: Any, state: Any, batch: str | None = None) -> pa.Table:
+    """Rejected records of a logical table (``state``: its FamilyState), optionally one batch.
+
+    A batch name can be submitted several times until one attempt commits; each attempt
+    writes its rejects under its own ``submit_id``. For a committed batch only the
+    committing attempt's rejects are the batch's; for a batch that never committed every
+    attempt's rejects are shown (they explain why it did not).
+    """
+    from catalog_ext.contract import check_batch_name
+
+    flt = f"logical_table == '{state.table.identifier}'"
+    if batch:
+        check_batch_name(batch)  # interpolated into the filter expression
+        flt += f" and batch == '{batch}'"
+    rows = read_rows(catalog, REJECTS, flt)
+    committed = {b.name: b.submit_id for b in state.batches if getattr(b, "submit_id", "")}
+    if not committed or rows.num_rows == 0:
+        return rows
+    keep = [committed.get(b, s) == s for b, s in zip(rows.column("batch").to_pylist(),
+                                                       rows.column("submit_id").to_pylist())]
+    return rows.filter(pa.array(keep, pa.bool_()))

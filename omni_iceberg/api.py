@@ -93,14 +93,7 @@ class Omni:
         """Rejected records of ``name`` (optionally one batch), from ``omni_sys.rejects``."""
         from catalog_ext import system_tables
 
-        ns, table = split_qualified(name)
-        ident = f"{ns}.{table}"
-        flt = f"logical_table == '{ident}'" + (f" and batch == '{batch}'" if batch else "")
-        from catalog_ext.contract import check_batch_name
-
-        if batch:
-            check_batch_name(batch)  # it is interpolated into the filter expression above
-        return system_tables.read_rows(self.catalog, system_tables.REJECTS, flt)
+        return system_tables.read_rejects(self.catalog, self.state(name), batch)
 
     # ---- add columns ------------------------------------------------------------------------
     def register_features(self, name: str, definitions: list[Any], command: str = "") -> list[Any]:
