@@ -24,6 +24,9 @@ from catalog_ext import iceberg_io, staging, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.staging import STAGING_BRANCH_PREFIX
 
+#: snapshot property of a staged delete: the batches whose old rows a run replaces
+CLEARED_PROPERTY = "omni.cleared-batches"
+
 
 def iceberg_type(type_str: str) -> Any:
     """Logical type string -> pyiceberg type (kept for callers; see :mod:`catalog_ext.types`)."""
@@ -100,6 +103,8 @@ class StagedWrite:
         self.rebasable = rebasable
         #: set by the logical commit once it pinned this write: from then on its files are live
         self.committed = False
+        #: batches whose earlier rows this write replaces (stale units being recomputed)
+        self.cleared_batches: list[str] = []
         self.table = catalog.load_table(identifier)
         self.pending_files: list[Any] = []  # written, not yet on the branch
         self.branch_files: list[Any] = []  # committed on the branch
@@ -154,6 +159,8 @@ class StagedWrite:
             props = snap.summary.additional_properties if snap.summary else {}
             if label_property in props:
                 labels[props[label_property]] = dict(props)
+            if CLEARED_PROPERTY in props:
+                self.cleared_batches = sorted(set(self.cleared_batches) | set(props[CLEARED_PROPERTY].split(",")))
             files = iceberg_io.added_data_files(table, snap.snapshot_id) + files
             snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
         if snap is None:  # the branch does not start at our base: it cannot be resumed
@@ -171,6 +178,8 @@ class StagedWrite:
             if self.branch in table.metadata.refs:
                 ops = ops.remove_branch(self.branch)
             ops.create_branch(onto_snapshot_id, self.branch).commit()
+            if self.cleared_batches:  # the winner's snapshot may hold rows of batches we replace
+                self._delete_batches(self.catalog.load_table(self.identifier), self.cleared_batches)
             return iceberg_io.commit_data_files(self.catalog.load_table(self.identifier), self.data_files,
                                                 self.branch, self.properties)
 
@@ -198,6 +207,38 @@ class StagedWrite:
             ops.commit()
 
         iceberg_io.with_table_retry(self.catalog, self.identifier, fast_forward)
+
+    def clear_batches(self, batches: list[str]) -> int | None:
+        """Remove the rows of ``batches`` on the branch, before their recomputed rows are written.
+
+        For stale units: the feature version is the same, so its table already holds rows
+        of those batches computed from an outdated upstream. The delete is one snapshot
+        on the branch (whole files: tables are partitioned by batch), replayed by
+        :meth:`rebase` and found again by :meth:`attach`. Pending files are committed first.
+        """
+        todo = sorted(set(batches) - set(self.cleared_batches))
+        if not todo:
+            return self.staged_snapshot_id
+        if self.pending_files:
+            self.checkpoint()
+
+        def delete(table):
+            if self.branch not in table.metadata.refs:
+                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
+                table = self.catalog.load_table(self.identifier)
+            self._delete_batches(table, todo)
+            return self.catalog.load_table(self.identifier)
+
+        table = iceberg_io.with_table_retry(self.catalog, self.identifier, delete)
+        self.cleared_batches = sorted(set(self.cleared_batches) | set(todo))
+        self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
+        return self.staged_snapshot_id
+
+    def _delete_batches(self, table: Any, batches: list[str]) -> None:
+        from pyiceberg.expressions import In
+
+        table.delete(In(BATCH_COLUMN, set(batches)), branch=self.branch,
+                     snapshot_properties={**self.properties, CLEARED_PROPERTY: ",".join(batches)})
 
     def overwrite(self, data: pa.Table, overwrite_filter: Any, properties: dict[str, str] | None = None) -> int:
         """Replace the rows matching ``overwrite_filter`` on the branch with ``data`` (one snapshot).

@@ -303,7 +303,49 @@ class FamilyStore:
                 writer.publish()
             except Exception:  # noqa: BLE001 - best effort by design, see StagedWrite.publish
                 pass
+        self._index_feature_values(new_state)
         return new_state
+
+    def _index_feature_values(self, state: FamilyState) -> None:
+        """Record where the units this version computed live (``omni_sys.feature_values``).
+
+        The index is what reuse by content searches; a failure to write it (the commit
+        already happened) only means those values are not offered for reuse.
+        """
+        from datetime import datetime, timezone
+
+        from catalog_ext import system_tables
+        from catalog_ext.data_versions import current_chains, unit_freshness
+
+        units = [u for u in state.computed if u.logical_version == state.version]
+        if not units:
+            return
+        chains = None
+        rows = []
+        now = datetime.now(timezone.utc)
+        for u in units:
+            binding = state.feature(u.feature, u.version)
+            data_version = u.data_version
+            if not data_version and binding.current:
+                # recorded without a data version (an engine that does not pass one): the chain of
+                # this very version is its data version when its producers were computed before it
+                chains = chains or current_chains(state)
+                if unit_freshness(state, u.feature, u.batch, chains)[0] == "fresh":
+                    data_version = chains[u.feature].data_version
+            if not data_version:
+                continue
+            table = state.physical_table(binding.table_key)
+            if table.snapshot_id is None:
+                continue
+            rows.append({"feature": u.feature, "version": u.version, "code_hash": binding.code_hash,
+                         "data_version": data_version, "logical_table": state.table.identifier,
+                         "id_mode": state.table.id_mode, "batch": u.batch, "physical_table": table.identifier,
+                         "snapshot_id": table.snapshot_id, "logical_version": state.version, "rows": u.rows,
+                         "committed_at": now})
+        try:
+            system_tables.append_rows(self.catalog, system_tables.FEATURE_VALUES, rows)
+        except Exception:  # noqa: BLE001 - see docstring: a missed index row is a missed reuse, never wrong data
+            pass
 
 
 class _LostRace(Exception):

@@ -20,9 +20,26 @@ RUNS = "runs"
 LINEAGE = "lineage"
 ERRORS = "errors"
 QUERY_LOG = "query_log"
+FEATURE_VALUES = "feature_values"
 _TS = pa.timestamp("us", tz="UTC")
 
 SCHEMAS: dict[str, pa.Schema] = {
+    # where the values of feature@version with one data version live, catalog-wide: the
+    # reuse index. Partitioned by feature, so a lookup reads only that feature's rows.
+    FEATURE_VALUES: pa.schema([
+        pa.field("feature", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("code_hash", pa.string(), nullable=False),
+        pa.field("data_version", pa.string(), nullable=False),
+        pa.field("logical_table", pa.string(), nullable=False),
+        pa.field("id_mode", pa.string(), nullable=False),
+        pa.field("batch", pa.string(), nullable=False),
+        pa.field("physical_table", pa.string(), nullable=False),
+        pa.field("snapshot_id", pa.int64(), nullable=False),
+        pa.field("logical_version", pa.int64(), nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+        pa.field("committed_at", _TS, nullable=False),
+    ]),
     REJECTS: pa.schema([
         pa.field("logical_table", pa.string(), nullable=False),
         pa.field("batch", pa.string(), nullable=False),
@@ -128,7 +145,7 @@ def system_table(catalog: Any, name: str) -> Any:
     except NamespaceAlreadyExistsError:
         pass
     try:
-        return catalog.create_table(ident, schema=SCHEMAS[name], properties={
+        table = catalog.create_table(ident, schema=SCHEMAS[name], properties={
             "format-version": "2",
             # appends come one per query/run: keep the metadata log short and delete old files
             "write.metadata.previous-versions-max": "20",
@@ -136,6 +153,16 @@ def system_table(catalog: Any, name: str) -> Any:
         })
     except TableAlreadyExistsError:
         return catalog.load_table(ident)
+    if name in PARTITION_BY:
+        # the creator partitions before any row exists; a crash here only costs pruning
+        with table.update_spec() as spec:
+            spec.add_identity(PARTITION_BY[name])
+        table = catalog.load_table(ident)
+    return table
+
+
+#: system tables read by one key: partitioned on it so a lookup reads only its files
+PARTITION_BY = {FEATURE_VALUES: "feature"}
 
 
 def append_rows(catalog: Any, name: str, rows: list[dict[str, Any]], attempts: int = 10) -> None:
