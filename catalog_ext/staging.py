@@ -16,7 +16,8 @@ and the age of its head snapshot (the time of its last checkpoint):
   get to drop its branch. The branch is dropped; its files are live and kept.
 - **live** - the head is younger than the grace period: a run may still be writing.
   Kept. The grace period must exceed the longest pause between two checkpoints of a
-  live run (``OMNI_STAGE_GRACE_S``, default 2 hours).
+  live run (``OMNI_STAGE_GRACE_S``, default 2 hours; ingest branches, which exist only
+  while their commit runs, ``OMNI_STAGE_INGEST_GRACE_S``, default 10 minutes).
 - **resumable** - a backfill branch (run ids ``bf-``/``rt-``: a rerun of the same plan
   has the same id) that starts at ``P``: rerunning the plan resumes from it, so it is
   kept until the TTL (``OMNI_STAGE_TTL_S``, default 7 days).
@@ -55,6 +56,9 @@ class StagingPolicy:
     """When a staging branch counts as abandoned."""
 
     grace_s: float = field(default_factory=lambda: _env_seconds("OMNI_STAGE_GRACE_S", 2 * 3600))
+    #: an ingest stages its branch only right before its logical commit, so its branch
+    #: lives seconds; a shorter grace lets the next submit clean up after a killed one
+    ingest_grace_s: float = field(default_factory=lambda: _env_seconds("OMNI_STAGE_INGEST_GRACE_S", 600))
     ttl_s: float = field(default_factory=lambda: _env_seconds("OMNI_STAGE_TTL_S", 7 * 24 * 3600))
 
 
@@ -193,8 +197,9 @@ def classify(table: Any, branch: str, pinned: int | None, policy: StagingPolicy,
         return "stale", f"empty and its base is older than the {policy.ttl_s:.0f}s TTL", age_s
     if pinned is not None and ref.snapshot_id in ancestors(table, pinned):
         return "committed", "its snapshot is pinned by the logical table", age_s
-    if age_s < policy.grace_s:
-        return "live", f"last write {age_s:.0f}s ago, within the {policy.grace_s:.0f}s grace period", age_s
+    grace = min(policy.grace_s, policy.ingest_grace_s) if props.get("omni.operation") == "ingest" else policy.grace_s
+    if age_s < grace:
+        return "live", f"last write {age_s:.0f}s ago, within the {grace:.0f}s grace period", age_s
     resumable = run_id.startswith(RESUMABLE_RUN_PREFIXES) and pinned is not None and pinned in chain
     if resumable and age_s < policy.ttl_s:
         return "resumable", "starts at the pinned snapshot: rerunning the same backfill resumes it", age_s

@@ -192,3 +192,15 @@ def test_a_branch_left_by_an_interrupted_publish_is_dropped_and_its_data_kept(we
     assert [(b.verdict, b.removed, b.files_deleted) for b in report.branches] == [("committed", True, 0)]
     assert _staging_refs(web, base) == []
     assert web.read("web").num_rows == 30
+
+
+def test_a_killed_submits_branch_outlives_only_the_short_ingest_grace(web, tmp_path):
+    _kill_submit(web.config.home, _docs(tmp_path / "b.jsonl", "b", 10), "b", "before-commit")
+    state = web.state("web")
+    head = web.catalog.load_table(state.base_table.identifier).metadata.refs
+    (branch,) = [r for r in head if r.startswith("omni-stage-")]
+    ts = web.catalog.load_table(state.base_table.identifier).snapshot_by_id(head[branch].snapshot_id).timestamp_ms
+    policy = StagingPolicy(grace_s=3600, ttl_s=7200, ingest_grace_s=600)
+    soon = sweep_stale_branches(web.catalog, state, policy=policy, dry_run=True, now_ms=ts + 599_000)
+    later = sweep_stale_branches(web.catalog, state, policy=policy, dry_run=True, now_ms=ts + 601_000)
+    assert [b.verdict for b in soon.branches] == ["live"] and [b.verdict for b in later.branches] == ["stale"]
