@@ -100,6 +100,9 @@ class Batch(_Frozen):
     sources: list[str] = Field(default_factory=list)
     version: int
     committed_ms: int
+    #: the submit attempt that committed this batch: its rejects are the batch's rejects
+    #: (earlier, failed attempts of the same batch name wrote rejects under other ids)
+    submit_id: str = ""
 
 
 class FeatureBinding(_Frozen):
@@ -120,7 +123,14 @@ class FeatureBinding(_Frozen):
 
 
 class ComputedUnit(_Frozen):
-    """Feature ``name@version`` has been computed for batch ``batch`` (errors are null outputs)."""
+    """Feature ``name@version`` has been computed for batch ``batch`` (errors are null outputs).
+
+    ``data_version`` identifies the values themselves: the feature's version and code
+    plus the data versions of the features that produced its inputs (see
+    :mod:`catalog_ext.data_versions`). ``upstream`` names those producers
+    (``column<-feature@version#data_version`` or ``column<-ingest``), so a stale unit
+    can say what changed. Documents written before data versions have both empty.
+    """
 
     feature: str
     version: str
@@ -130,6 +140,8 @@ class ComputedUnit(_Frozen):
     errors: int
     reused: int = 0
     logical_version: int
+    data_version: str = ""
+    upstream: tuple[str, ...] = ()
 
 
 class FamilyState(_Frozen):
@@ -249,7 +261,16 @@ class FamilyState(_Frozen):
         return next((f for f in self.features if f.current and logical_path in f.outputs), None)
 
     def computed_batches(self, name: str, version: str) -> set[str]:
+        """Batches with a computed unit of ``name@version``, fresh or stale (see data_versions)."""
         return {u.batch for u in self.computed if u.feature == name and u.version == version}
+
+    def computed_unit(self, name: str, version: str, batch: str) -> ComputedUnit | None:
+        """The latest unit recorded for ``name@version`` on ``batch``."""
+        found = None
+        for u in self.computed:
+            if u.feature == name and u.version == version and u.batch == batch:
+                found = u
+        return found
 
     def stage_fields(self, stage: str) -> list[LogicalColumn]:
         return [c for c in self.columns if c.stage == stage]

@@ -80,18 +80,45 @@ def with_table_retry(catalog: Any, identifier: str, action, attempts: int = 20):
     Used for metadata-only commits on family tables (branches, appends of already
     written files): retrying them is cheap and never rewrites data.
     """
-    import random
-    import time
+    from catalog_ext.retry import retry
 
-    for attempt in range(attempts):
-        table = catalog.load_table(identifier)
+    return retry(lambda: action(catalog.load_table(identifier)), on=is_commit_race, attempts=attempts,
+                 backoff=0.02, cap=1.0)
+
+
+def file_io(catalog: Any, location: str) -> Any:
+    """The catalog's FileIO for ``location`` (pyiceberg keeps this behind a private method)."""
+    return catalog._load_file_io(location=location)
+
+
+def delete_files(catalog: Any, paths: Iterable[str]) -> int:
+    """Delete data files by path; returns how many were deleted (missing ones are skipped)."""
+    deleted = 0
+    for path in paths:
+        io = file_io(catalog, path)
         try:
-            return action(table)
-        except Exception as e:  # noqa: BLE001
-            if not is_commit_race(e) or attempt == attempts - 1:
-                raise
-            time.sleep(min(1.0, 0.02 * 2**attempt) * (0.5 + random.random()))
-    raise AssertionError("unreachable")
+            io.delete(path)
+            deleted += 1
+        except FileNotFoundError:
+            continue
+    return deleted
+
+
+def reachable_data_files(table: Any, snapshot_ids: Iterable[int]) -> set[str]:
+    """Paths of every live data file in the given snapshots (metadata reads only)."""
+    out: set[str] = set()
+    seen_manifests: set[str] = set()
+    for sid in snapshot_ids:
+        snapshot = table.snapshot_by_id(sid)
+        if snapshot is None:
+            continue
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                out.add(entry.data_file.file_path)
+    return out
 
 
 def scan_tasks_by_bucket(table: Any, snapshot_id: int, selected: tuple[str, ...], row_filter: Any) -> tuple[Any, dict[int, list[Any]]]:

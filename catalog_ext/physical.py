@@ -20,40 +20,22 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog_ext import iceberg_io
+from catalog_ext import iceberg_io, staging, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
-from catalog_ext.errors import SchemaConflictError
+from catalog_ext.staging import STAGING_BRANCH_PREFIX
 
-STAGING_BRANCH_PREFIX = "omni-stage-"
+#: snapshot property of a staged delete: the batches whose old rows a run replaces
+CLEARED_PROPERTY = "omni.cleared-batches"
 
 
 def iceberg_type(type_str: str) -> Any:
-    """Iceberg type string -> pyiceberg type."""
-    from pyiceberg import types as T
-
-    simple = {
-        "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType(),
-        "float": T.FloatType(), "boolean": T.BooleanType(), "binary": T.BinaryType(), "date": T.DateType(),
-        "timestamp": T.TimestampType(), "timestamptz": T.TimestamptzType(),
-    }
-    if type_str in simple:
-        return simple[type_str]
-    if type_str.startswith("list<") and type_str.endswith(">"):
-        return T.ListType(element_id=0, element_type=iceberg_type(type_str[5:-1]), element_required=False)
-    raise SchemaConflictError(f"unsupported column type {type_str!r}")
+    """Logical type string -> pyiceberg type (kept for callers; see :mod:`catalog_ext.types`)."""
+    return types.to_iceberg(type_str)
 
 
 def arrow_type(type_str: str) -> pa.DataType:
-    simple = {
-        "string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(),
-        "float": pa.float32(), "boolean": pa.bool_(), "binary": pa.binary(), "date": pa.date32(),
-        "timestamp": pa.timestamp("us"), "timestamptz": pa.timestamp("us", tz="UTC"),
-    }
-    if type_str in simple:
-        return simple[type_str]
-    if type_str.startswith("list<"):
-        return pa.list_(arrow_type(type_str[5:-1]))
-    raise SchemaConflictError(f"unsupported column type {type_str!r}")
+    """Logical type string -> Arrow type (kept for callers; see :mod:`catalog_ext.types`)."""
+    return types.to_arrow(type_str)
 
 
 def key_arrow_fields() -> list[pa.Field]:
@@ -107,12 +89,22 @@ class StagedWrite:
     ``attach`` finds it again, tells which units are done and which files they added.
     """
 
-    def __init__(self, catalog: Any, identifier: str, base_snapshot_id: int, run_id: str, properties: dict[str, str]):
+    def __init__(self, catalog: Any, identifier: str, base_snapshot_id: int, run_id: str, properties: dict[str, str],
+                 *, rebasable: bool = True):
         self.catalog = catalog
         self.identifier = identifier
         self.base_snapshot_id = base_snapshot_id
+        self.run_id = run_id
         self.branch = f"{STAGING_BRANCH_PREFIX}{run_id}"
-        self.properties = dict(properties)
+        # every snapshot names its run: cleanup tells a run's own snapshots from its base by it
+        self.properties = {"omni.run-id": run_id, **properties}
+        #: appends can be re-committed onto another writer's snapshot; rewrites (compaction)
+        #: cannot - a PinConflict on them fails the commit instead
+        self.rebasable = rebasable
+        #: set by the logical commit once it pinned this write: from then on its files are live
+        self.committed = False
+        #: batches whose earlier rows this write replaces (stale units being recomputed)
+        self.cleared_batches: list[str] = []
         self.table = catalog.load_table(identifier)
         self.pending_files: list[Any] = []  # written, not yet on the branch
         self.branch_files: list[Any] = []  # committed on the branch
@@ -167,6 +159,8 @@ class StagedWrite:
             props = snap.summary.additional_properties if snap.summary else {}
             if label_property in props:
                 labels[props[label_property]] = dict(props)
+            if CLEARED_PROPERTY in props:
+                self.cleared_batches = sorted(set(self.cleared_batches) | set(props[CLEARED_PROPERTY].split(",")))
             files = iceberg_io.added_data_files(table, snap.snapshot_id) + files
             snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
         if snap is None:  # the branch does not start at our base: it cannot be resumed
@@ -184,6 +178,8 @@ class StagedWrite:
             if self.branch in table.metadata.refs:
                 ops = ops.remove_branch(self.branch)
             ops.create_branch(onto_snapshot_id, self.branch).commit()
+            if self.cleared_batches:  # the winner's snapshot may hold rows of batches we replace
+                self._delete_batches(self.catalog.load_table(self.identifier), self.cleared_batches)
             return iceberg_io.commit_data_files(self.catalog.load_table(self.identifier), self.data_files,
                                                 self.branch, self.properties)
 
@@ -244,20 +240,70 @@ class StagedWrite:
 
         iceberg_io.with_table_retry(self.catalog, self.identifier, fast_forward)
 
-    def abandon(self) -> None:
-        """Drop the staging branch of a failed commit; its files become orphans for cleanup."""
+    def clear_batches(self, batches: list[str]) -> int | None:
+        """Remove the rows of ``batches`` on the branch, before their recomputed rows are written.
 
-        def drop(table):
-            if self.branch in table.metadata.refs:
-                table.manage_snapshots().remove_branch(self.branch).commit()
+        For stale units: the feature version is the same, so its table already holds rows
+        of those batches computed from an outdated upstream. The delete is one snapshot
+        on the branch (whole files: tables are partitioned by batch), replayed by
+        :meth:`rebase` and found again by :meth:`attach`. Pending files are committed first.
+        """
+        todo = sorted(set(batches) - set(self.cleared_batches))
+        if not todo:
+            return self.staged_snapshot_id
+        if self.pending_files:
+            self.checkpoint()
 
-        iceberg_io.with_table_retry(self.catalog, self.identifier, drop)
+        def delete(table):
+            if self.branch not in table.metadata.refs:
+                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
+                table = self.catalog.load_table(self.identifier)
+            self._delete_batches(table, todo)
+            return self.catalog.load_table(self.identifier)
+
+        table = iceberg_io.with_table_retry(self.catalog, self.identifier, delete)
+        self.cleared_batches = sorted(set(self.cleared_batches) | set(todo))
+        self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
+        return self.staged_snapshot_id
+
+    def _delete_batches(self, table: Any, batches: list[str]) -> None:
+        from pyiceberg.expressions import In
+
+        table.delete(In(BATCH_COLUMN, set(batches)), branch=self.branch,
+                     snapshot_properties={**self.properties, CLEARED_PROPERTY: ",".join(batches)})
+
+    def overwrite(self, data: pa.Table, overwrite_filter: Any, properties: dict[str, str] | None = None) -> int:
+        """Replace the rows matching ``overwrite_filter`` on the branch with ``data`` (one snapshot).
+
+        For rewrites such as compaction; such a write is not rebasable (see ``rebasable``).
+        """
+        def rewrite(table):
+            if self.branch not in table.metadata.refs:
+                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
+                table = self.catalog.load_table(self.identifier)
+            table.overwrite(data.cast(table.schema().as_arrow()), overwrite_filter=overwrite_filter,
+                            branch=self.branch, snapshot_properties={**self.properties, **(properties or {})})
+            return self.catalog.load_table(self.identifier)
+
+        table = iceberg_io.with_table_retry(self.catalog, self.identifier, rewrite)
+        self.rows += data.num_rows
+        self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
+        return self.staged_snapshot_id
+
+    def abandon(self) -> tuple[int, int]:
+        """Drop the staging branch of a failed run and delete the data files only it wrote.
+
+        Files still pending (written, never checkpointed) go too. Snapshots reachable from
+        ``main``, another branch, or the base this write started from are kept with their
+        files. Returns (files deleted, bytes freed).
+        """
+        if self.committed:  # interrupted after the logical commit: the files are readable, keep them
+            return 0, 0
+        result = staging.discard_branch(self.catalog, self.identifier, self.branch, [self.base_snapshot_id],
+                                        extra_files=self.pending_files)
+        self.pending_files, self.branch_files, self.staged_snapshot_id = [], [], None
+        return result
 
 
 def _is_ancestor(table: Any, ancestor_id: int, snapshot_id: int | None) -> bool:
-    current = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-    while current is not None:
-        if current.snapshot_id == ancestor_id:
-            return True
-        current = table.snapshot_by_id(current.parent_snapshot_id) if current.parent_snapshot_id else None
-    return False
+    return staging.is_ancestor(table, ancestor_id, snapshot_id)

@@ -14,13 +14,12 @@ physical snapshots if both touched the same table), and tries again.
 from __future__ import annotations
 
 import json
-import random
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from catalog_ext import view_sql
+from catalog_ext import iceberg_io, view_sql
 from catalog_ext.contract import (
     BATCH_COLUMN,
     DEFAULT_STAGE_FIELDS,
@@ -37,7 +36,9 @@ from catalog_ext.family import (
     PhysicalTable,
     PhysicalTableGroup,
 )
-from catalog_ext.physical import StagedWrite, create_physical_table, iceberg_type
+from catalog_ext.physical import StagedWrite, create_physical_table
+from catalog_ext.retry import retry
+from catalog_ext.types import to_iceberg
 from catalog_ext.updates import PinConflict, PreconditionFailed, Update, apply_updates
 from catalog_ext.views import (
     LoadedView,
@@ -91,14 +92,12 @@ class FamilyStore:
     # ---- documents ---------------------------------------------------------------------
     def _write_family(self, view_location: str, state: FamilyState) -> str:
         path = f"{view_location.rstrip('/')}/omni/family-v{state.version:06d}-{uuid.uuid4()}.json"
-        io = self.catalog._load_file_io(location=path)
-        with io.new_output(path).create(overwrite=False) as out:
+        with iceberg_io.file_io(self.catalog, path).new_output(path).create(overwrite=False) as out:
             out.write(state.to_json().encode())
         return path
 
     def _read_family(self, path: str) -> FamilyState:
-        io = self.catalog._load_file_io(location=path)
-        with io.new_input(path).open() as stream:
+        with iceberg_io.file_io(self.catalog, path).new_input(path).open() as stream:
             return FamilyState.from_json(stream.read())
 
     def _representations(self, state: FamilyState) -> list[ViewRepresentation]:
@@ -138,7 +137,7 @@ class FamilyStore:
         from pyiceberg.types import NestedField, StructType
 
         raw_struct = StructType(
-            *[NestedField(100 + i, f, iceberg_type(t), required=False) for i, (f, t) in enumerate(raw_fields.items())]
+            *[NestedField(100 + i, f, to_iceberg(t), required=False) for i, (f, t) in enumerate(raw_fields.items())]
         )
         try:
             table, snapshot_id = create_physical_table(
@@ -263,11 +262,9 @@ class FamilyStore:
         new latest state after a lost race. ``staged`` writes are rebased onto the
         winner's snapshots when a :class:`PinConflict` says both touched a table.
         """
-        staged_by_key: dict[str, StagedWrite] = {}
-        for sw in staged:
-            staged_by_key[sw.identifier] = sw
-        last_error: Exception | None = None
-        for attempt in range(MAX_COMMIT_ATTEMPTS):
+        staged_by_key: dict[str, StagedWrite] = {sw.identifier: sw for sw in staged}
+
+        def attempt() -> FamilyState:
             base, view = self._load_with_view(namespace, name)
             try:
                 new_state = apply_updates(
@@ -275,13 +272,11 @@ class FamilyStore:
                     summary=summary(base) if summary else {}, now_ms=int(time.time() * 1000),
                 )
             except PinConflict as conflict:
-                table = base.physical_table(conflict.table_key)
-                writer = staged_by_key.get(table.identifier)
-                if writer is None or conflict.actual is None:
+                writer = staged_by_key.get(base.physical_table(conflict.table_key).identifier)
+                if writer is None or conflict.actual is None or not writer.rebasable:
                     raise
                 writer.rebase(conflict.actual)  # same files, new parent: nothing recomputed
-                last_error = conflict
-                continue
+                raise _LostRace(conflict) from conflict
             family_location = self._write_family(view.metadata["location"], new_state)
             metadata = with_new_version(
                 view.metadata, view_sql.view_schema(new_state), self._representations(new_state),
@@ -292,19 +287,69 @@ class FamilyStore:
             try:
                 self.views.replace_view(view, metadata)
             except CommitConflictError as e:
-                last_error = e
-                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
-                continue
+                raise _LostRace(e) from e
             for writer in staged_by_key.values():
-                try:
-                    writer.publish()
-                except Exception:  # noqa: BLE001 - best effort by design, see StagedWrite.publish
-                    pass
+                writer.committed = True
             return new_state
-        raise CommitConflictError(
-            f"could not commit to {namespace}.{name} after {MAX_COMMIT_ATTEMPTS} attempts "
-            f"(last: {last_error}); other writers keep winning - retry later"
+
+        new_state = retry(
+            attempt, on=_LostRace, attempts=MAX_COMMIT_ATTEMPTS, backoff=0.05, cap=2.0,
+            exhausted=lambda e: CommitConflictError(
+                f"could not commit to {namespace}.{name} after {MAX_COMMIT_ATTEMPTS} attempts "
+                f"(last: {e.__cause__ or e}); other writers keep winning - retry later"),
         )
+        for writer in staged_by_key.values():
+            try:
+                writer.publish()
+            except Exception:  # noqa: BLE001 - best effort by design, see StagedWrite.publish
+                pass
+        self._index_feature_values(new_state)
+        return new_state
+
+    def _index_feature_values(self, state: FamilyState) -> None:
+        """Record where the units this version computed live (``omni_sys.feature_values``).
+
+        The index is what reuse by content searches; a failure to write it (the commit
+        already happened) only means those values are not offered for reuse.
+        """
+        from datetime import datetime, timezone
+
+        from catalog_ext import system_tables
+        from catalog_ext.data_versions import current_chains, unit_freshness
+
+        units = [u for u in state.computed if u.logical_version == state.version]
+        if not units:
+            return
+        chains = None
+        rows = []
+        now = datetime.now(timezone.utc)
+        for u in units:
+            binding = state.feature(u.feature, u.version)
+            data_version = u.data_version
+            if not data_version and binding.current:
+                # recorded without a data version (an engine that does not pass one): the chain of
+                # this very version is its data version when its producers were computed before it
+                chains = chains or current_chains(state)
+                if unit_freshness(state, u.feature, u.batch, chains)[0] == "fresh":
+                    data_version = chains[u.feature].data_version
+            if not data_version:
+                continue
+            table = state.physical_table(binding.table_key)
+            if table.snapshot_id is None:
+                continue
+            rows.append({"feature": u.feature, "version": u.version, "code_hash": binding.code_hash,
+                         "data_version": data_version, "logical_table": state.table.identifier,
+                         "id_mode": state.table.id_mode, "batch": u.batch, "physical_table": table.identifier,
+                         "snapshot_id": table.snapshot_id, "logical_version": state.version, "rows": u.rows,
+                         "committed_at": now})
+        try:
+            system_tables.append_rows(self.catalog, system_tables.FEATURE_VALUES, rows)
+        except Exception:  # noqa: BLE001 - see docstring: a missed index row is a missed reuse, never wrong data
+            pass
+
+
+class _LostRace(Exception):
+    """Another writer won this attempt (view CAS lost, or a staged table rebased): try again."""
 
 
 def describe_updates(updates: Iterable[Update]) -> str:

@@ -7,7 +7,6 @@ capabilities land). Appends retry on a lost race, since many writers share them.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -21,9 +20,26 @@ RUNS = "runs"
 LINEAGE = "lineage"
 ERRORS = "errors"
 QUERY_LOG = "query_log"
+FEATURE_VALUES = "feature_values"
 _TS = pa.timestamp("us", tz="UTC")
 
 SCHEMAS: dict[str, pa.Schema] = {
+    # where the values of feature@version with one data version live, catalog-wide: the
+    # reuse index. Partitioned by feature, so a lookup reads only that feature's rows.
+    FEATURE_VALUES: pa.schema([
+        pa.field("feature", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("code_hash", pa.string(), nullable=False),
+        pa.field("data_version", pa.string(), nullable=False),
+        pa.field("logical_table", pa.string(), nullable=False),
+        pa.field("id_mode", pa.string(), nullable=False),
+        pa.field("batch", pa.string(), nullable=False),
+        pa.field("physical_table", pa.string(), nullable=False),
+        pa.field("snapshot_id", pa.int64(), nullable=False),
+        pa.field("logical_version", pa.int64(), nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+        pa.field("committed_at", _TS, nullable=False),
+    ]),
     REJECTS: pa.schema([
         pa.field("logical_table", pa.string(), nullable=False),
         pa.field("batch", pa.string(), nullable=False),
@@ -129,7 +145,7 @@ def system_table(catalog: Any, name: str) -> Any:
     except NamespaceAlreadyExistsError:
         pass
     try:
-        return catalog.create_table(ident, schema=SCHEMAS[name], properties={
+        table = catalog.create_table(ident, schema=SCHEMAS[name], properties={
             "format-version": "2",
             # appends come one per query/run: keep the metadata log short and delete old files
             "write.metadata.previous-versions-max": "20",
@@ -137,24 +153,36 @@ def system_table(catalog: Any, name: str) -> Any:
         })
     except TableAlreadyExistsError:
         return catalog.load_table(ident)
+    if name in PARTITION_BY:
+        # the creator partitions before any row exists; a crash here only costs pruning
+        with table.update_spec() as spec:
+            spec.add_identity(PARTITION_BY[name])
+        table = catalog.load_table(ident)
+    return table
+
+
+#: system tables read by one key: partitioned on it so a lookup reads only its files
+PARTITION_BY = {FEATURE_VALUES: "feature"}
 
 
 def append_rows(catalog: Any, name: str, rows: list[dict[str, Any]], attempts: int = 10) -> None:
     """Append rows to a system table, retrying when another writer committed first."""
     if not rows:
         return
-    from pyiceberg.exceptions import CommitFailedException
+    from catalog_ext.iceberg_io import is_commit_race
+    from catalog_ext.retry import retry
 
     data = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
-    for attempt in range(attempts):
+
+    def append() -> Any:
         table = system_table(catalog, name)
-        try:
-            table.append(data)
-            break
-        except CommitFailedException:
-            time.sleep(0.05 * (attempt + 1))
-    else:
-        raise CommitConflictError(f"could not append to {SYSTEM_NAMESPACE}.{name} after {attempts} attempts")
+        table.append(data)
+        return table
+
+    table = retry(append, on=is_commit_race, attempts=attempts, backoff=0.05, cap=1.0,
+                  exhausted=lambda e: CommitConflictError(
+                      f"could not append to {SYSTEM_NAMESPACE}.{name} after {attempts} attempts "
+                      f"(last: {e}); other writers keep winning - retry later"))
     if len(table.metadata.snapshots) >= COMPACT_AFTER_SNAPSHOTS:
         compact_system_table(table)
 
@@ -190,3 +218,26 @@ def read_rows(catalog: Any, name: str, row_filter: str | None = None) -> pa.Tabl
         return SCHEMAS[name].empty_table()
     scan = table.scan(row_filter=row_filter) if row_filter else table.scan()
     return scan.to_arrow()
+
+
+def read_rejects(catalog: Any, state: Any, batch: str | None = None) -> pa.Table:
+    """Rejected records of a logical table (``state``: its FamilyState), optionally one batch.
+
+    A batch name can be submitted several times until one attempt commits; each attempt
+    writes its rejects under its own ``submit_id``. For a committed batch only the
+    committing attempt's rejects are the batch's; for a batch that never committed every
+    attempt's rejects are shown (they explain why it did not).
+    """
+    from catalog_ext.contract import check_batch_name
+
+    flt = f"logical_table == '{state.table.identifier}'"
+    if batch:
+        check_batch_name(batch)  # interpolated into the filter expression
+        flt += f" and batch == '{batch}'"
+    rows = read_rows(catalog, REJECTS, flt)
+    committed = {b.name: b.submit_id for b in state.batches if getattr(b, "submit_id", "")}
+    if not committed or rows.num_rows == 0:
+        return rows
+    keep = [committed.get(b, s) == s for b, s in zip(rows.column("batch").to_pylist(),
+                                                       rows.column("submit_id").to_pylist())]
+    return rows.filter(pa.array(keep, pa.bool_()))

@@ -144,15 +144,29 @@ class BindFeature:
 
 @dataclass(frozen=True)
 class MarkComputed:
+    """Record computed units. A unit recomputed with another data version (it was stale)
+    replaces the earlier record of the same feature version and batch; the same data
+    version recorded twice (two runs raced) is kept once."""
+
     units: tuple[ComputedUnit, ...]
 
     def apply(self, s: FamilyState) -> dict:
-        done = {(u.feature, u.version, u.batch) for u in s.computed}
         for u in self.units:
             if s.feature(u.feature, u.version) is None:
                 raise PreconditionFailed(f"feature {u.feature}@{u.version} is not registered on {s.table.identifier}")
-        new = tuple(u for u in self.units if (u.feature, u.version, u.batch) not in done)
-        return {"computed": s.computed + new}
+        latest = {(u.feature, u.version, u.batch): u for u in s.computed}
+        replaced: set[tuple[str, str, str]] = set()
+        new: list[ComputedUnit] = []
+        for u in self.units:
+            key = (u.feature, u.version, u.batch)
+            old = latest.get(key)
+            if old is not None and old.data_version == u.data_version:
+                continue
+            if old is not None:
+                replaced.add(key)
+            new.append(u)
+        kept = tuple(u for u in s.computed if (u.feature, u.version, u.batch) not in replaced)
+        return {"computed": kept + tuple(new)}
 
 
 Update = (AddBatch | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature

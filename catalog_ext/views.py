@@ -151,7 +151,9 @@ class SqlViewCatalog:
 
     # ---- files ----------------------------------------------------------------------
     def _io(self, location: str):
-        return self._catalog._load_file_io(location=location)
+        from catalog_ext.iceberg_io import file_io
+
+        return file_io(self._catalog, location)
 
     def _write_metadata(self, metadata: dict[str, Any]) -> str:
         n = len(metadata["version-log"])

@@ -20,8 +20,10 @@ from typing import Any
 
 from catalog_ext.contract import BATCH_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
-from catalog_ext.physical import STAGING_BRANCH_PREFIX
+from catalog_ext.physical import StagedWrite
+from catalog_ext.store import FamilyStore
 from catalog_ext.updates import PinSnapshot
+from governance.maintenance import clean_leftovers
 
 
 @dataclass
@@ -53,13 +55,13 @@ class CompactionPlan:
         return "\n".join(lines)
 
 
-def plan_compaction(omni: Any, name: str, min_files: int = 2) -> CompactionPlan:
+def plan_compaction(store: FamilyStore, name: str, min_files: int = 2) -> CompactionPlan:
     """Partitions (batch, bucket) with at least ``min_files`` data files, per physical table."""
     ns, table = split_qualified(name)
-    state: FamilyState = omni.store.load(ns, table)
+    state: FamilyState = store.load(ns, table)
     plan = CompactionPlan(state.table.identifier, state.version)
     for t in state.tables:
-        ice = omni.catalog.load_table(t.identifier)
+        ice = store.catalog.load_table(t.identifier)
         per_partition: dict[tuple, int] = {}
         total = 0
         for task in ice.scan(snapshot_id=t.snapshot_id).plan_files():
@@ -75,59 +77,52 @@ def plan_compaction(omni: Any, name: str, min_files: int = 2) -> CompactionPlan:
     return plan
 
 
-def compact(omni: Any, name: str, min_files: int = 2, dry_run: bool = False) -> dict[str, Any]:
-    """Run a compaction plan; returns the plan, files after, and the new logical version."""
+def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = False,
+            clean: bool = True) -> dict[str, Any]:
+    """Run a compaction plan; returns the plan, files after, and the new logical version.
+
+    With ``clean`` (default) the leftovers of killed runs are removed first (see
+    :func:`governance.maintenance.clean_leftovers`); the report lists them.
+    """
     from pyiceberg.expressions import EqualTo
 
-    from catalog_ext import iceberg_io
-
-    plan = plan_compaction(omni, name, min_files)
-    report: dict[str, Any] = {"plan": asdict(plan), "logical_version": plan.version, "files_after": {}}
+    report: dict[str, Any] = {}
+    if clean:
+        report["cleanup"] = clean_leftovers(store, name, dry_run=dry_run).to_dict()
+    plan = plan_compaction(store, name, min_files)
+    report.update({"plan": asdict(plan), "logical_version": plan.version, "files_after": {}})
     if plan.empty or dry_run:
         return report
     ns, table = split_qualified(name)
-    branch = f"{STAGING_BRANCH_PREFIX}compact-{uuid.uuid4().hex[:12]}"
-    staged: dict[str, int] = {}
-    committed = False
+    run_id = f"compact-{uuid.uuid4().hex[:12]}"
+    writers = {t.key: StagedWrite(store.catalog, t.identifier, t.snapshot_id, run_id,
+                                  {"omni.operation": "compact"}, rebasable=False)
+               for t in plan.tables}
     try:
         for t in plan.tables:
-            iceberg_io.with_table_retry(omni.catalog, t.identifier,
-                                        lambda ice, t=t: ice.manage_snapshots().create_branch(t.snapshot_id, branch).commit())
+            w = writers[t.key]
             for batch in sorted(t.batches):
-                ice = omni.catalog.load_table(t.identifier)
-                rows = ice.scan(row_filter=EqualTo(BATCH_COLUMN, batch), snapshot_id=ice.metadata.refs[branch].snapshot_id
-                                ).to_arrow()
-                ice.overwrite(rows.cast(ice.schema().as_arrow()), overwrite_filter=EqualTo(BATCH_COLUMN, batch),
-                              branch=branch, snapshot_properties={"omni.operation": "compact", "omni.batch": batch})
-            ice = omni.catalog.load_table(t.identifier)
-            staged[t.key] = ice.metadata.refs[branch].snapshot_id
-            report["files_after"][t.identifier] = sum(1 for _ in ice.scan(snapshot_id=staged[t.key]).plan_files())
+                head = w.staged_snapshot_id or t.snapshot_id
+                rows = store.catalog.load_table(t.identifier).scan(
+                    row_filter=EqualTo(BATCH_COLUMN, batch), snapshot_id=head).to_arrow()
+                w.overwrite(rows, EqualTo(BATCH_COLUMN, batch), {"omni.batch": batch})
+            report["files_after"][t.identifier] = sum(
+                1 for _ in store.catalog.load_table(t.identifier).scan(snapshot_id=w.staged_snapshot_id).plan_files())
 
         def updates(latest: FamilyState):
-            return tuple(PinSnapshot(t.key, staged[t.key], t.snapshot_id) for t in plan.tables)
+            # a rewrite cannot be rebased: if another writer moved a table, PinConflict fails
+            # this commit (StagedWrite.rebasable is False) and compaction runs again later
+            return tuple(PinSnapshot(t.key, writers[t.key].staged_snapshot_id, t.snapshot_id) for t in plan.tables)
 
-        new_state = omni.store.commit(ns, table, updates, operation="compact", command=f"compact {name}",
-                                      summary=lambda _: {"omni.tables": ",".join(t.key for t in plan.tables)})
-        committed = True
-    finally:
-        for t in plan.tables:
-            _publish(omni, t.identifier, branch, staged.get(t.key) if committed else None)
+        new_state = store.commit(ns, table, updates, operation="compact", command=f"compact {name}",
+                                 summary=lambda _: {"omni.tables": ",".join(t.key for t in plan.tables)},
+                                 staged=list(writers.values()))
+    except BaseException:
+        for w in writers.values():  # the rewritten files were never pinned: delete them
+            try:
+                w.abandon()
+            except Exception:  # noqa: BLE001 - the original error matters more; the sweep retries
+                pass
+        raise
     report["logical_version"] = new_state.version
     return report
-
-
-def _publish(omni: Any, identifier: str, branch: str, snapshot_id: int | None) -> None:
-    """Fast-forward ``main`` to the compacted snapshot (when committed) and drop the branch."""
-    from catalog_ext import iceberg_io
-    from catalog_ext.physical import _is_ancestor
-
-    def finish(ice):
-        ops = ice.manage_snapshots()
-        main = ice.metadata.refs.get("main")
-        if snapshot_id is not None and (main is None or _is_ancestor(ice, main.snapshot_id, snapshot_id)):
-            ops = ops.set_current_snapshot(snapshot_id)
-        if branch in ice.metadata.refs:
-            ops = ops.remove_branch(branch)
-        ops.commit()
-
-    iceberg_io.with_table_retry(omni.catalog, identifier, finish)

@@ -94,10 +94,9 @@ class Omni:
 
         For a committed batch, only the committing attempt's rejects (a failed attempt's are not the batch's).
         """
-        from omni_iceberg.ingest.rejects import batch_rejects
+        from catalog_ext import system_tables
 
-        ns, table = split_qualified(name)
-        return batch_rejects(self.store, ns, table, batch)
+        return system_tables.read_rejects(self.catalog, self.state(name), batch)
 
     # ---- add columns ------------------------------------------------------------------------
     def register_features(self, name: str, definitions: list[Any], command: str = "") -> list[Any]:

@@ -256,10 +256,10 @@ def _dispatch(args, command_line: str) -> Any:
         from governance.compaction import compact, plan_compaction
 
         if args.dry_run:
-            plan = plan_compaction(omni, args.name, args.min_files)
+            plan = plan_compaction(omni.store, args.name, args.min_files)
             _emit(args, {"plan": plan.describe()}, plan.describe)
             return 0
-        report = compact(omni, args.name, args.min_files)
+        report = compact(omni.store, args.name, args.min_files)
         _emit(args, report, lambda: f"compacted {report['files_after'] or 'nothing'} -> version {report['logical_version']}")
         return 0
     if args.command == "trino-config":

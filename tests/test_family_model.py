@@ -90,3 +90,49 @@ def test_column_updates_are_idempotent_but_reject_type_changes():
     with pytest.raises(PreconditionFailed, match="already belongs"):
         apply_updates(s, (AddPhysicalTable(s.tables[1], PhysicalTableGroup(name="cpu")),),
                       operation="x", command="", summary={}, now_ms=1)
+
+
+def _with_feature() -> FamilyState:
+    from catalog_ext.family import FeatureBinding
+
+    binding = FeatureBinding(name="q", version="1", definition='{"inputs": ["RawData.raw_data"]}', code_hash="c",
+                             table_key="f1", outputs=("quality",), registered_version=2)
+    return _state().model_copy(update={"features": (binding,)})
+
+
+def test_documents_without_data_versions_still_load():
+    import json
+
+    from catalog_ext.family import ComputedUnit
+
+    s = _with_feature().model_copy(update={"computed": (
+        ComputedUnit(feature="q", version="1", batch="cc", run_id="r", rows=5, errors=0, logical_version=3),)})
+    doc = json.loads(s.to_json())
+    for unit in doc["computed"]:  # as written before data versions existed
+        del unit["data_version"], unit["upstream"]
+    for batch in doc["batches"]:
+        batch.pop("submit_id", None)
+    old = FamilyState.from_json(json.dumps(doc))
+    assert old.computed[0].data_version == "" and old.computed[0].upstream == ()
+    assert old.computed_unit("q", "1", "cc") == s.computed[0]
+
+
+def test_mark_computed_replaces_a_stale_unit_and_keeps_one_of_a_race():
+    from catalog_ext.family import ComputedUnit
+    from catalog_ext.updates import MarkComputed
+
+    s = _with_feature()
+
+    def unit(dv, run):
+        return ComputedUnit(feature="q", version="1", batch="cc", run_id=run, rows=5, errors=0, logical_version=4,
+                            data_version=dv)
+
+    first = apply_updates(s, (MarkComputed((unit("d1", "r1"),)),), operation="b", command="", summary={}, now_ms=1)
+    same = apply_updates(first, (MarkComputed((unit("d1", "r2"),)),), operation="b", command="", summary={}, now_ms=2)
+    assert [u.run_id for u in same.computed] == ["r1"]  # the same values recorded twice: kept once
+    redone = apply_updates(first, (MarkComputed((unit("d2", "r3"),)),), operation="b", command="", summary={},
+                           now_ms=3)
+    assert [(u.run_id, u.data_version) for u in redone.computed] == [("r3", "d2")]  # stale unit replaced
+    with pytest.raises(PreconditionFailed, match="q@2"):
+        apply_updates(s, (MarkComputed((unit("d1", "r").model_copy(update={"version": "2"}),)),),
+                      operation="b", command="", summary={}, now_ms=4)

@@ -149,3 +149,84 @@ def test_wrong_type_or_length_fails_at_the_first_batch_naming_the_feature(omni):
     with pytest.raises(FeatureDefinitionError, match=r"t_badlen@\S+: returned 1 values for 't_badlen' on a batch of 30"):
         omni.backfill("web", ["t_badlen"], isolation="inline")
     assert omni.state("web").version == before
+
+
+def _ver(version, value):
+    @feature(outputs={"ver": "long"}, inputs=["RawData.raw_data"], name="ver", version=version)
+    def ver(raw_data):
+        return value
+
+    return ver
+
+
+def _race_before_commit(monkeypatch, store, rival):
+    """Run ``rival()`` (another writer, its own catalog connection) between this writer's
+    load and its first commit attempt: the commit then loses the race deterministically."""
+    real_commit = store.commit
+
+    def commit_after_rival(*args, **kwargs):
+        monkeypatch.setattr(store, "commit", real_commit)
+        rival()
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(store, "commit", commit_after_rival)
+
+
+def test_registration_that_loses_a_race_aliases_the_version_that_won(omni, monkeypatch):
+    other = Omni(config=omni.config)  # a second writer on the same catalog
+    _race_before_commit(monkeypatch, omni.store, lambda: other.register_features("web", [_ver("1", 1)]))
+    regs = omni.register_features("web", [_ver("2", 2)])
+    state = omni.state("web")
+    assert regs[0].changed and regs[0].logical_version == state.version
+    v1, v2 = state.feature("ver", "1"), state.feature("ver", "2")
+    assert v2.current and not v1.current
+    # built from the winner's state: the lost-race commit keeps v1 queryable as ver_v1
+    assert state.physical_columns_of("ver_v1")[0].table == v1.table_key
+    assert state.physical_columns_of("ver")[0].table == v2.table_key
+    assert v2.registered_version == state.version and v1.registered_version == state.version - 1
+    history = omni.catalog.load_table("omni_sys.features").scan().to_arrow().to_pylist()
+    assert sorted(r["version"] for r in history) == ["1", "2"]
+
+
+def test_concurrent_registration_of_the_same_version_commits_once(omni, monkeypatch):
+    other = Omni(config=omni.config)
+    _race_before_commit(monkeypatch, omni.store, lambda: other.register_features("web", [_ver("1", 1)]))
+    before = omni.state("web").version
+    regs = omni.register_features("web", [_ver("1", 1)])
+    state = omni.state("web")
+    assert not regs[0].changed and state.version == before + 1  # the rival's commit only
+    assert [f.key for f in state.features] == ["ver@1"]
+    assert not state.has_column("ver_v1")
+
+
+RIVAL = r"""
+import sys
+from omni_iceberg.api import Omni
+from omni_iceberg.features import feature
+
+@feature(outputs={"ver": "long"}, inputs=["RawData.raw_data"], name="ver", version="1")
+def ver(raw_data):
+    return 1
+
+Omni(home=sys.argv[1]).register_features("web", [ver])
+"""
+
+
+def test_registration_that_loses_to_different_code_under_the_same_version_fails_cleanly(omni, monkeypatch):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def rival():  # a real second process: its UDF registry has its own code for "ver"
+        subprocess.run([sys.executable, "-c", RIVAL, str(omni.config.home)], check=True,
+                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+
+    _race_before_commit(monkeypatch, omni.store, rival)
+
+    @feature(outputs={"ver": "long"}, inputs=["RawData.raw_data"], name="ver", version="1")
+    def ver(raw_data):
+        return len(raw_data)  # different code, same explicit version
+
+    with pytest.raises(FeatureDefinitionError, match="ver@1 is already registered .* different code"):
+        omni.register_features("web", [ver])
+    assert [f.key for f in omni.state("web").features] == ["ver@1"]

@@ -25,15 +25,15 @@ def test_compaction_keeps_rows_and_versions(tmp_path):
     before = omni.query(query).to_pylist()
     base = omni.state("web").base_table
     files_before = _files(omni, base.identifier, base.snapshot_id)
-    plan = plan_compaction(omni, "web")
+    plan = plan_compaction(omni.store, "web")
     assert not plan.empty and "aidata.web__base" in plan.describe()
-    report = compact(omni, "web")
+    report = compact(omni.store, "web")
     assert report["logical_version"] == before_version + 1
     state = omni.state("web")
     assert _files(omni, state.base_table.identifier, state.base_table.snapshot_id) < files_before
     assert omni.query(query).to_pylist() == before
     assert omni.query(query, as_of=before_version).to_pylist() == before  # old version still readable
-    assert plan_compaction(omni, "web").empty
+    assert plan_compaction(omni.store, "web").empty
     main = omni.catalog.load_table(state.base_table.identifier).metadata.refs["main"].snapshot_id
     assert main == state.base_table.snapshot_id
 
@@ -54,7 +54,37 @@ def test_compaction_loses_cleanly_to_a_concurrent_writer(tmp_path, monkeypatch):
     from catalog_ext.updates import PinConflict
 
     with pytest.raises(PinConflict):
-        compact(omni, "web")
+        compact(omni.store, "web")
     assert omni.read("web").num_rows == 30
     refs = omni.catalog.load_table("aidata.web__base").metadata.refs
     assert not [r for r in refs if r.startswith("omni-stage-")]
+
+
+def test_a_lost_compaction_deletes_the_files_it_rewrote(tmp_path, monkeypatch):
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from catalog_ext import iceberg_io
+
+    pages = sorted(corpora.fetch("python-docs-html").rglob("*.html"))[:30]
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")
+    pipeline.submit(omni.store, "aidata", "web", [str(p) for p in pages[:20]], "a", chunk_rows=5)
+    real_commit = omni.store.commit
+
+    def ingest_first(*args, **kwargs):
+        monkeypatch.setattr(omni.store, "commit", real_commit)
+        omni.submit("web", [str(p) for p in pages[20:]], batch="b")
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(omni.store, "commit", ingest_first)
+    from catalog_ext.updates import PinConflict
+
+    with pytest.raises(PinConflict):
+        compact(omni.store, "web")
+    table = omni.catalog.load_table("aidata.web__base")
+    on_disk = {str(p) for p in (Path(urlparse(table.location()).path) / "data").rglob("*.parquet")}
+    referenced = {urlparse(p).path for p in iceberg_io.reachable_data_files(
+        table, [r.snapshot_id for r in table.metadata.refs.values()])}
+    assert on_disk == referenced  # the rewritten (never pinned) files are gone
+    assert omni.read("web").num_rows == 30

@@ -29,6 +29,7 @@ import pyarrow as pa
 from catalog_ext import system_tables
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
+from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.physical import StagedWrite, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, PinSnapshot
 from catalog_ext.errors import ConfigError, OmniError
@@ -216,6 +217,9 @@ class BackfillRun:
         self.done: set[str] = set()
         #: units a concurrent run committed first: this run's copies were dropped at commit
         self.raced: set[tuple[str, str]] = set()
+        # branches of killed or superseded runs on these tables go first (metadata only;
+        # a branch this same plan can resume is kept)
+        sweep_stale_branches(self.store.catalog, state, table_keys=[b.table_key for b in self.bindings.values()])
         for f, binding in self.bindings.items():
             t = state.physical_table(binding.table_key)
             w = StagedWrite(self.store.catalog, t.identifier, t.snapshot_id, report.run_id,
@@ -293,6 +297,10 @@ class BackfillRun:
 
     def run_unit(self, unit: Unit, bar: Any = None) -> None:
         """The per-unit hook: the engine computes ``unit`` and ends it with :meth:`finish_unit`."""
+        if not self.plan.only_ids:  # a stale unit's old rows are replaced, not added to
+            for f in unit.features:
+                if unit.batch in self.plan.features[f].stale:
+                    self.writers[f].clear_batches([unit.batch])
         self.executor.run_unit(self, unit, bar)
 
     def finish_unit(self, unit: Unit, stats: dict[str, UnitStats], error_rows: list[dict[str, Any]],
@@ -361,8 +369,11 @@ class BackfillRun:
             for f, w in writers.items():
                 binding = self.bindings[f]
                 if not self.plan.only_ids:  # a retry adds values to units that are already computed
+                    # a unit that changed since this run's base was committed by a concurrent run
                     mine = {b for g, b in self.stats if g == f}
-                    taken = mine & latest.computed_batches(f, binding.version)
+                    taken = {b for b in mine if latest.computed_unit(f, binding.version, b) is not None
+                             and latest.computed_unit(f, binding.version, b)
+                             != self.state.computed_unit(f, binding.version, b)}
                     if {(f, b) for b in taken} - self.raced:
                         self.raced |= {(f, b) for b in taken}
                         w.rebase_excluding(latest.physical_table(binding.table_key).snapshot_id, taken)
@@ -371,7 +382,9 @@ class BackfillRun:
                 return tuple(ups)
             ups.append(MarkComputed(tuple(
                 ComputedUnit(feature=f, version=self.bindings[f].version, batch=b, run_id=self.report.run_id,
-                             rows=s.rows, errors=s.errors, reused=s.reused, logical_version=latest.version + 1)
+                             rows=s.rows, errors=s.errors, reused=s.reused, logical_version=latest.version + 1,
+                             data_version=self.plan.features[f].data_version,
+                             upstream=tuple(self.plan.features[f].upstream))
                 for (f, b), s in sorted(self.stats.items()) if (f, b) not in self.raced)))
             return tuple(ups)
 

@@ -1,8 +1,10 @@
 """The backfill planner: minimal closure, fused stages, CPU/GPU routing.
 
 Given requested features and batches, the planner builds the feature dependency DAG
-(networkx), keeps exactly the (feature, batch) units not yet computed at the current
-version - recursing into ancestors only where they are missing - and groups the
+(networkx), keeps exactly the (feature, batch) units not fresh at the current version -
+never computed, or stale because an upstream feature changed since (see
+:mod:`catalog_ext.data_versions`) - recursing into ancestors only where they are not
+fresh, and groups the
 needed features into stages: one stage per dependency level and route, so features
 that read the same inputs run in ONE scan over each batch with shared intermediate
 results. Stages are ordered topologically.
@@ -20,7 +22,8 @@ from typing import Any
 import networkx as nx
 
 from catalog_ext.contract import check_batch_name
-from catalog_ext.family import FamilyState, FeatureBinding
+from catalog_ext.data_versions import batch_freshness, current_chains
+from catalog_ext.family import FamilyState
 from omni_iceberg.features.graph import feature_graph, producers_of
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 
@@ -40,6 +43,13 @@ class PlannedFeature:
     inputs: list[str]
     outputs: list[str]
     level: int = 0
+    #: batches computed with an outdated upstream chain -> why (they are in ``batches`` too
+    #: when the plan covers them: the engine must replace their rows, not add to them)
+    stale: dict[str, str] = field(default_factory=dict)
+    #: the identity of the values this plan computes (record it in ComputedUnit.data_version)
+    data_version: str = ""
+    #: the producers of its inputs (record it in ComputedUnit.upstream)
+    upstream: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -76,7 +86,8 @@ class BackfillPlan:
 
     def fingerprint(self) -> str:
         """Stable id of WHAT is computed (not when): a rerun after a crash finds its checkpoints."""
-        payload = json.dumps(sorted(f"{f.name}@{f.version}/{b}" for f in self.features.values() for b in f.batches))
+        payload = json.dumps(sorted(f"{f.name}@{f.version}#{f.data_version}/{b}"
+                                    for f in self.features.values() for b in f.batches))
         if self.only_ids:
             payload += json.dumps(sorted(f"{k[0]}/{k[1]}/{i}" for k, ids in self.only_ids.items() for i in ids))
         return hashlib.sha256(f"{self.logical_table}|{self.attempt}|{payload}".encode()).hexdigest()[:16]
@@ -100,11 +111,18 @@ class BackfillPlan:
                 f = self.features[name]
                 lines.append(f"    - {f.name}@{f.version} -> {', '.join(f.outputs)}  batches {', '.join(f.batches)}"
                              f"  ({f.route_reason})")
+                for batch, why in sorted(f.stale.items()):
+                    if batch in f.batches:
+                        lines.append(f"        recompute stale batch {batch}: {why}")
         for w in self.warnings:
             lines.append(f"  warning: {w}")
         skipped = [f for f in self.features.values() if not f.batches]
         for f in skipped:
             lines.append(f"  present: {f.name}@{f.version} (batches {', '.join(f.present) or '-'})")
+        for f in self.features.values():
+            for batch, why in sorted(f.stale.items()):
+                if batch not in f.batches:
+                    lines.append(f"  stale (not in this plan): {f.name}@{f.version} batch {batch}: {why}")
         return "\n".join(lines)
 
 
@@ -176,11 +194,14 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
     producers = producers_of(defs.values())
     graph = feature_graph(defs)
 
+    chains = current_chains(state)
+    freshness = {name: batch_freshness(state, name, all_batches, chains) for name in defs}
+    fresh = {name: {b for b, (f, _) in fb.items() if f == "fresh"} for name, fb in freshness.items()}
+
     need: dict[str, set[str]] = {}
 
     def require(name: str, on: set[str]) -> None:
-        binding: FeatureBinding = state.feature(name)
-        missing = on - state.computed_batches(name, binding.version)
+        missing = on - fresh[name]
         new = missing - need.get(name, set())
         need.setdefault(name, set())
         if not new:
@@ -193,15 +214,21 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
         require(name, set(wanted))
 
     involved = set(need) | set(features)
+
+    def wanted_or_needed(name: str) -> set[str]:
+        return set(wanted) | need.get(name, set())
+
     planned: dict[str, PlannedFeature] = {}
     for name in nx.topological_sort(graph.subgraph(involved)):
         d = defs[name]
         engine, reason = route(d, has_gpu)
         parents = [p for p in graph.predecessors(name) if need.get(p)]
         level = 1 + max((planned[p].level for p in parents), default=0)
-        present = sorted(state.computed_batches(name, d.version) & set(all_batches))
+        present = sorted(fresh[name])
+        stale = {b: why for b, (f, why) in freshness[name].items() if f == "stale" and b in wanted_or_needed(name)}
         planned[name] = PlannedFeature(name, d.version, engine, reason, sorted(need.get(name, ())), present,
-                                       name in features, list(d.inputs), d.output_names, level if need.get(name) else 0)
+                                       name in features, list(d.inputs), d.output_names, level if need.get(name) else 0,
+                                       stale, chains[name].data_version, list(chains[name].upstream))
     groups: dict[tuple[int, str], list[str]] = {}
     for f in planned.values():
         if f.batches:
@@ -223,13 +250,15 @@ def plan_retry(state: FamilyState, features: list[str], failed: dict[tuple[str, 
     """Recompute only the records that failed: ``failed`` maps (feature, batch) to ids."""
     has_gpu = _GpuProbe(has_gpu)
     defs = definitions_of(state)
+    chains = current_chains(state)
     planned: dict[str, PlannedFeature] = {}
     for name in features:
         d = defs[name]
         engine, reason = route(d, has_gpu)
         batches = sorted(b for (f, b), ids in failed.items() if f == name and ids)
         planned[name] = PlannedFeature(name, d.version, engine, reason, batches, [], True, list(d.inputs),
-                                       d.output_names, 1 if batches else 0)
+                                       d.output_names, 1 if batches else 0,
+                                       data_version=chains[name].data_version, upstream=list(chains[name].upstream))
     groups: dict[str, list[str]] = {}
     for f in planned.values():
         if f.batches:
@@ -239,3 +268,34 @@ def plan_retry(state: FamilyState, features: list[str], failed: dict[tuple[str, 
               for i, (engine, names) in enumerate(sorted(groups.items()))]
     return BackfillPlan(state.table.identifier, state.version, list(features), sorted({b for _, b in failed}),
                         planned, stages, None, [], {k: v for k, v in failed.items() if v}, attempt)
+
+
+def feature_status(state: FamilyState) -> list[dict[str, Any]]:
+    """Per registered feature: version, status and which batches are computed, stale or missing.
+
+    ``status`` of a current feature: ``computed`` (fresh on every batch), ``stale`` (some
+    batch was computed from an upstream that changed since - see ``stale`` for why),
+    ``partial`` (some batches missing) or ``missing`` (none computed). Earlier versions
+    are ``superseded``. This is what ``omni feature list`` shows.
+    """
+    chains = current_chains(state)
+    all_batches = [b.name for b in state.batches]
+    out = []
+    for b in state.features:
+        row: dict[str, Any] = {"name": b.name, "version": b.version, "current": b.current,
+                               "computed_batches": sorted(state.computed_batches(b.name, b.version))}
+        if not b.current:
+            row.update(status="superseded", fresh_batches=[], stale={}, missing_batches=[], data_version="")
+            out.append(row)
+            continue
+        fb = batch_freshness(state, b.name, all_batches, chains)
+        fresh_ = sorted(x for x, (f, _) in fb.items() if f == "fresh")
+        stale = {x: why for x, (f, why) in sorted(fb.items()) if f == "stale"}
+        missing = sorted(x for x, (f, _) in fb.items() if f == "missing")
+        status = ("stale" if stale else "computed" if not missing and all_batches else
+                  "missing" if len(missing) == len(all_batches) else "partial")
+        row.update(status=status, fresh_batches=fresh_, stale=stale, missing_batches=missing,
+                   data_version=chains[b.name].data_version)
+        out.append(row)
+    return out
+

@@ -1,57 +1,60 @@
 """Reuse by content: the same raw content has the same id everywhere (md5), so a value
-computed by ``feature@version`` for an id in one logical table is the value for that
-id in any other table. Before computing, a unit looks the ids up in the other tables
-that already hold that exact feature version and copies what it finds.
+computed by ``feature@version`` for an id in one logical table is the value for that id
+in any other table - provided the *whole upstream chain* was the same, i.e. the values
+have the same data version (see :mod:`catalog_ext.data_versions`). A ``t_math`` computed
+from another parser's ``parsed_text`` has another data version and is never copied.
+
+Where values of each (feature, version, data version) live is the catalog-wide index
+``omni_sys.feature_values`` (partitioned by feature, one row per committed unit, written
+by :meth:`catalog_ext.store.FamilyStore.commit`). Building the index for a backfill reads
+only the rows of the features it computes: its cost follows what the backfill asks, not
+how many tables the catalog holds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from catalog_ext import system_tables
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
+from catalog_ext.data_versions import current_chains
 from catalog_ext.family import FamilyState, FeatureBinding
+from catalog_ext.store import FamilyStore
 
 
 @dataclass
 class _Source:
     identifier: str
     snapshot_id: int
+    batches: list[str] = field(default_factory=list)  # only these batches hold matching values
 
 
 class ReuseIndex:
-    """Where else ``feature@version`` (same code) has been computed, and lookups by id."""
+    """Where else ``feature@version`` with the same data version has been computed, and lookups by id."""
 
     def __init__(self, catalog: Any, sources: dict[str, list[_Source]]):
         self.catalog = catalog
         self.sources = sources  # feature name -> other tables holding its values
 
     @classmethod
-    def build(cls, store: Any, state: FamilyState, bindings: list[FeatureBinding]) -> "ReuseIndex":
+    def build(cls, store: FamilyStore, state: FamilyState, bindings: list[FeatureBinding]) -> "ReuseIndex":
+        """Sources for ``bindings`` (the features a run computes on ``state``), from the index table."""
         sources: dict[str, list[_Source]] = {b.name: [] for b in bindings}
-        if state.table.id_mode != "md5":
+        if state.table.id_mode != "md5" or not bindings:
             return cls(store.catalog, sources)  # uuid ids do not identify content
-        for ident in store.list_tables():
-            if ident == state.table.identifier:
+        chains = current_chains(state)
+        for b in bindings:
+            if b.name not in chains:
                 continue
-            ns, name = ident.split(".", 1)
-            other = store.load(ns, name)
-            if other.table.id_mode != "md5":
-                continue
-            for b in bindings:
-                theirs = other.feature(b.name, b.version)
-                if theirs is None or theirs.code_hash != b.code_hash or not other.computed_batches(b.name, b.version):
-                    continue
-                table = other.physical_table(theirs.table_key)
-                if table.snapshot_id is not None:
-                    sources[b.name].append(_Source(table.identifier, table.snapshot_id))
+            sources[b.name] = find_sources(store.catalog, state.table.identifier, b, chains[b.name].data_version)
         return cls(store.catalog, sources)
 
     def lookup(self, feature: str, ids: pa.Array, columns: list[str]) -> pa.Table | None:
         """Rows (id + output columns) already computed elsewhere for these ids."""
-        from pyiceberg.expressions import In
+        from pyiceberg.expressions import And, In
 
         found: list[pa.Table] = []
         wanted = set(ids.to_pylist())
@@ -59,7 +62,10 @@ class ReuseIndex:
             if not wanted:
                 break
             table = self.catalog.load_table(src.identifier)
-            data = table.scan(row_filter=In(ID_COLUMN, wanted), snapshot_id=src.snapshot_id,
+            if table.snapshot_by_id(src.snapshot_id) is None:
+                continue  # expired since it was indexed
+            data = table.scan(row_filter=And(In(ID_COLUMN, wanted), In(BATCH_COLUMN, set(src.batches))),
+                              snapshot_id=src.snapshot_id,
                               selected_fields=tuple([ID_COLUMN] + columns)).to_arrow()
             if data.num_rows:
                 found.append(data.select([ID_COLUMN] + columns))
@@ -75,6 +81,32 @@ class ReuseIndex:
         return any(self.sources.values())
 
 
+def find_sources(catalog: Any, own_table: str, binding: FeatureBinding, data_version: str) -> list[_Source]:
+    """Physical tables of *other* md5 logical tables whose values of ``binding`` have ``data_version``.
+
+    Per physical table, the latest indexed unit of each batch says what that batch holds
+    at the table's latest indexed snapshot (a batch recomputed later with another chain
+    no longer matches); that snapshot is read, filtered to the matching batches.
+    """
+    rows = system_tables.read_rows(catalog, system_tables.FEATURE_VALUES,
+                                   f"feature == '{binding.name}'").to_pylist()
+    per_table: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if (r["version"] == binding.version and r["code_hash"] == binding.code_hash and r["id_mode"] == "md5"
+                and r["logical_table"] != own_table):
+            per_table.setdefault(r["physical_table"], []).append(r)
+    out = []
+    for identifier, entries in sorted(per_table.items()):
+        newest = max(entries, key=lambda r: r["logical_version"])
+        latest_per_batch: dict[str, dict[str, Any]] = {}
+        for r in sorted(entries, key=lambda r: r["logical_version"]):
+            latest_per_batch[r["batch"]] = r
+        batches = sorted(b for b, r in latest_per_batch.items() if r["data_version"] == data_version)
+        if batches:
+            out.append(_Source(identifier, newest["snapshot_id"], batches))
+    return out
+
+
 def _unique_rows(ids: list[str]) -> tuple[set[str], list[int]]:
     seen: set[str] = set()
     first = []
@@ -83,6 +115,3 @@ def _unique_rows(ids: list[str]) -> tuple[set[str], list[int]]:
             seen.add(x)
             first.append(i)
     return seen, first
-
-
-_ = BATCH_COLUMN

@@ -22,7 +22,8 @@ import networkx as nx
 from catalog_ext import system_tables
 from catalog_ext.contract import PHYSICAL_SEPARATOR, RAW_STAGE, STAGES
 from catalog_ext.family import FamilyState, FeatureBinding, LogicalColumn, PhysicalColumn, PhysicalTable, PhysicalTableGroup
-from catalog_ext.physical import create_physical_table, iceberg_type
+from catalog_ext.physical import create_physical_table
+from catalog_ext.types import to_iceberg
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddLogicalColumns, AddPhysicalTable, BindFeature
 from omni_iceberg.features.graph import feature_graph
@@ -122,13 +123,18 @@ def check_cycles(state: FamilyState, new: list[FeatureDefinition]) -> nx.DiGraph
     raise FeatureDefinitionError(f"feature dependency cycle: {path}")
 
 
-def register(store: FamilyStore, namespace: str, name: str, definitions: list[FeatureDefinition],
-             command: str = "") -> list[Registration]:
-    """Register several definitions atomically (one logical version for all of them)."""
-    state = store.load(namespace, name)
-    pending = {d.name: d for d in definitions}
-    resolved = [resolve_definition(state, d, pending) for d in definitions]
+class _NothingLeft(Exception):
+    """Every definition was registered by another writer meanwhile: commit nothing."""
+
+
+def check_registrable(state: FamilyState, resolved: list[FeatureDefinition]) -> None:
+    """Everything that must hold on ``state`` before these definitions can be bound to it."""
     for d in resolved:
+        for inp in d.inputs:
+            if not state.has_column(inp) and not any(inp in other.output_names for other in resolved):
+                raise FeatureDefinitionError(
+                    f"feature {d.name!r}: input column {inp!r} is not in {state.table.identifier}"
+                )
         check_outputs(state, d)
         existing = state.feature(d.name, d.version)
         spec = get_udf(d.udf)
@@ -138,48 +144,97 @@ def register(store: FamilyStore, namespace: str, name: str, definitions: list[Fe
                 f"parameters; bump its version"
             )
     check_cycles(state, resolved)
+
+
+def register(store: FamilyStore, namespace: str, name: str, definitions: list[FeatureDefinition],
+             command: str = "") -> list[Registration]:
+    """Register several definitions atomically (one logical version for all of them).
+
+    Validation and storage creation happen once, up front; the commit's updates are
+    rebuilt from the latest state on every attempt, so a registration that lost a race
+    aliases the version that actually became current meanwhile.
+    """
+    state = store.load(namespace, name)
+    pending = {d.name: d for d in definitions}
+    resolved = [resolve_definition(state, d, pending) for d in definitions]
+    check_registrable(state, resolved)
     todo = [d for d in resolved if state.feature(d.name, d.version) is None]
     if not todo:
         return [Registration(d, state.version, False, state.feature(d.name, d.version).table_key) for d in resolved]
 
-    updates: list[Any] = []
-    for d in todo:
-        key = physical_key(d)
-        ident = f"{namespace}.{name}{PHYSICAL_SEPARATOR}{key}"
-        columns = {physical_column_name(o.name): iceberg_type(o.type) for o in d.outputs}
+    first_snapshots: dict[str, int] = {}
+    for d in todo:  # storage first: a crash here leaves an unbound table that a rerun adopts
+        ident = _physical_identifier(namespace, name, d)
+        columns = {physical_column_name(o.name): to_iceberg(o.type) for o in d.outputs}
         _create_or_reuse(store, ident, columns, state.table.bucket_count, namespace, name, d)
-        group = "features-gpu" if d.engine == "gpu" else "features-cpu"
-        updates.append(AddPhysicalTable(
-            PhysicalTable(key=key, identifier=ident, group=group, snapshot_id=_first_snapshot(store, ident),
-                          role="feature"),
+        first_snapshots[d.key] = _first_snapshot(store, ident)
+
+    bound: list[FeatureDefinition] = []
+
+    def updates(latest: FamilyState) -> tuple[Any, ...]:
+        check_registrable(latest, resolved)
+        fresh = [d for d in todo if latest.feature(d.name, d.version) is None]
+        if not fresh:
+            raise _NothingLeft()
+        bound[:] = fresh
+        out: list[Any] = []
+        for d in fresh:
+            out += binding_updates(latest, d, _physical_identifier(namespace, name, d), first_snapshots[d.key])
+        return tuple(out)
+
+    try:
+        new_state = store.commit(namespace, name, updates, operation="register", command=command,
+                                 summary=lambda latest: {"omni.features": ",".join(
+                                     d.key for d in todo if latest.feature(d.name, d.version) is None)})
+    except _NothingLeft:
+        latest = store.load(namespace, name)
+        return [Registration(d, latest.version, False, latest.feature(d.name, d.version).table_key)
+                for d in resolved]
+    _record_history(store, new_state, bound)
+    return [Registration(d, new_state.version, d in bound, physical_key(d)) for d in resolved]
+
+
+def binding_updates(latest: FamilyState, d: FeatureDefinition, identifier: str, first_snapshot: int
+                    ) -> list[Any]:
+    """The typed updates that bind ``d`` to ``latest``: its table, columns, and aliases of the
+    version it replaces - computed from ``latest``, never from an earlier read."""
+    key = physical_key(d)
+    group = "features-gpu" if d.engine == "gpu" else "features-cpu"
+    out: list[Any] = [
+        AddPhysicalTable(
+            PhysicalTable(key=key, identifier=identifier, group=group, snapshot_id=first_snapshot, role="feature"),
             PhysicalTableGroup(name=group, purpose=f"{group.split('-')[1].upper()} feature outputs"),
-        ))
-        updates.append(AddLogicalColumns(tuple(
+        ),
+        AddLogicalColumns(tuple(
             LogicalColumn(path=o.name, type=o.type, kind="stage" if "." in o.name else "feature",
                           comment=o.comment or d.comment, producer=d.name)
-            for o in d.outputs)))
-        previous = state.feature(d.name)
-        aliases = []
-        if previous is not None:
-            for out in previous.outputs:
-                alias = f"{out}_v{_safe(previous.version)}"
-                col = state.column(out)
-                aliases.append((LogicalColumn(path=alias, type=col.type, kind=col.kind, producer=d.name,
-                                              comment=f"{out} as computed by {previous.key}"),
-                                PhysicalColumn(table=previous.table_key, name=physical_column_name(out), logical=alias)))
-        binding = FeatureBinding(
-            name=d.name, version=d.version, definition=d.canonical_json(), code_hash=get_udf(d.udf).code_hash,
-            table_key=key, outputs=tuple(o.name for o in d.outputs), registered_version=state.version + 1,
-        )
-        remap = tuple(PhysicalColumn(table=key, name=physical_column_name(o.name), logical=o.name) for o in d.outputs)
-        updates.append(BindFeature(binding, remap=remap, aliases=tuple(aliases)))
-    new_state = store.commit(namespace, name, lambda _latest: tuple(updates), operation="register",
-                             command=command, summary=lambda _: {"omni.features": ",".join(d.key for d in todo)})
-    _record_history(store, new_state, todo)
-    return [Registration(d, new_state.version, d in todo, physical_key(d)) for d in resolved]
+            for o in d.outputs)),
+    ]
+    previous = latest.feature(d.name)
+    aliases = []
+    if previous is not None:
+        for out_col in previous.outputs:
+            alias = f"{out_col}_v{_safe(previous.version)}"
+            col = latest.column(out_col)
+            aliases.append((LogicalColumn(path=alias, type=col.type, kind=col.kind, producer=d.name,
+                                          comment=f"{out_col} as computed by {previous.key}"),
+                            PhysicalColumn(table=previous.table_key, name=physical_column_name(out_col),
+                                           logical=alias)))
+    binding = FeatureBinding(
+        name=d.name, version=d.version, definition=d.canonical_json(), code_hash=get_udf(d.udf).code_hash,
+        table_key=key, outputs=tuple(o.name for o in d.outputs), registered_version=latest.version + 1,
+    )
+    remap = tuple(PhysicalColumn(table=key, name=physical_column_name(o.name), logical=o.name) for o in d.outputs)
+    out.append(BindFeature(binding, remap=remap, aliases=tuple(aliases)))
+    return out
 
 
-def _create_or_reuse(store, ident, columns, buckets, namespace, name, d) -> None:
+def _physical_identifier(namespace: str, name: str, d: FeatureDefinition) -> str:
+    return f"{namespace}.{name}{PHYSICAL_SEPARATOR}{physical_key(d)}"
+
+
+def _create_or_reuse(store: FamilyStore, ident: str, columns: dict[str, Any], buckets: int, namespace: str,
+                     name: str, d: FeatureDefinition) -> None:
     from pyiceberg.exceptions import TableAlreadyExistsError
 
     try:
@@ -187,18 +242,19 @@ def _create_or_reuse(store, ident, columns, buckets, namespace, name, d) -> None
                               {"omni.logical-table": f"{namespace}.{name}", "omni.role": "feature",
                                "omni.feature": d.key})
     except TableAlreadyExistsError:
-        # left by a registration that crashed before its commit: same name, same version
+        # left by a registration that crashed before its commit, or made by a concurrent
+        # registration of the same name and version: either way it is ours to bind
         table = store.catalog.load_table(ident)
         if table.properties.get("omni.feature") != d.key:
             raise FeatureDefinitionError(f"physical table {ident} exists and belongs to something else") from None
 
 
-def _first_snapshot(store, ident) -> int:
+def _first_snapshot(store: FamilyStore, ident: str) -> int:
     """The empty snapshot a new physical table starts with (writes only ever go to branches)."""
     return store.catalog.load_table(ident).metadata.refs["main"].snapshot_id
 
 
-def _record_history(store, state: FamilyState, defs: list[FeatureDefinition]) -> None:
+def _record_history(store: FamilyStore, state: FamilyState, defs: list[FeatureDefinition]) -> None:
     now = datetime.now(timezone.utc)
     system_tables.append_rows(store.catalog, system_tables.FEATURES, [
         {"logical_table": state.table.identifier, "name": d.name, "version": d.version, "udf": d.udf,

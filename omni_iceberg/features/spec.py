@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from catalog_ext.contract import STAGES, check_identifier
-from catalog_ext.view_sql import PRIMITIVE_TYPES
+from catalog_ext import types
 from catalog_ext.errors import OmniError
 
 
@@ -38,10 +38,9 @@ class OutputColumn(BaseModel):
     @field_validator("type")
     @classmethod
     def _known_type(cls, v: str) -> str:
-        inner = v[5:-1] if v.startswith("list<") and v.endswith(">") else v
-        if inner not in PRIMITIVE_TYPES:
-            raise ValueError(f"unsupported output type {v!r} (use one of {sorted(PRIMITIVE_TYPES)} or list<...>)")
-        return v
+        if not types.is_valid(v):
+            raise ValueError(f"unsupported output type {v!r} (use one of {sorted(types.PRIMITIVE_TYPES)} or list<...>)")
+        return types.format_type(types.parse(v))
 
     @field_validator("name")
     @classmethod

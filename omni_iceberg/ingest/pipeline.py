@@ -39,6 +39,7 @@ from catalog_ext import system_tables
 from catalog_ext.contract import ID_COLUMN, RAW_CONTENT_FIELD, RAW_STAGE, check_batch_name
 from catalog_ext.family import Batch, FamilyState, LogicalColumn, PhysicalColumn
 from catalog_ext.physical import StagedWrite, arrow_type, iceberg_type, key_arrow_fields
+from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddBatch, AddLogicalColumns, AddPhysicalColumns, PinSnapshot
 from catalog_ext.errors import RejectLimitExceededError, SchemaConflictError, SourceError
@@ -131,6 +132,8 @@ def submit(
         return report
     for path in sources:  # fail before any write when a source is missing or unknown
         reader_for(path, kind)
+    # leftovers of killed submits to this table (metadata only when there are none)
+    sweep_stale_branches(store.catalog, state, table_keys=[state.base_table.key])
 
     types = _raw_field_types(state)
     _check_declared_schemas(sources, field_map, types, state)
@@ -426,7 +429,7 @@ def _commit(store, namespace, name, writer: StagedWrite, report: SubmitReport, b
         ups.append(AddBatch(Batch(
             name=batch, rows=report.written, read=report.read, duplicates=report.duplicates,
             rejected=report.rejected, sources=[str(s) for s in sources][:100], version=latest.version + 1,
-            committed_ms=now)))
+            committed_ms=now, submit_id=report.submit_id)))
         return tuple(ups)
 
     def summary(_latest: FamilyState) -> dict[str, str]:
