@@ -254,12 +254,19 @@ class Omni:
             })
         return out
 
-    def load_udfs(self, name: str) -> None:
-        """Load, in this process, the UDFs that ``name``'s features were registered from (user .py files)."""
+    def load_udfs(self, name: str, features: list[str] | None = None) -> None:
+        """Load, in this process, the UDFs of ``name``'s current features (default: all of them).
+
+        UDFs declared in a user's .py file are imported again from the path recorded at
+        registration, so ``omni backfill`` works in a fresh process; built-ins load by name.
+        """
         from omni_iceberg.features.spec import FeatureDefinition
         from omni_iceberg.features.udf import load_udf_sources
 
-        load_udf_sources([FeatureDefinition.model_validate_json(b.definition) for b in self.state(name).features])
+        state = self.state(name)
+        wanted = None if features is None else set(features)
+        load_udf_sources([FeatureDefinition.model_validate_json(b.definition) for b in state.features
+                          if b.current and (wanted is None or b.name in wanted)])
 
     def features(self, name: str) -> list[dict[str, Any]]:
         """Registered features of ``name``: version, inputs, outputs, engine, computed batches."""
@@ -279,7 +286,6 @@ class Omni:
         """The backfill plan (minimal closure, stages, routes) without running it."""
         from omni_iceberg.backfill.planner import plan_backfill
 
-        self.load_udfs(name)
         return plan_backfill(self.state(name), features, batches, has_gpu)
 
     def backfill(self, name: str, features: list[str], batches: list[str] | None = None, *, dry_run: bool = False,
@@ -293,7 +299,9 @@ class Omni:
         """
         from omni_iceberg.backfill.choose import run_backfill
 
-        self.load_udfs(name)
+        # only the UDFs that will run are loaded: a stale file of a computed ancestor does not block
+        needed = plan or self.plan(name, features, batches, has_gpu)
+        self.load_udfs(name, [f for stage in needed.stages for f in stage.features])
         kwargs = {"plan": plan} if plan is not None else {}  # a plan already shown to the user runs as shown
         return run_backfill(self, name, features, batches, engine=engine, spark_master=spark_master,
                             dry_run=dry_run, isolation=isolation, max_error_ratio=max_error_ratio,
@@ -306,7 +314,7 @@ class Omni:
         """Recompute only the records ``features`` failed on (optionally only these exception classes)."""
         from omni_iceberg.backfill.choose import run_retry_failed
 
-        self.load_udfs(name)
+        self.load_udfs(name, features)
         return run_retry_failed(self, name, features, error_classes, engine=engine, spark_master=spark_master,
                                 isolation=isolation, progress=progress, max_error_ratio=None,
                                 command=command or f"backfill {name} --features {','.join(features)} --retry-failed")
