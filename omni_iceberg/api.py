@@ -128,7 +128,13 @@ class Omni:
         check_label(label)
         ns, table = split_qualified(name)
         previous = self.tags(name).get(label)
-        target = self.version_of(name, version) if version is not None else self.state(name).version
+        latest = self.state(name).version
+        target = self.version_of(name, version) if version is not None else latest
+        if not 1 <= target <= latest:
+            from catalog_ext.errors import NoSuchVersionError
+
+            raise NoSuchVersionError(f"cannot tag version {target} of {name}: it has versions 1..{latest} "
+                                     f"(see 'omni log {name}')")
         update = TagVersion(label, target)
         new_state = self.store.commit(ns, table, lambda _latest: (update,), operation="tag",
                                       command=command or f"tag {ns}.{table} {label} --version {target}",
