@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):(?P<secret>[^@/\s]+)@")
-_KEY_VALUE = re.compile(r"(?i)(?P<key>[A-Za-z0-9_.\-]*(?:password|passwd|secret|token|credential)[A-Za-z0-9_.\-]*=)"
+# only in query strings (after ? & ;): "--map token=raw_data" is a field mapping, not a secret
+_KEY_VALUE = re.compile(r"(?i)(?<=[?&;])(?P<key>[A-Za-z0-9_.\-]*(?:password|passwd|secret|token|credential)[A-Za-z0-9_.\-]*=)"
                         r"(?P<value>[^&\s;]+)")
 
 

@@ -208,8 +208,7 @@ class Omni:
         """Rejected records of ``name`` (optionally one batch), from ``omni_sys.rejects``."""
         from catalog_ext import system_tables
 
-        ns, table = split_qualified(name)
-        ident = f"{ns}.{table}"
+        ident = self.state(name).table.identifier  # an unknown table is an error, not an empty answer
         flt = f"logical_table == '{ident}'" + (f" and batch == '{batch}'" if batch else "")
         from catalog_ext.contract import check_batch_name
 
@@ -330,8 +329,7 @@ class Omni:
         from catalog_ext import system_tables
         from catalog_ext.contract import check_identifier
 
-        ns, table = split_qualified(name)
-        flt = f"logical_table == '{ns}.{table}'"
+        flt = f"logical_table == '{self.state(name).table.identifier}'"
         if run_id:
             check_identifier(run_id.replace("-", "_"), "run id")
             flt += f" and run_id == '{run_id}'"

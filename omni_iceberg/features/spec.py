@@ -133,6 +133,9 @@ def load_definition(data: dict[str, Any], source: str = "<dict>") -> FeatureDefi
     """Validate a mapping (from YAML/JSON) into a definition, with the file named in errors."""
     from pydantic import ValidationError
 
+    if not isinstance(data, dict):
+        raise FeatureDefinitionError(f"{source}: expected a mapping (name:, udf:, inputs:, outputs: ...), "
+                                     f"got {type(data).__name__} {data!r:.60}")
     data = dict(data)
     outs = data.get("outputs")
     if isinstance(outs, dict):  # short form: {name: type}
