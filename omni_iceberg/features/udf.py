@@ -178,6 +178,9 @@ def _import_udf(ref: str) -> None:
     register_udf(ref, spec.target if spec else target, spec.form if spec else None)
 
 
+_USER_MODULES: dict[str, Any] = {}
+
+
 def _user_module_name(path: "Path") -> str:
     """A stable module name per file: the stem for humans, a path digest so two ``f.py`` never clash."""
     import re
@@ -209,7 +212,17 @@ def _exec_user_module(path: "Path", name: str, shown: str) -> Any:
         del sys.modules[name]
         raise FeatureDefinitionError(f"{shown}: import failed: {type(e).__name__}: {e}") from e
     cloudpickle.register_pickle_by_value(module)
+    _USER_MODULES[name] = module
     return module
+
+
+def user_modules() -> list[Any]:
+    """Modules loaded from users' .py files in this process.
+
+    An engine that pickles with its own copy of cloudpickle (PySpark vendors one) must
+    register these as pickle-by-value too, or its workers cannot unpickle the UDFs.
+    """
+    return list(_USER_MODULES.values())
 
 
 def load_python_features(path: str) -> list[FeatureDefinition]:
