@@ -397,8 +397,8 @@ class Omni:
             tables.append({
                 "alias": alias, "logical_table": t.identifier, "logical_version": t.state.version,
                 "batches": plan.ctx.batches.get(alias), "columns": list(plan.ctx.columns[alias]),
-                "scans": [{"physical_table": s.table.identifier, "snapshot_id": s.table.snapshot_id,
-                           "columns": list(s.columns), "pushed_filters": [f.sql() for f in s.filters]}
+                "scans": [{"table": s.table.identifier, "snapshot_id": s.table.snapshot_id,
+                           "columns": list(s.columns), "pushed": [f.sql() for f in s.filters]}
                           for s in plan.scans if s.alias == alias],
                 "pruned": [x.identifier for x in t.state.tables if x.identifier not in read],
             })

@@ -39,7 +39,7 @@ def test_explain_and_compaction_dry_run_print_structured_json(tmp_path):
     plan = json.loads(out)
     web = plan["tables"][0]
     assert web["logical_table"] == "aidata.web" and web["logical_version"] == 3
-    assert web["scans"][0]["physical_table"] == "aidata.web__base" and isinstance(web["scans"][0]["snapshot_id"], int)
+    assert web["scans"][0]["table"] == "aidata.web__base" and isinstance(web["scans"][0]["snapshot_id"], int)
     rc, out, err = omni("compact", "web", "--dry-run", "--json", "--min-files", "1", home=tmp_path)
     assert rc == 0, err
     dry = json.loads(out)
