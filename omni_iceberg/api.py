@@ -274,17 +274,31 @@ class Omni:
                           if b.current and (wanted is None or b.name in wanted)])
 
     def features(self, name: str) -> list[dict[str, Any]]:
-        """Registered features of ``name``: version, inputs, outputs, engine, computed batches."""
+        """Registered features of ``name``: version, inputs, outputs, engine, computed batches, status.
+
+        ``status`` (computed / partial / missing / stale / superseded) comes from the
+        planner's ``feature_status`` where this release has it; ``udf_source`` is the
+        .py file a user's UDF was registered from.
+        """
         import json
 
+        from omni_iceberg.backfill import planner
+
         state = self.state(name)
+        statuses = {}
+        if hasattr(planner, "feature_status"):  # data versions: stale when an upstream changed
+            statuses = {(r["name"], r["version"]): r for r in planner.feature_status(state)}
         out = []
         for b in state.features:
             d = json.loads(b.definition)
-            out.append({"name": b.name, "version": b.version, "current": b.current, "udf": d["udf"],
-                        "engine": d["engine"], "inputs": d["inputs"], "outputs": list(b.outputs),
-                        "physical_table": state.physical_table(b.table_key).identifier,
-                        "computed_batches": sorted(state.computed_batches(b.name, b.version))})
+            row = {"name": b.name, "version": b.version, "current": b.current, "udf": d["udf"],
+                   "engine": d["engine"], "inputs": d["inputs"], "outputs": list(b.outputs),
+                   "physical_table": state.physical_table(b.table_key).identifier,
+                   "computed_batches": sorted(state.computed_batches(b.name, b.version)),
+                   "udf_source": (d.get("source") or {}).get("path")}
+            extra = statuses.get((b.name, b.version), {})
+            row.update({k: extra[k] for k in ("status", "stale", "missing_batches") if k in extra})
+            out.append(row)
         return out
 
     def plan(self, name: str, features: list[str], batches: list[str] | None = None, has_gpu: bool | None = None):

@@ -82,6 +82,8 @@ def tag(args, omni, command_line: str) -> int:
 def submit(args, omni, command_line: str) -> int:
     report = omni.submit(args.name, args.sources, args.batch, field_map=args.map, kind=args.kind,
                          max_reject_ratio=args.max_reject_ratio, progress=progress(args), command=command_line)
+    for message in getattr(report, "warnings", ()):  # SubmitReport.warnings comes with the ingest branch
+        print(f"omni: warning: {message}", file=sys.stderr)
     for message in report.reject_messages:
         print(f"omni: rejected: {message}", file=sys.stderr)
     if not report.already_committed and report.rejected > len(report.reject_messages):

@@ -55,10 +55,15 @@ def udfs_text(udfs: list[dict]) -> str:
 
 
 def features_text(feats: list[dict]) -> str:
-    return "\n".join(
-        f"{f['name']}@{f['version']}{'' if f['current'] else ' (old)'}  {f['engine']:<4} "
-        f"{', '.join(f['inputs'])} -> {', '.join(f['outputs'])}  computed: {', '.join(f['computed_batches']) or '-'}"
-        for f in feats) or "(no features)"
+    lines = []
+    for f in feats:
+        status = f" [{f['status']}]" if f.get("status") else ""
+        lines.append(f"{f['name']}@{f['version']}{'' if f['current'] else ' (old)'}{status}  {f['engine']:<4} "
+                     f"{', '.join(f['inputs'])} -> {', '.join(f['outputs'])}  "
+                     f"computed: {', '.join(f['computed_batches']) or '-'}")
+        for batch, why in (f.get("stale") or {}).items():
+            lines.append(f"    stale on {batch}: {why}")
+    return "\n".join(lines) or "(no features)"
 
 
 def compaction_text(plan: Any) -> str:
