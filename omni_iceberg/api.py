@@ -7,6 +7,12 @@ Example::
     omni.create_table("web")
     omni.submit("web", ["crawl.warc.gz"], batch="cc")
     omni.read("web", columns=["RawData.url"], batches=["cc"]).num_rows
+    omni.register_builtins("web", ["html_parser", "detected_lang"])
+    omni.backfill("web", ["detected_lang"])
+    omni.tag("web", "release-1")                    # then as_of="release-1" anywhere
+    omni.compact("web", dry_run=True)
+
+Every ``omni`` command is a method here (``tests/test_cli_parity.py`` keeps it so).
 """
 
 from __future__ import annotations

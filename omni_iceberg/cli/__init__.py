@@ -1,8 +1,9 @@
 """The ``omni`` command. Every command takes ``--json`` for machine-readable output.
 
-Exit codes: 0 ok; 2 bad input (path, name, schema, query, version); 3 commit conflict;
-4 too many rejected records; 5 a worker process died; 70 an unexpected failure, which
-is a bug in omni (``--debug`` or ``OMNI_DEBUG=1`` shows the traceback); 130 interrupted.
+Exit codes: 0 ok; 1 another omni error; 2 bad input (path, name, schema, query, version);
+3 commit conflict; 4 too many rejected records; 5 a worker process died; 70 an
+unexpected failure, which is a bug in omni (``--debug`` or ``OMNI_DEBUG=1`` shows the
+traceback); 130 interrupted; 141 the output pipe was closed (``omni sql ... | head``).
 Errors are one line on stderr (plus a JSON object on stdout with ``--json``).
 """
 

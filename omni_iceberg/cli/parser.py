@@ -25,9 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_examples("omni table create web", "omni submit web crawl.warc.gz --batch cc",
                          "omni backfill web --features math_recall",
                          "omni sql \"SELECT detected_lang, count(*) FROM web GROUP BY 1\"") + (
-            "\n\nexit codes: 0 ok; 2 bad input (path, name, schema, query, version); 3 commit conflict; "
-            "4 too many rejected records; 5 a worker process died; 70 a bug in omni (rerun with --debug); "
-            "130 interrupted"))
+            "\n\nexit codes:\n  0 ok; 1 another omni error; 2 bad input (path, name, schema, query, version);\n"
+            "  3 commit conflict; 4 too many rejected records; 5 a worker process died;\n"
+            "  70 a bug in omni (rerun with --debug); 130 interrupted; 141 output pipe closed"))
     p.add_argument("--catalog", help="SQLAlchemy URI, REST URL or .pyiceberg.yaml name (env OMNI_CATALOG)")
     p.add_argument("--warehouse", help="data location (env OMNI_WAREHOUSE)")
     p.add_argument("--home", help="folder of the embedded catalog (env OMNI_HOME, default ./.omni)")
