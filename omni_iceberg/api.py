@@ -7,6 +7,12 @@ Example::
     omni.create_table("web")
     omni.submit("web", ["crawl.warc.gz"], batch="cc")
     omni.read("web", columns=["RawData.url"], batches=["cc"]).num_rows
+    omni.register_builtins("web", ["html_parser", "detected_lang"])
+    omni.backfill("web", ["detected_lang"])
+    omni.tag("web", "release-1")                    # then as_of="release-1" anywhere
+    omni.compact("web", dry_run=True)
+
+Every ``omni`` command is a method here (``tests/test_cli_parity.py`` keeps it so).
 """
 
 from __future__ import annotations
@@ -54,16 +60,94 @@ class Omni:
                                  command=command or f"create {ns}.{table}")
 
     def list_tables(self) -> list[str]:
+        """Every logical table of the catalog, as ``namespace.name``."""
         return self.store.list_tables()
 
-    def state(self, name: str, as_of: int | None = None) -> FamilyState:
-        """The five-layer mapping of ``name`` at logical version ``as_of`` (default: latest)."""
+    def drop_table(self, name: str, *, purge: bool = False) -> dict[str, Any]:
+        """Drop logical table ``name``: its view, every physical table of its family, its documents.
+
+        The view goes first, so the logical table disappears in one step; physical tables
+        follow. Without ``purge`` data files stay on storage (as with Iceberg's DROP TABLE);
+        with it, data files, family documents and view metadata are deleted too.
+        """
+        from catalog_ext.store import SUMMARY_FAMILY
+
         ns, table = split_qualified(name)
-        return self.store.load(ns, table, as_of)
+        state = self.store.load(ns, table)  # names the table and lists known ones when it is missing
+        view = self.store.views.load_view(ns, table)
+        documents = [v["summary"][SUMMARY_FAMILY] for v in view.metadata["versions"]
+                     if SUMMARY_FAMILY in v.get("summary", {})]
+        self.store.views.drop_view(ns, table)
+        dropped, missing = [], []
+        for t in state.tables:
+            if not self.catalog.table_exists(t.identifier):
+                missing.append(t.identifier)
+                continue
+            (self.catalog.purge_table if purge else self.catalog.drop_table)(t.identifier)
+            dropped.append(t.identifier)
+        deleted = 0
+        if purge:
+            from pyiceberg.io import load_file_io
+
+            io = load_file_io(self.catalog.properties, view.metadata_location)
+            for path in documents + [view.metadata_location]:
+                try:
+                    io.delete(path)
+                    deleted += 1
+                except FileNotFoundError:
+                    pass
+        return {"logical_table": state.table.identifier, "physical_tables": dropped, "already_gone": missing,
+                "purged": purge, "files_deleted": deleted}
+
+    def state(self, name: str, as_of: int | str | None = None) -> FamilyState:
+        """The five-layer mapping of ``name`` at logical version ``as_of`` (a number or a tag; default latest)."""
+        ns, table = split_qualified(name)
+        return self.store.load(ns, table, self.version_of(name, as_of))
 
     def log(self, name: str) -> list[VersionInfo]:
+        """Every logical version of ``name``, oldest first."""
         ns, table = split_qualified(name)
         return self.store.log(ns, table)
+
+    def tags(self, name: str) -> dict[str, int]:
+        """Tag -> logical version of ``name`` (see :meth:`tag`)."""
+        from catalog_ext.tags import tags_from_summaries
+
+        return tags_from_summaries([v.summary for v in self.log(name)])
+
+    def version_of(self, name: str, as_of: int | str | None) -> int | None:
+        """``as_of`` as a version number: ints and digits pass, a tag is looked up, None stays latest."""
+        from catalog_ext.tags import resolve
+
+        if as_of is None or isinstance(as_of, int) or str(as_of).strip().lstrip("-").isdigit():
+            return resolve(name, {}, as_of)
+        return resolve(self.state(name).table.identifier, self.tags(name), as_of)
+
+    def tag(self, name: str, label: str, version: int | str | None = None, command: str = "") -> dict[str, Any]:
+        """Name logical version ``version`` (default: the latest) ``label``; ``as_of=label`` reads it.
+
+        One logical commit through the typed update :class:`catalog_ext.tags.TagVersion`;
+        tagging a label again moves it (the log keeps the history).
+        """
+        from catalog_ext.tags import TagVersion, check_label
+
+        check_label(label)
+        ns, table = split_qualified(name)
+        previous = self.tags(name).get(label)
+        latest = self.state(name).version
+        target = self.version_of(name, version) if version is not None else latest
+        if not 1 <= target <= latest:
+            from catalog_ext.errors import NoSuchVersionError
+
+            raise NoSuchVersionError(f"cannot tag version {target} of {name}: it has versions 1..{latest} "
+                                     f"(see 'omni log {name}')")
+        update = TagVersion(label, target)
+        new_state = self.store.commit(ns, table, lambda _latest: (update,), operation="tag",
+                                      command=command or f"tag {ns}.{table} {label} --version {target}",
+                                      summary=lambda _latest: update.summary())
+        return {"logical_table": new_state.table.identifier, "tag": label, "version": target,
+                "moved_from": previous if previous not in (None, target) else None,
+                "logical_version": new_state.version}
 
     # ---- add rows -----------------------------------------------------------------------
     def submit(self, name: str, sources: list[str], batch: str, *, field_map: dict[str, str] | list[str] | None = None,
@@ -76,18 +160,55 @@ class Omni:
                       command=command or f"submit {ns}.{table} --batch {batch}")
 
     # ---- look ---------------------------------------------------------------------------
-    def status(self, name: str, as_of: int | None = None) -> dict[str, Any]:
+    def status(self, name: str, as_of: int | str | None = None) -> dict[str, Any]:
         """Batches, columns, physical tables (files, bytes) and the version of ``name``."""
         from omni_iceberg.explore.status import table_status
 
         return table_status(self.catalog, self.state(name, as_of))
 
     def read(self, name: str, columns: list[str] | None = None, batches: list[str] | None = None,
-             as_of: int | None = None) -> pa.Table:
+             as_of: int | str | None = None) -> pa.Table:
         """Rows of the logical table at one version, reading only the physical tables needed."""
         from omni_iceberg.explore.reader import read_logical
 
-        return read_logical(self.catalog, self.state(name, as_of), columns, batches)
+        state = self.state(name, as_of)
+        if as_of is not None:
+            self._check_columns_existed(name, state, columns or [])
+        unknown = [b for b in batches or () if state.batch(b) is None]
+        if unknown:
+            from catalog_ext.errors import InvalidIdentifierError
+            from catalog_ext.suggest import did_you_mean
+
+            raise InvalidIdentifierError(
+                f"{state.table.identifier} has no batch {unknown[0]!r} at version {state.version}"
+                f"{did_you_mean(unknown[0], [b.name for b in state.batches])} "
+                f"(batches: {', '.join(b.name for b in state.batches) or 'none'}; see 'omni status')")
+        return read_logical(self.catalog, state, columns, batches)
+
+    def _check_columns_existed(self, name: str, state: FamilyState, columns: list[str]) -> None:
+        """A column missing at an old version but present now: say at which version it was added."""
+        from catalog_ext.contract import STAGES
+        from catalog_ext.errors import SchemaConflictError
+
+        missing = [c for c in columns if c not in STAGES and c not in (ID_COLUMN, BATCH_COLUMN)
+                   and not state.has_column(c)]
+        if not missing:
+            return
+        latest = self.state(name)
+        for column in missing:
+            if not latest.has_column(column):
+                continue  # unknown at every version: the reader's own error suggests a name
+            # columns are only ever added, so the first version that has it is found by bisection
+            lo, hi = state.version + 1, latest.version
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.state(name, mid).has_column(column):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            raise SchemaConflictError(
+                f"column {column!r} of {state.table.identifier} does not exist at version {state.version}: "
+                f"it was added at version {lo}; read a version from {lo} on (latest: {latest.version})")
 
     def rejects(self, name: str, batch: str | None = None) -> pa.Table:
         """Rejected records of ``name`` (optionally one batch), from ``omni_sys.rejects``.
@@ -118,18 +239,69 @@ class Omni:
         ns, table = split_qualified(name)
         return register(self.store, ns, table, defs, command=command or f"feature register {ns}.{table}")
 
-    def features(self, name: str) -> list[dict[str, Any]]:
-        """Registered features of ``name``: version, inputs, outputs, engine, computed batches."""
-        import json
+    def register_builtins(self, name: str, builtins: list[str], command: str = "") -> list[Any]:
+        """Register built-in features by name (``detected_lang``, ...) with their own inputs and outputs."""
+        from omni_iceberg.features.spec import load_definition
+
+        return self.register_features(name, [load_definition({"udf": b}, f"built-in {b!r}") for b in builtins],
+                                      command=command or f"feature register {name} --builtin {' '.join(builtins)}")
+
+    def udfs(self) -> list[dict[str, Any]]:
+        """Every UDF this process knows (built-ins included): form, inputs and outputs with types."""
+        from omni_iceberg.features.udf import list_udfs
+
+        out = []
+        for u in list_udfs():
+            d = u.definition
+            out.append({
+                "name": u.name, "form": u.form, "engine": d.engine if d else None,
+                "inputs": list(d.inputs) if d else list(u.input_params),
+                "outputs": [{"name": o.name, "type": o.type} for o in d.outputs] if d else [],
+                "params": list(u.config_params), "code_hash": u.code_hash,
+                "comment": d.comment if d else "",
+            })
+        return out
+
+    def load_udfs(self, name: str, features: list[str] | None = None) -> None:
+        """Load, in this process, the UDFs of ``name``'s current features (default: all of them).
+
+        UDFs declared in a user's .py file are imported again from the path recorded at
+        registration, so ``omni backfill`` works in a fresh process; built-ins load by name.
+        """
+        from omni_iceberg.features.spec import FeatureDefinition
+        from omni_iceberg.features.udf import load_udf_sources
 
         state = self.state(name)
+        wanted = None if features is None else set(features)
+        load_udf_sources([FeatureDefinition.model_validate_json(b.definition) for b in state.features
+                          if b.current and (wanted is None or b.name in wanted)])
+
+    def features(self, name: str) -> list[dict[str, Any]]:
+        """Registered features of ``name``: version, inputs, outputs, engine, computed batches, status.
+
+        ``status`` (computed / partial / missing / stale / superseded) comes from the
+        planner's ``feature_status`` where this release has it; ``udf_source`` is the
+        .py file a user's UDF was registered from.
+        """
+        import json
+
+        from omni_iceberg.backfill import planner
+
+        state = self.state(name)
+        statuses = {}
+        if hasattr(planner, "feature_status"):  # data versions: stale when an upstream changed
+            statuses = {(r["name"], r["version"]): r for r in planner.feature_status(state)}
         out = []
         for b in state.features:
             d = json.loads(b.definition)
-            out.append({"name": b.name, "version": b.version, "current": b.current, "udf": d["udf"],
-                        "engine": d["engine"], "inputs": d["inputs"], "outputs": list(b.outputs),
-                        "physical_table": state.physical_table(b.table_key).identifier,
-                        "computed_batches": sorted(state.computed_batches(b.name, b.version))})
+            row = {"name": b.name, "version": b.version, "current": b.current, "udf": d["udf"],
+                   "engine": d["engine"], "inputs": d["inputs"], "outputs": list(b.outputs),
+                   "physical_table": state.physical_table(b.table_key).identifier,
+                   "computed_batches": sorted(state.computed_batches(b.name, b.version)),
+                   "udf_source": (d.get("source") or {}).get("path")}
+            extra = statuses.get((b.name, b.version), {})
+            row.update({k: extra[k] for k in ("status", "stale", "missing_batches") if k in extra})
+            out.append(row)
         return out
 
     def plan(self, name: str, features: list[str], batches: list[str] | None = None, has_gpu: bool | None = None):
@@ -141,7 +313,7 @@ class Omni:
     def backfill(self, name: str, features: list[str], batches: list[str] | None = None, *, dry_run: bool = False,
                  isolation: str = "process", max_error_ratio: float | None = 0.1, progress: bool | None = None,
                  has_gpu: bool | None = None, command: str = "", engine: str = "local",
-                 spark_master: str | None = None) -> Any:
+                 spark_master: str | None = None, plan: Any = None) -> Any:
         """Compute ``features`` (and their missing ancestors) for ``batches``; one logical commit.
 
         ``engine``: ``local``, ``spark`` (``spark_master``: ``spark://host:port``, default local[2])
@@ -149,9 +321,13 @@ class Omni:
         """
         from omni_iceberg.backfill.choose import run_backfill
 
+        # only the UDFs that will run are loaded: a stale file of a computed ancestor does not block
+        needed = plan or self.plan(name, features, batches, has_gpu)
+        self.load_udfs(name, [f for stage in needed.stages for f in stage.features])
+        kwargs = {"plan": plan} if plan is not None else {}  # a plan already shown to the user runs as shown
         return run_backfill(self, name, features, batches, engine=engine, spark_master=spark_master,
                             dry_run=dry_run, isolation=isolation, max_error_ratio=max_error_ratio,
-                            progress=progress, has_gpu=has_gpu,
+                            progress=progress, has_gpu=has_gpu, **kwargs,
                             command=command or f"backfill {name} --features {','.join(features)}")
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None, *,
@@ -160,6 +336,7 @@ class Omni:
         """Recompute only the records ``features`` failed on (optionally only these exception classes)."""
         from omni_iceberg.backfill.choose import run_retry_failed
 
+        self.load_udfs(name, features)
         return run_retry_failed(self, name, features, error_classes, engine=engine, spark_master=spark_master,
                                 isolation=isolation, progress=progress, max_error_ratio=None,
                                 command=command or f"backfill {name} --features {','.join(features)} --retry-failed")
@@ -169,8 +346,7 @@ class Omni:
         from catalog_ext import system_tables
         from catalog_ext.contract import check_identifier
 
-        ns, table = split_qualified(name)
-        flt = f"logical_table == '{ns}.{table}'"
+        flt = f"logical_table == '{self.state(name).table.identifier}'"
         if run_id:
             check_identifier(run_id.replace("-", "_"), "run id")
             flt += f" and run_id == '{run_id}'"
@@ -182,18 +358,34 @@ class Omni:
 
         return lineage_tree(self, name, column)
 
-    def query(self, sql: str, as_of: int | None = None, engine: str = "local") -> pa.Table:
+    def query(self, sql: str, as_of: int | str | None = None, engine: str = "local") -> pa.Table:
         """Run a read-only SQL query over logical tables (embedded DuckDB, or Spark); logged."""
         from omni_iceberg.explore.planner import run_query
 
-        return run_query(self, sql, as_of=as_of, engine=engine)
+        return run_query(self, sql, as_of=self._query_version(as_of), engine=engine)
+
+    def _query_version(self, as_of: int | str | None) -> int | None:
+        """A tag in ``omni sql --as-of`` must name one version number in every table that has it."""
+        if as_of is None or isinstance(as_of, int) or str(as_of).strip().lstrip("-").isdigit():
+            return None if as_of is None else int(as_of)
+        found = {t: self.tags(t)[str(as_of)] for t in self.list_tables() if str(as_of) in self.tags(t)}
+        if len(set(found.values())) == 1:
+            return next(iter(found.values()))
+        from catalog_ext.errors import NoSuchVersionError
+
+        if not found:
+            raise NoSuchVersionError(f"no logical table has a tag {as_of!r}; --as-of takes a version number from "
+                                     f"'omni log' or a tag from 'omni tag'")
+        raise NoSuchVersionError(
+            f"tag {as_of!r} names different versions in different tables "
+            f"({', '.join(f'{t} v{v}' for t, v in sorted(found.items()))}); use a version number")
 
     def export(self, name: str, out_dir: str, *, columns: list[str] | None = None, where: str | None = None,
-               fmt: str = "parquet", as_of: int | None = None, progress: bool | None = None) -> Any:
+               fmt: str = "parquet", as_of: int | str | None = None, progress: bool | None = None) -> Any:
         """Stream a filtered projection to ``out_dir`` with a manifest that re-creates it exactly."""
         from omni_iceberg.explore.export import export
 
-        return export(self, name, columns, where, fmt, out_dir, as_of=as_of, progress=progress)
+        return export(self, name, columns, where, fmt, out_dir, as_of=self.version_of(name, as_of), progress=progress)
 
     def export_from_manifest(self, manifest: str, out_dir: str, progress: bool | None = None) -> Any:
         """Re-create an earlier export byte for byte from its manifest."""
@@ -201,17 +393,72 @@ class Omni:
 
         return export_from_manifest(self, manifest, out_dir, progress=progress)
 
-    def explain(self, sql: str, as_of: int | None = None) -> str:
+    def explain(self, sql: str, as_of: int | str | None = None) -> str:
         """The physical plan of a logical query: tables, snapshots, columns, pushed filters."""
         from omni_iceberg.explore.planner import plan_query
 
-        return plan_query(self, sql, as_of).explain()
+        return plan_query(self, sql, self._query_version(as_of)).explain()
 
-    def translate(self, sql: str, dialect: str, as_of: int | None = None) -> str:
+    def explain_dict(self, sql: str, as_of: int | str | None = None) -> dict[str, Any]:
+        """:meth:`explain` as a structure: per logical table its version, batches, scans and pruned tables."""
+        from omni_iceberg.explore import planner
+
+        if hasattr(planner, "explain_dict"):
+            return planner.explain_dict(self, sql, self._query_version(as_of))
+        plan = planner.plan_query(self, sql, self._query_version(as_of))
+        if hasattr(plan, "to_dict"):
+            return plan.to_dict()
+        read = set(plan.tables())
+        tables = []
+        for alias, t in plan.ctx.tables.items():
+            tables.append({
+                "alias": alias, "logical_table": t.identifier, "logical_version": t.state.version,
+                "batches": plan.ctx.batches.get(alias), "columns": list(plan.ctx.columns[alias]),
+                "scans": [{"table": s.table.identifier, "snapshot_id": s.table.snapshot_id,
+                           "columns": list(s.columns), "pushed": [f.sql() for f in s.filters]}
+                          for s in plan.scans if s.alias == alias],
+                "pruned": [x.identifier for x in t.state.tables if x.identifier not in read],
+            })
+        return {"tables": tables, "physical_sql": {"duckdb": plan.sql("duckdb")}}
+
+    def translate(self, sql: str, dialect: str, as_of: int | str | None = None) -> str:
         """The same query over pinned physical tables, in ``spark`` or ``trino`` SQL."""
         from omni_iceberg.explore.planner import plan_query
 
-        return plan_query(self, sql, as_of).sql(dialect)
+        return plan_query(self, sql, self._query_version(as_of)).sql(dialect)
+
+    # ---- govern -------------------------------------------------------------------------
+    def plan_compaction(self, name: str, min_files: int = 2) -> Any:
+        """Which partitions of which physical tables :meth:`compact` would rewrite (nothing runs)."""
+        from governance.compaction import plan_compaction
+
+        return plan_compaction(self.store, name, min_files)
+
+    def compact(self, name: str, min_files: int = 2, dry_run: bool = False) -> dict[str, Any]:
+        """Rewrite partitions with at least ``min_files`` small files; one logical commit."""
+        from governance.compaction import compact
+
+        return compact(self.store, name, min_files, dry_run=dry_run)
+
+    # ---- tooling ------------------------------------------------------------------------
+    def trino_config(self, out: str) -> str:
+        """Write Trino's catalog properties for this catalog to ``out``; returns the file written."""
+        from omni_iceberg.toolchain.trino import write_trino_config
+
+        return str(write_trino_config(self.config, out))
+
+    @staticmethod
+    def fetch_corpora(names: list[str] | None = None) -> dict[str, str]:
+        """Download (once, cached) the real corpora the demo uses; name -> local path."""
+        from omni_iceberg.demo import corpora
+
+        return {n: str(corpora.fetch(n)) for n in (names or list(corpora.CORPORA))}
+
+    def demo(self, fresh: bool = False, as_json: bool = False) -> Any:
+        """The main job end to end: ingest the real corpora, backfill, query (see ``omni demo``)."""
+        from omni_iceberg.demo.run import run_demo
+
+        return run_demo(self, fresh=fresh, as_json=as_json)
 
 
 __all__ = ["Omni", "ID_COLUMN", "BATCH_COLUMN"]

@@ -32,22 +32,55 @@ class LineageNode:
         return {"column": self.column, "producer": self.producer, "code_hash": self.code_hash,
                 "runs": self.runs, "inputs": [i.to_dict() for i in self.inputs]}
 
-    def render(self, indent: str = "") -> str:
-        made = f" <- {self.producer}" if self.producer else " (ingested)"
-        batches = ", ".join(f"{r['batch']}: {r['rows']} rows/{r['errors']} errors (run {r['run_id']}, v{r['logical_version']})"
-                            for r in self.runs)
-        lines = [f"{indent}{self.column}{made}" + (f"  [{batches}]" if batches else "")]
-        for child in self.inputs:
-            lines.append(child.render(indent + "    "))
+    def render(self, width: int | None = None) -> str:
+        """The tree as text: one line per column, one line per batch under it, wrapped to ``width``.
+
+        Example::
+
+            web.math_recall  <- math_recall@h1a2b
+              cc: 120 rows, 0 errors (run bf-1c63, version 7)
+            └─ ProcessedData.parsed_text  <- html_parser@b405
+                 cc: 120 rows, 0 errors (run bf-1c63, version 7)
+               └─ RawData.raw_data  (ingested)
+        """
+        import shutil
+
+        width = width or max(60, shutil.get_terminal_size((100, 24)).columns)
+        lines: list[str] = []
+        self._render(lines, "", "", width)
         return "\n".join(lines)
 
-    def graph(self) -> tuple[list[Node], list[tuple[str, str]]]:
+    def _render(self, lines: list[str], first: str, rest: str, width: int) -> None:
+        import textwrap
+
+        made = f"  <- {self.producer}" if self.producer else "  (ingested)"
+        detail = rest + ("│  " if self.inputs else "   ")
+        lines += textwrap.wrap(self.column + made, width, initial_indent=first, subsequent_indent=detail + "    ",
+                               break_on_hyphens=False) or [first + self.column]
+        for r in self.runs:
+            reused = f", {r['reused']} reused" if r.get("reused") else ""
+            text = (f"{r['batch']}: {r['rows']} rows, {r['errors']} errors{reused} "
+                    f"(run {r['run_id']}, version {r['logical_version']})")
+            lines += textwrap.wrap(text, width, initial_indent=detail, subsequent_indent=detail + "    ",
+                                   break_on_hyphens=False)
+        for i, child in enumerate(self.inputs):
+            last = i == len(self.inputs) - 1
+            child._render(lines, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "), width)
+
+    def graph(self, max_batches: int = 6) -> tuple[list[Node], list[tuple[str, str]]]:
+        """Nodes (column, producer, one line per batch with its rows) and edges input -> column."""
         nodes: dict[str, Node] = {}
         edges: list[tuple[str, str]] = []
 
         def walk(n: LineageNode) -> None:
-            label = n.column + (f" <- {n.producer}" if n.producer else "")
-            nodes[n.column] = Node(n.column, label, "present" if n.producer else "source")
+            lines = [n.column]
+            if n.producer:
+                lines.append(f"<- {n.producer}")
+                lines += [f"{r['batch']}: {r['rows']} rows, {r['errors']} errors (v{r['logical_version']})"
+                          for r in n.runs[:max_batches]]
+                if len(n.runs) > max_batches:
+                    lines.append(f"... and {len(n.runs) - max_batches} more batches")
+            nodes[n.column] = Node(n.column, "\n".join(lines), "present" if n.producer else "source")
             for child in n.inputs:
                 walk(child)
                 edges.append((child.column, n.column))

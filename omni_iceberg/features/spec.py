@@ -55,6 +55,16 @@ class OutputColumn(BaseModel):
         return v
 
 
+class UdfSource(BaseModel):
+    """Where a UDF declared in a user's .py file lives, so another process can load it again."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    path: str  # absolute path of the .py file at registration
+    module: str  # the module name it was imported as
+    code_hash: str  # the UDF's code hash at registration: a changed file is detected, not run
+
+
 class FeatureDefinition(BaseModel):
     """What a feature is. How it is computed is the registered UDF it names."""
 
@@ -74,6 +84,7 @@ class FeatureDefinition(BaseModel):
     model_size_mb: float = 0.0
     filter: str | None = None
     comment: str = ""
+    source: UdfSource | None = None  # set for UDFs from a user's .py file; not part of the version
 
     @field_validator("name")
     @classmethod
@@ -92,7 +103,9 @@ class FeatureDefinition(BaseModel):
         return v
 
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        # without a source the JSON is what it was before sources existed: stored definitions still match
+        dumped = self.model_dump(mode="json", exclude={"source"} if self.source is None else None)
+        return json.dumps(dumped, sort_keys=True, separators=(",", ":"))
 
     def with_version(self, code_hash: str) -> "FeatureDefinition":
         """Fill in ``version`` from the code hash and everything that changes results."""
@@ -119,6 +132,9 @@ def load_definition(data: dict[str, Any], source: str = "<dict>") -> FeatureDefi
     """Validate a mapping (from YAML/JSON) into a definition, with the file named in errors."""
     from pydantic import ValidationError
 
+    if not isinstance(data, dict):
+        raise FeatureDefinitionError(f"{source}: expected a mapping (name:, udf:, inputs:, outputs: ...), "
+                                     f"got {type(data).__name__} {data!r:.60}")
     data = dict(data)
     outs = data.get("outputs")
     if isinstance(outs, dict):  # short form: {name: type}
@@ -127,6 +143,9 @@ def load_definition(data: dict[str, Any], source: str = "<dict>") -> FeatureDefi
                      ("defaultFeatExpression", "udf"), ("tablePath", "table")):
         if old in data and new not in data:
             data[new] = data.pop(old)
+    from omni_iceberg.features.udf import fill_from_udf  # udf imports this module
+
+    data = fill_from_udf(data, source)
     try:
         return FeatureDefinition.model_validate(data)
     except ValidationError as e:

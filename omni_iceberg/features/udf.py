@@ -167,11 +167,12 @@ def get_udf(name: str) -> UdfSpec:
     try:
         return _UDFS[name]
     except KeyError:
-        import difflib
+        from catalog_ext.suggest import did_you_mean
 
-        near = difflib.get_close_matches(name, list(_UDFS), n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise FeatureDefinitionError(f"no UDF named {name!r} is registered{hint}") from None
+        raise FeatureDefinitionError(
+            f"no UDF named {name!r} is registered{did_you_mean(name, _UDFS)}; built-ins are listed by "
+            f"'omni feature udfs', and UDFs of a .py file are loaded by 'omni feature register FILE.py'"
+        ) from None
 
 
 def _import_udf(ref: str) -> None:
@@ -186,28 +187,155 @@ def _import_udf(ref: str) -> None:
     register_udf(ref, spec.target if spec else target, spec.form if spec else None)
 
 
-def load_python_features(path: str) -> list[FeatureDefinition]:
-    """Import a .py file and return the definitions of every ``@feature`` in it."""
+_USER_MODULES: dict[str, Any] = {}
+
+
+def _user_module_name(path: "Path") -> str:
+    """A stable module name per file: the stem for humans, a path digest so two ``f.py`` never clash."""
+    import re
+
+    stem = re.sub(r"\W", "_", path.stem)
+    return f"omni_user_features_{stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+
+
+def _exec_user_module(path: "Path", name: str, shown: str) -> Any:
+    """Import the user's file as module ``name`` and make its code travel by value.
+
+    Worker processes (and Spark executors) cannot import ``name``: it exists only in
+    this process. Registering the module with cloudpickle as pickle-by-value ships
+    its functions and classes themselves instead of a reference to the module.
+    """
     import importlib.util
     import sys
-    from pathlib import Path
 
-    p = Path(path).resolve()
-    name = f"omni_user_features_{p.stem}"
-    spec = importlib.util.spec_from_file_location(name, p)
+    import cloudpickle
+
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise FeatureDefinitionError(f"{path}: not an importable Python file")
+        raise FeatureDefinitionError(f"{shown}: not an importable Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001 - the user's module failed to import
-        raise FeatureDefinitionError(f"{path}: import failed: {type(e).__name__}: {e}") from e
-    found = [v.definition for v in vars(module).values()
-             if isinstance(getattr(v, "definition", None), FeatureDefinition) and getattr(v, "__module__", "") == name]
+        del sys.modules[name]
+        raise FeatureDefinitionError(f"{shown}: import failed: {type(e).__name__}: {e}") from e
+    cloudpickle.register_pickle_by_value(module)
+    _USER_MODULES[name] = module
+    return module
+
+
+def user_modules() -> list[Any]:
+    """Modules loaded from users' .py files in this process.
+
+    An engine that pickles with its own copy of cloudpickle (PySpark vendors one) must
+    register these as pickle-by-value too, or its workers cannot unpickle the UDFs.
+    """
+    return list(_USER_MODULES.values())
+
+
+def load_python_features(path: str) -> list[FeatureDefinition]:
+    """Import a .py file and return the definitions of every ``@feature`` in it.
+
+    Each definition records where its UDF came from (:class:`UdfSource`: file, module,
+    code hash), so a later process - ``omni backfill`` after ``omni feature register
+    f.py`` - can load the same code again (:func:`load_udf_sources`).
+    """
+    from pathlib import Path
+
+    from omni_iceberg.features.spec import UdfSource
+
+    p = Path(path).resolve()
+    name = _user_module_name(p)
+    module = _exec_user_module(p, name, path)
+    found = []
+    for value in vars(module).values():
+        d = getattr(value, "definition", None)
+        if isinstance(d, FeatureDefinition) and getattr(value, "__module__", "") == name:
+            spec = value.udf_spec
+            found.append(d.model_copy(update={"source": UdfSource(path=str(p), module=name, code_hash=spec.code_hash)}))
     if not found:
-        raise FeatureDefinitionError(f"{path}: no @feature definitions found")
+        raise FeatureDefinitionError(f"{path}: no @feature definitions found (decorate functions or classes "
+                                     f"with @feature from omni_iceberg.features)")
     return found
+
+
+def load_udf_sources(definitions: list[FeatureDefinition]) -> None:
+    """Make every definition's UDF callable in this process, loading user files where recorded.
+
+    A UDF already registered here is left alone; one declared in a user's .py file is
+    imported from the path recorded at registration, and its code must still hash to
+    what was registered - otherwise the values would be computed by different code
+    under the old version.
+    """
+    from pathlib import Path
+
+    for d in definitions:
+        src = getattr(d, "source", None)
+        if src is None or d.udf in _UDFS:
+            continue
+        p = Path(src.path)
+        if not p.is_file():
+            raise FeatureDefinitionError(
+                f"feature {d.key}: its UDF {d.udf!r} was registered from {src.path}, which no longer exists; "
+                f"restore the file, or register the feature again from its new place "
+                f"('omni feature register NEW_PATH.py')"
+            )
+        import sys
+
+        if src.module not in sys.modules:
+            _exec_user_module(p, src.module, src.path)
+        spec = _UDFS.get(d.udf)
+        if spec is None:
+            raise FeatureDefinitionError(
+                f"feature {d.key}: {src.path} no longer declares a UDF named {d.udf!r}; restore it or "
+                f"register the file again")
+        if spec.code_hash != src.code_hash:
+            raise FeatureDefinitionError(
+                f"feature {d.key}: the code of {d.udf!r} in {src.path} changed since it was registered "
+                f"(code hash {src.code_hash}, now {spec.code_hash}); run 'omni feature register {src.path}' "
+                f"to register the new code as a new version, then backfill that"
+            )
+
+
+def fill_from_udf(data: dict[str, Any], source: str = "<dict>") -> dict[str, Any]:
+    """Complete a YAML/JSON entry that names a ``@feature`` UDF from that UDF's own declaration.
+
+    ``{udf: detected_lang}`` (or ``{name: detected_lang}``) registers the built-in with
+    its inputs, outputs, engine and batch size; fields given in the entry win. The
+    declared version is kept only while nothing that changes the values (inputs,
+    outputs, params, filter) is overridden - otherwise it is derived again.
+    """
+    udf_name = data.get("udf") or (data.get("name") if "inputs" not in data else None)
+    if not udf_name or not isinstance(udf_name, str):
+        return data
+    try:
+        spec = get_udf(udf_name)
+    except FeatureDefinitionError as e:
+        if "inputs" in data and "outputs" in data:
+            return data  # complete already; registration reports an unknown UDF with its context
+        raise FeatureDefinitionError(f"{source}: {e}") from None
+    declared = spec.definition
+    if declared is None:
+        return data
+    base = declared.model_dump(mode="json", exclude={"table", "source"})
+    out = dict(data)
+    out.setdefault("udf", spec.name)
+    def same(key: str) -> bool:
+        mine, theirs = data[key], base.get(key)
+        if key == "outputs":  # short and long forms: compare what decides the values
+            mine = [(o.get("name"), o.get("type", "double")) if isinstance(o, dict) else o for o in mine or ()]
+            theirs = [(o["name"], o["type"]) for o in theirs]
+        if key == "inputs":
+            mine, theirs = list(mine or ()), list(theirs)
+        return mine == theirs
+
+    changed = any(k in data and not same(k) for k in ("inputs", "outputs", "params", "filter"))
+    for key, value in base.items():
+        if key == "version" and changed:
+            continue
+        out.setdefault(key, value)
+    return out
 
 
 def list_udfs() -> list[UdfSpec]:

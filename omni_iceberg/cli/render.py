@@ -1,0 +1,77 @@
+"""Text renderings of command results (the JSON renderings are the results themselves)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+
+def ts(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def submit_text(r: Any) -> str:
+    if r.already_committed:
+        return f"batch {r.batch!r} already committed at version {r.logical_version}; nothing to do"
+    return (f"{r.logical_table} batch {r.batch!r}: read {r.read}, written {r.written}, duplicates {r.duplicates}, "
+            f"rejected {r.rejected} -> version {r.logical_version} ({r.seconds:.1f}s)")
+
+
+def _where(column: dict) -> str:
+    if column["kind"] == "key":
+        return "(every physical table)"
+    return ", ".join(column["physical"]) or "(not computed yet: reads as NULL)"
+
+
+def status_text(st: dict) -> str:
+    lines = [f"{st['logical_table']}  version {st['logical_version']}  rows {st['rows']}  id {st['id_mode']}"]
+    lines.append("batches:")
+    lines += [f"  {b['name']:<16} rows {b['rows']:>8}  dup {b['duplicates']:>6}  rejected {b['rejected']:>5}  v{b['version']}"
+              for b in st["batches"]] or ["  (none)"]
+    lines.append("columns:")
+    lines += [f"  {c['path']:<32} {c['type']:<8} {c['kind']:<8} {_where(c)}" for c in st["columns"]]
+    lines.append("physical tables:")
+    lines += [f"  {t['identifier']:<32} snapshot {t['snapshot_id']}  files {t['files']}  bytes {t['bytes']}"
+              for t in st["physical_tables"]]
+    return "\n".join(lines)
+
+
+def log_text(versions: list[dict], tags: dict[str, int]) -> str:
+    by_version: dict[int, list[str]] = {}
+    for label, v in tags.items():
+        by_version.setdefault(v, []).append(label)
+    return "\n".join(
+        f"v{v['version']:<4} {ts(v['committed_ms'])}  {v['operation']:<8} {v['command']}"
+        + (f"  [tags: {', '.join(sorted(by_version[v['version']]))}]" if v["version"] in by_version else "")
+        for v in versions)
+
+
+def udfs_text(udfs: list[dict]) -> str:
+    lines = []
+    for u in udfs:
+        outs = ", ".join(f"{o['name']} ({o['type']})" for o in u["outputs"]) or "-"
+        lines.append(f"{u['name']:<22} {u['form']:<6} {u['engine'] or '-':<5} {', '.join(u['inputs'])} -> {outs}")
+    return "\n".join(lines)
+
+
+def features_text(feats: list[dict]) -> str:
+    lines = []
+    for f in feats:
+        status = f" [{f['status']}]" if f.get("status") else ""
+        lines.append(f"{f['name']}@{f['version']}{'' if f['current'] else ' (old)'}{status}  {f['engine']:<4} "
+                     f"{', '.join(f['inputs'])} -> {', '.join(f['outputs'])}  "
+                     f"computed: {', '.join(f['computed_batches']) or '-'}")
+        for batch, why in (f.get("stale") or {}).items():
+            lines.append(f"    stale on {batch}: {why}")
+    return "\n".join(lines) or "(no features)"
+
+
+def compaction_text(plan: Any) -> str:
+    return plan.describe()
+
+
+def drop_text(r: dict) -> str:
+    gone = f"; already gone: {', '.join(r['already_gone'])}" if r["already_gone"] else ""
+    how = f"purged ({r['files_deleted']} metadata files deleted, data files removed)" if r["purged"] else (
+        "data files kept on storage (use --purge to delete them)")
+    return f"dropped {r['logical_table']} and {len(r['physical_tables'])} physical tables; {how}{gone}"

@@ -1,0 +1,47 @@
+"""Bad input anywhere is one clear line with exit code 2, never a Python exception; secrets stay out."""
+
+import json
+
+import pytest
+
+from omni_iceberg.api import Omni
+from omni_iceberg.cli import main
+
+
+@pytest.fixture
+def home(tmp_path):
+    api = Omni(home=str(tmp_path))
+    api.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text(json.dumps({"text": "<p>one</p>"}) + "\n")
+    api.submit("web", [str(src)], "b1", field_map=["text=raw_data"], progress=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["rejects", "nope"], "no logical table aidata.nope"),
+    (["errors", "nope"], "no logical table aidata.nope"),
+    (["status", "web", "--as-of", "1.5"], "no version or tag '1.5'"),
+    (["status", "web", "--as-of", "0"], "has no version 0"),
+    (["export", "web", "--columns", ",", "--out", "OUT"], "--columns: give at least one"),
+    (["backfill", "web", "--features", "text_lenght"], "text_lenght"),
+    (["feature", "register", "YAML", "--table", "web"], "expected a mapping"),
+    (["feature", "register"], "needs definition files or --builtin"),
+    (["tag", "web", "9lives"], "invalid tag '9lives'"),
+    (["lineage", ".x"], "use NAME.COLUMN"),
+])
+def test_bad_input_is_one_line_and_exit_2(home, capsys, args, message):
+    (home / "bad.yaml").write_text("features:\n  - 5\n")
+    args = [str(home / "bad.yaml") if a == "YAML" else str(home / "out") if a == "OUT" else a for a in args]
+    assert main(["--home", str(home), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "bug" not in err
+
+
+def test_recorded_command_lines_carry_no_passwords(home):
+    secret_uri = "postgresql://etl:S3CRETpw@db:5432/omni"
+    assert main(["--home", str(home), "tag", "web", "v1-release", "--version", "1"]) == 0
+    assert main(["--home", str(home), "table", "create", "web2", "--comment", secret_uri]) == 0
+    recorded = [v.command for v in Omni(home=str(home)).log("web2")]
+    assert recorded and all("S3CRETpw" not in c for c in recorded) and "etl:***@db" in recorded[0]
+    assert "table create web2" in recorded[0]

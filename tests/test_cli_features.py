@@ -1,0 +1,114 @@
+"""Features from the command line: a user's .py file across processes, and built-ins by name."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+USER_FEATURES = '''
+from omni_iceberg.features import feature
+
+
+@feature(outputs={"title_words": "long"}, inputs=["RawData.raw_data"])
+def title_words(raw_data):
+    return len(raw_data.split())
+'''
+
+
+def omni(*args, home, cwd=ROOT):
+    proc = subprocess.run([sys.executable, "-m", "omni_iceberg.cli", "--home", str(home), *args], cwd=cwd,
+                          capture_output=True, text=True)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture
+def web(tmp_path):
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["one two three", "four five", "six"]))
+    assert omni("table", "create", "web", home=tmp_path)[0] == 0
+    rc, _, err = omni("submit", "web", str(src), "--batch", "b1", "--map", "text=raw_data", home=tmp_path)
+    assert rc == 0, err
+    return tmp_path
+
+
+def test_py_features_register_then_backfill_in_another_process(web, tmp_path):
+    (tmp_path / "my_features.py").write_text(USER_FEATURES)
+    # a different working directory than the file's: nothing may depend on the cwd or sys.path
+    rc, out, err = omni("feature", "register", str(tmp_path / "my_features.py"), "--table", "web", "--json",
+                        home=web)
+    assert rc == 0, err
+    assert json.loads(out)[0]["registered"] is True
+    # a fresh process, default process isolation: the worker must get the user's code too
+    rc, out, err = omni("backfill", "web", "--features", "title_words", "--json", home=web)
+    assert rc == 0, err
+    report = json.loads(out)
+    assert report["status"] == "succeeded" and report["rows"] == 3 and report["errors"] == 0
+    rc, out, err = omni("sql", "SELECT sum(title_words) AS words, count(*) AS n FROM web", "--format", "json",
+                        home=web)
+    assert rc == 0, err
+    assert json.loads(out) == {"words": 6, "n": 3}  # numbers, not "6"
+
+
+def test_changed_py_file_is_detected_not_run_under_the_old_version(web, tmp_path):
+    path = tmp_path / "my_features.py"
+    path.write_text(USER_FEATURES)
+    assert omni("feature", "register", str(path), "--table", "web", home=web)[0] == 0
+    path.write_text(USER_FEATURES.replace("len(raw_data.split())", "len(raw_data)"))
+    rc, _, err = omni("backfill", "web", "--features", "title_words", home=web)
+    assert rc == 2
+    assert "changed since it was registered" in err and f"omni feature register {path}" in err
+    path.unlink()
+    rc, _, err = omni("backfill", "web", "--features", "title_words", home=web)
+    assert rc == 2 and "no longer exists" in err
+
+
+def test_py_features_in_one_process_with_process_isolation(web, tmp_path):
+    from omni_iceberg.api import Omni
+
+    (tmp_path / "inproc_features.py").write_text(USER_FEATURES)
+    api = Omni(home=str(web))
+    api.register_features("web", [str(tmp_path / "inproc_features.py")])
+    report = api.backfill("web", ["title_words"], isolation="process", progress=False)
+    assert report.status == "succeeded" and report.rows == 3
+    values = sorted(api.read("web", columns=["title_words"]).column("title_words").to_pylist())
+    assert values == [1, 2, 3]
+
+
+def test_yaml_entry_with_only_udf_registers_the_builtin(web, tmp_path):
+    (tmp_path / "f.yaml").write_text("features:\n  - udf: text_length\n    table: web\n")
+    rc, out, err = omni("feature", "register", str(tmp_path / "f.yaml"), "--json", home=web)
+    assert rc == 0, err
+    from omni_iceberg.features.library import text_length
+
+    assert json.loads(out)[0]["feature"] == text_length.definition.key  # the built-in itself, same version
+    rc, out, err = omni("--json", "feature", "list", "web", home=web)
+    listed = {f["name"]: f for f in json.loads(out)}
+    assert listed["text_length"]["inputs"] == ["ProcessedData.parsed_text"]
+    assert listed["text_length"]["outputs"] == ["text_length"]
+
+
+def test_register_builtins_by_name_and_unknown_names_are_suggested(web):
+    rc, out, err = omni("feature", "register", "--builtin", "detected_lang", "token_count", "--table", "web",
+                        "--json", home=web)
+    assert rc == 0, err
+    assert sorted(o["feature"].split("@")[0] for o in json.loads(out)) == ["detected_lang", "token_count"]
+    rc, _, err = omni("feature", "register", "--builtin", "detected_lnag", "--table", "web", home=web)
+    assert rc == 2 and "did you mean 'detected_lang'" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = omni("feature", "register", "--builtin", "detected_lang", home=web)
+    assert rc == 2 and "--table" in err
+
+
+def test_udfs_show_inputs_and_outputs_with_types(tmp_path):
+    rc, out, err = omni("feature", "udfs", "--json", home=tmp_path)
+    assert rc == 0, err
+    udfs = {u["name"]: u for u in json.loads(out)}
+    assert udfs["detected_lang"]["inputs"] == ["ProcessedData.parsed_text"]
+    assert udfs["detected_lang"]["outputs"] == [{"name": "detected_lang", "type": "string"},
+                                                {"name": "lang_confidence", "type": "double"}]
+    rc, out, _ = omni("feature", "udfs", home=tmp_path)
+    line = next(x for x in out.splitlines() if x.startswith("detected_lang"))
+    assert "ProcessedData.parsed_text -> detected_lang (string), lang_confidence (double)" in line

@@ -1,0 +1,63 @@
+"""Machine-readable output: numbers stay numbers, plans are structured, libraries stay quiet."""
+
+import json
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+from omni_iceberg.ui.formatting import dumps, format_arrow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def omni(*args, home):
+    proc = subprocess.run([sys.executable, "-m", "omni_iceberg.cli", "--home", str(home), *args], cwd=ROOT,
+                          capture_output=True, text=True)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_decimals_are_json_numbers():
+    import pyarrow as pa
+
+    data = pa.table({"s": pa.array([Decimal("12"), Decimal("1.5")], pa.decimal128(38, 1)), "t": ["a", "b"]})
+    assert [json.loads(x) for x in format_arrow(data, "json").splitlines()] == [{"s": 12, "t": "a"},
+                                                                                {"s": 1.5, "t": "b"}]
+    assert json.loads(dumps({"n": Decimal("3"), "b": b"\xff", "p": Path("/x")})) == {"n": 3, "b": "/w==", "p": "/x"}
+
+
+def test_explain_and_compaction_dry_run_print_structured_json(tmp_path):
+    src = tmp_path / "a.jsonl"
+    for batch in ("b1", "b2"):
+        src.write_text("".join(json.dumps({"text": f"{batch} doc {i}"}) + "\n" for i in range(3)))
+        if batch == "b1":
+            assert omni("table", "create", "web", home=tmp_path)[0] == 0
+        assert omni("submit", "web", str(src), "--batch", batch, "--map", "text=raw_data", home=tmp_path)[0] == 0
+    rc, out, err = omni("sql", "SELECT count(*) AS n FROM web WHERE _ai_append_name_ = 'b1'", "--explain", "--json",
+                        home=tmp_path)
+    assert rc == 0, err
+    plan = json.loads(out)
+    web = plan["tables"][0]
+    assert web["logical_table"] == "aidata.web" and web["logical_version"] == 3
+    assert web["scans"][0]["table"] == "aidata.web__base" and isinstance(web["scans"][0]["snapshot_id"], int)
+    rc, out, err = omni("compact", "web", "--dry-run", "--json", "--min-files", "1", home=tmp_path)
+    assert rc == 0, err
+    dry = json.loads(out)
+    assert dry["dry_run"] is True and dry["logical_table"] == "aidata.web" and dry["version"] == 3
+    base = next(t for t in dry["tables"] if t["identifier"] == "aidata.web__base")
+    assert set(base["batches"]) == {"b1", "b2"}
+    rc, out, _ = omni("--json", "log", "web", home=tmp_path)
+    assert [v["version"] for v in json.loads(out)] == [1, 2, 3]  # the dry run committed nothing
+
+
+def test_quiet_switches_reach_library_progress_bars(monkeypatch):
+    for var in ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        monkeypatch.delenv(var, raising=False)
+    code = ("import os, sys\n"
+            "from omni_iceberg.ui.progress import silence_library_progress\n"
+            "silence_library_progress()\n"
+            "from tqdm.auto import tqdm\n"
+            "bar = tqdm(range(3), file=sys.stderr)\n"
+            "print(bar.disable, os.environ['HF_HUB_DISABLE_PROGRESS_BARS'])\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.stdout.split() == ["True", "1"], proc.stderr
