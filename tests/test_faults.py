@@ -6,8 +6,9 @@ read back with pyiceberg: no partial batch, ``count(*) == count(distinct id)`` i
 logical table and in every physical table, exact distinct counts after a resume,
 logical versions 1..n each the parent of the next.
 
-Bounded: two kills per operation and one run of each race (the whole file takes about
-two minutes on two busy cores); ``benchmarks/reliability.py`` runs the long campaign.
+Bounded: two kills per operation and one run of each race; the whole file took 165-215 s
+on two cores that other test runs kept at a load average of 5-7 (about half that on a
+quiet machine); ``benchmarks/reliability.py`` runs the long campaign.
 Kill delays come from a seeded generator (``OMNI_FAULT_SEED``); the seed is in every
 failure message. Tests marked xfail(strict) fail on this branch today and are fixed on
 the branch the reason names.
@@ -34,6 +35,7 @@ from tests.faults import (
     write_docs,
 )
 
+pytestmark = pytest.mark.slow
 FEATURES = ["html_parser", "punctuation_ratio", "digit_ratio"]
 
 
@@ -113,19 +115,19 @@ def test_kill9_during_submit_leaves_no_partial_batch_and_resumes_exactly(tmp_pat
 
 
 def test_kill9_during_backfill_then_resume_computes_every_row_once(tmp_path):
-    home, _ = _table_with_features(tmp_path, {"a": 1200, "b": 1200})
+    home, _ = _table_with_features(tmp_path, {"a": 800, "b": 800})
     _kill_then_resume(
         home, ["backfill", "web", "--features", "punctuation_ratio", "--isolation", "inline", "--no-progress"],
-        "backfill", (0.2, 2.0))
+        "backfill", (0.2, 1.5))
     report = _assert_sound(home, context="after resume")
     omni = Omni(home=home)
-    assert report.rows == report.distinct_ids == 2400
+    assert report.rows == report.distinct_ids == 1600
     assert feature_nulls(omni, "web", "punctuation_ratio") == 0
     assert computed_twice(omni, "web") == []
 
 
 def test_kill9_during_compaction_keeps_every_row_and_value(tmp_path):
-    home, _ = _table_with_features(tmp_path, {f"b{i}": 250 for i in range(4)})
+    home, _ = _table_with_features(tmp_path, {f"b{i}": 250 for i in range(3)})
     omni = Omni(home=home)
     omni.backfill("web", ["punctuation_ratio"], isolation="inline", progress=False)
     before = sorted(omni.read("web", columns=["_ai_unique_id_", "punctuation_ratio"]).to_pylist(),
