@@ -7,8 +7,8 @@ logical table and in every physical table, exact distinct counts after a resume,
 logical versions 1..n each the parent of the next.
 
 Bounded: two kills per operation and one run of each race; the whole file took 165-215 s
-on two cores that other test runs kept at a load average of 5-7 (about half that on a
-quiet machine); ``benchmarks/reliability.py`` runs the long campaign.
+on two cores that other test runs kept at a load average of 5-7 (not measured on a quiet
+machine); ``benchmarks/reliability.py`` runs the long campaign.
 Kill delays come from a seeded generator (``OMNI_FAULT_SEED``); the seed is in every
 failure message. Tests marked xfail(strict) fail on this branch today and are fixed on
 the branch the reason names.
