@@ -155,8 +155,6 @@ def test_a_rerun_cleans_the_staging_branch_of_a_killed_run(tmp_path):
 # ---- two commands at once ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on branch wt-ingest: two concurrent submits of the same content "
-                   "both commit it (3000 rows, 1500 distinct ids in the base table)")
 def test_concurrent_submits_of_the_same_content_commit_each_id_once(tmp_path):
     home = tmp_path / "home"
     Omni(home=home).create_table("web")
@@ -170,8 +168,6 @@ def test_concurrent_submits_of_the_same_content_commit_each_id_once(tmp_path):
     assert _texts(Omni(home=home), "web") == expected
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on branch wt-engine: two backfills that need the same missing "
-                   "ancestor both compute and commit it (html_parser's table holds every id twice)")
 def test_concurrent_backfills_sharing_a_missing_ancestor_compute_it_once(tmp_path):
     home, _ = _table_with_features(tmp_path, {"a": 1000})
     common = ["--isolation", "inline", "--no-progress"]
@@ -210,8 +206,6 @@ def test_a_backfill_racing_a_compaction_loses_no_row_and_no_value(tmp_path):
     assert feature_nulls(Omni(home=home), "web", "punctuation_ratio") == 0
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on branch wt-catalog: the losing registration fails with "
-                   "\"physical table 'f_html_parser_...' already belongs to aidata.web\" (exit 3)")
 def test_concurrent_registrations_are_both_kept_with_consistent_versions(tmp_path):
     home = tmp_path / "home"
     omni = Omni(home=home)
