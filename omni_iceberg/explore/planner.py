@@ -29,6 +29,7 @@ from catalog_ext.view_sql import render_family_select
 from omni_iceberg.explore.guard import QueryError, check_tree
 from omni_iceberg.explore.rules import QueryContext, run_rules
 from omni_iceberg.explore.rules.context import leaf_paths
+from omni_iceberg.explore.rules.push_predicates import rejects_null
 
 _DELETE_COUNTS = ("total-delete-files", "total-position-deletes", "total-equality-deletes")
 
@@ -175,7 +176,10 @@ def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> Que
                 if pc.name not in needed[pc.table]:  # a nested name (RawData.url) reads only that field
                     needed[pc.table].append(pc.name)
         for key, cols in needed.items():
-            filters = [f for f in ctx.pushed.get(alias, []) if _lives_in(state, ctx, f, key)]
+            # a table left-joined to the driver may only drop rows the query drops anyway:
+            # pushing "x IS NULL" there would turn its non-NULL rows into NULL rows
+            filters = [f for f in ctx.pushed.get(alias, []) if _lives_in(state, ctx, f, key)
+                       and (key == driver or rejects_null(f))]
             scans.append(PhysicalScan(alias, state.physical_table(key), cols, filters, ctx.batches.get(alias),
                                       local_name=f"__omni_scan_{len(scans)}"))
     return QueryPlan(ctx, scans, loaded)
