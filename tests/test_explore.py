@@ -162,3 +162,30 @@ def test_cli_sql_formats_explain_and_dialects(omni, capsys):
     assert "scan aidata.web__f_t_len" in capsys.readouterr().out
     assert main(["--home", home, "sql", "SELECT nope FROM web"]) == 2
     assert "unknown column 'nope' at line 1, column 8" in capsys.readouterr().err
+
+
+def test_system_tables_read_only_json_numbers_and_explain_data(omni, capsys):
+    from omni_iceberg.explore.planner import plan_query
+
+    home = str(omni.config.home)
+    omni.query("SELECT count(*) FROM web")
+    assert main(["--home", home, "sql", "SELECT kind, count(*) AS n, sum(rows) AS r FROM omni_sys.query_log "
+                 "GROUP BY kind", "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["kind"] == "sql" and type(row["n"]) is int and type(row["r"]) is int
+    # a sum of a long feature is a JSON number, not a string
+    assert main(["--home", home, "sql", "SELECT _ai_append_name_ AS b, sum(t_len) AS s FROM web GROUP BY 1 ORDER BY 1",
+                 "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["b"] for r in rows] == ["cc", "wiki"] and all(type(r["s"]) is int and r["s"] > 0 for r in rows)
+    # joined with a logical table, still read-only
+    got = omni.query("SELECT count(*) AS n FROM omni_sys.query_log AS q JOIN web AS w "
+                     "ON q.logical_table = 'aidata.web' AND w._ai_append_name_ = 'cc'").to_pylist()
+    assert got[0]["n"] > 0
+    assert main(["--home", home, "sql", "DELETE FROM omni_sys.query_log"]) == 2
+    assert "DELETE is not allowed" in capsys.readouterr().err
+    data = plan_query(omni, "SELECT avg(t_len) FROM web WHERE t_lang = 'en'").to_dict()
+    assert json.loads(json.dumps(data)) == data
+    entry = data["tables"][0]
+    assert entry["logical_table"] == "aidata.web" and entry["base_table_read"] is False
+    assert len(entry["scans"]) == 2 and not any(s["table"].endswith("__base") for s in entry["scans"])

@@ -42,6 +42,8 @@ def _observed(ctx, key):
         return ctx.tree.sql()
     if key == "tables":
         return {a: t.identifier for a, t in ctx.tables.items()}
+    if key == "system":
+        return {a: t.identifier for a, t in ctx.system.items()}
     if key == "resolved":
         return sorted([list(v) for v in ctx.resolved.values()])
     if key == "star":
@@ -106,7 +108,8 @@ def test_run_rules_runs_the_rules_tuple_in_order(monkeypatch):
     assert seen == RULE_NAMES
 
 
-DOCTEST_MODULES = ["omni_iceberg.explore.guard", "omni_iceberg.explore.sandbox", "omni_iceberg.explore.export"] + \
+DOCTEST_MODULES = ["omni_iceberg.explore.guard", "omni_iceberg.explore.sandbox", "omni_iceberg.explore.export",
+                   "omni_iceberg.explore.results", "catalog_ext.redact"] + \
     [f"omni_iceberg.explore.rules.{n}" for n in RULE_NAMES]
 
 

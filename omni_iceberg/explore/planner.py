@@ -25,8 +25,9 @@ from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState, PhysicalTable
-from catalog_ext.view_sql import render_family_select
+from catalog_ext.view_sql import pinned_ref, render_family_select
 from omni_iceberg.explore.guard import QueryError, check_tree
+from omni_iceberg.explore.results import plain_numbers
 from omni_iceberg.explore.rules import QueryContext, run_rules
 from omni_iceberg.explore.rules.context import leaf_paths
 from omni_iceberg.explore.rules.push_predicates import rejects_null
@@ -60,7 +61,7 @@ class QueryPlan:
     def physical_tree(self, dialect: str) -> exp.Query:
         """The user's query tree with every logical table replaced by its physical subquery."""
         tree = self.ctx.tree.copy()
-        originals = {id(t.node): alias for alias, t in self.ctx.tables.items()}
+        originals = {id(t.node): alias for alias, t in [*self.ctx.tables.items(), *self.ctx.system.items()]}
         for node, original in zip(list(tree.find_all(exp.Table)), list(self.ctx.tree.find_all(exp.Table))):
             alias = originals.get(id(original))
             if alias is None:
@@ -72,8 +73,13 @@ class QueryPlan:
         return tree
 
     def _derived(self, alias: str, dialect: str) -> exp.Select:
-        bound = self.ctx.tables[alias]
         scans = [s for s in self.scans if s.alias == alias]
+        if alias in self.ctx.system:
+            # a system table is read whole at the snapshot current when planning
+            ref = f'"{scans[0].local_name}"' if dialect == "duckdb" else \
+                pinned_ref(scans[0].table.identifier, scans[0].table.snapshot_id, "s", dialect)
+            return sqlglot.parse_one(f"SELECT * FROM {ref}", read=dialect)
+        bound = self.ctx.tables[alias]
         local = {s.table.key: s.local_name for s in scans}
         # render_family_select writes SQL from generated aliases (t0, t1), generated scan
         # names and identifiers validated when the family was created; it is parsed back
@@ -115,11 +121,18 @@ class QueryPlan:
                            "pushed": [f.sql() for f in s.filters], "local_name": s.local_name} for s in read],
                 "pruned": [x.identifier for x in t.state.tables if x.identifier not in self.tables()],
             })
-        return {"tables": out, "physical_sql": {"duckdb": self.sql("duckdb")}}
+        system = [{"alias": alias, "system_table": t.identifier,
+                   "snapshot_id": next(s.table.snapshot_id for s in self.scans if s.alias == alias)}
+                  for alias, t in self.ctx.system.items()]
+        return {"tables": out, "system_tables": system, "physical_sql": {"duckdb": self.sql("duckdb")}}
 
     def explain(self) -> str:
         lines = []
-        for entry in self.to_dict()["tables"]:
+        plan = self.to_dict()
+        for entry in plan["system_tables"]:
+            lines.append(f"{entry['alias']}: system table {entry['system_table']} @ snapshot {entry['snapshot_id']} "
+                         f"(read whole, read-only)")
+        for entry in plan["tables"]:
             lines.append(f"{entry['alias']}: logical table {entry['logical_table']} at version {entry['logical_version']}")
             state = self.ctx.tables[entry["alias"]].state
             batches = entry["batches"]
@@ -182,7 +195,26 @@ def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> Que
                        and (key == driver or rejects_null(f))]
             scans.append(PhysicalScan(alias, state.physical_table(key), cols, filters, ctx.batches.get(alias),
                                       local_name=f"__omni_scan_{len(scans)}"))
+    for alias, system in ctx.system.items():
+        snapshot = _system_snapshot(catalog, system.identifier, loaded)
+        table = PhysicalTable(key=f"system_{system.name}", identifier=system.identifier, group="system",
+                              snapshot_id=snapshot)
+        scans.append(PhysicalScan(alias, table, list(system.columns), local_name=f"__omni_scan_{len(scans)}"))
     return QueryPlan(ctx, scans, loaded)
+
+
+def _system_snapshot(catalog: Any, identifier: str, loaded: dict[str, Any]) -> int | None:
+    """The current snapshot of a system table; None when it does not exist yet (nothing is created)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    if catalog is None:
+        return None
+    try:
+        loaded[identifier] = catalog.load_table(identifier)
+    except NoSuchTableError:
+        return None
+    snap = loaded[identifier].current_snapshot()
+    return snap.snapshot_id if snap is not None else None
 
 
 def _lives_in(state: FamilyState, ctx: QueryContext, cond: exp.Expression, key: str) -> bool:
@@ -237,6 +269,12 @@ def load_physical(omni: Any, plan: QueryPlan, table: PhysicalTable) -> Any:
 def scan_arrow(omni: Any, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
     from pyiceberg.expressions import AlwaysTrue, And, In
 
+    if scan.alias in plan.ctx.system:
+        from catalog_ext.system_tables import SCHEMAS
+
+        if scan.table.snapshot_id is None:
+            return SCHEMAS[plan.ctx.system[scan.alias].name].empty_table()
+        return plan.loaded[scan.table.identifier].scan(snapshot_id=scan.table.snapshot_id).to_arrow()
     state = plan.ctx.tables[scan.alias].state
     row_filter = AlwaysTrue()
     if scan.batches:
@@ -259,7 +297,7 @@ def execute_local(omni: Any, plan: QueryPlan) -> pa.Table:
     sql = plan.sql("duckdb")
     con = locked_duckdb({scan.local_name: scan_arrow(omni, plan, scan) for scan in plan.scans})
     try:
-        return con.sql(sql).to_arrow_table()
+        return plain_numbers(con.sql(sql).to_arrow_table())
     except duckdb.Error as e:
         raise QueryError(f"query failed: {e}") from e
     finally:

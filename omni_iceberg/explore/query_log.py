@@ -29,4 +29,4 @@ def log_query(omni: Any, plan: Any, *, kind: str, engine: str, rows: int, latenc
             "physical_tables": json.dumps([s.table.identifier for s in plan.scans if s.alias == alias]),
             "engine": engine, "rows": rows, "latency_ms": latency_ms, "sql": redact(plan.ctx.sql)[:4000], "at": now,
         })
-    system_tables.append_rows(omni.catalog, system_tables.QUERY_LOG, records)
+    system_tables.append_rows(omni.catalog, system_tables.QUERY_LOG, records)  # none for system-only queries

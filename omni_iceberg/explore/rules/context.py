@@ -18,6 +18,17 @@ class BoundTable:
     node: exp.Table
 
 
+@dataclass
+class SystemTable:
+    """A read-only reference to ``omni_sys.<name>`` (query log, runs, errors, ...), read whole."""
+
+    alias: str
+    identifier: str
+    name: str
+    columns: list[str]
+    node: exp.Table
+
+
 def _no_counts(table: PhysicalTable) -> int | None:
     return None
 
@@ -38,6 +49,7 @@ class QueryContext:
     row_count: Callable[[PhysicalTable], int | None] = _no_counts
     tree: exp.Query | None = None
     tables: dict[str, BoundTable] = field(default_factory=dict)  # alias -> table
+    system: dict[str, SystemTable] = field(default_factory=dict)  # alias -> system table (read-only)
     resolved: dict[int, tuple[str, str]] = field(default_factory=dict)  # id(Column) -> (alias, logical path)
     star: set[str] = field(default_factory=set)  # aliases whose every column is needed
     columns: dict[str, list[str]] = field(default_factory=dict)  # alias -> logical paths read

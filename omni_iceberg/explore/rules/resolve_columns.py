@@ -23,6 +23,8 @@ def _candidates(ctx: QueryContext) -> list[str]:
     for t in ctx.tables.values():
         names.update(top_level(t.state))
         names.update(c.path for c in t.state.columns)
+    for s in ctx.system.values():
+        names.update(s.columns)
     return sorted(names)
 
 
@@ -44,7 +46,8 @@ def _resolve_path(state: FamilyState, parts: list[str]) -> str | None:
 def resolve_columns(ctx: QueryContext) -> QueryContext:
     """Bind columns by name, qualified (``w.quality``) or not; unknown and ambiguous names are errors.
 
-    Output aliases (``ORDER BY n``) and CTE columns are left alone.
+    Output aliases (``ORDER BY n``) and CTE columns are left alone. Columns of system
+    tables are checked but not recorded: no later rule plans anything for them.
 
     >>> from omni_iceberg.explore.rules.examples import example_context
     >>> ctx = resolve_columns(example_context("SELECT RawData.raw_data, w.quality FROM web AS w",
@@ -77,18 +80,23 @@ def resolve_columns(ctx: QueryContext) -> QueryContext:
             path = _resolve_path(ctx.tables[parts[0]].state, parts[1:])
             if path is not None:
                 matches = [(parts[0], path)]
+        elif parts[0] in ctx.system and len(parts) > 1:
+            if len(parts) == 2 and parts[1] in ctx.system[parts[0]].columns:
+                matches = [(parts[0], parts[1])]
         else:
             for alias, t in ctx.tables.items():
                 path = _resolve_path(t.state, parts)
                 if path is not None:
                     matches.append((alias, path))
+            matches += [(alias, parts[0]) for alias, s in ctx.system.items() if len(parts) == 1 and parts[0] in s.columns]
         name = ".".join(parts)
         if not matches:
             near = difflib.get_close_matches(parts[-1] if parts[0] in ctx.tables else name, _candidates(ctx), n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise QueryError(f"unknown column {name!r}{at(col)}{hint}")
         if len(matches) > 1:
-            tables = ", ".join(f"{a} ({ctx.tables[a].identifier})" for a, _ in matches)
+            tables = ", ".join(f"{a} ({(ctx.tables.get(a) or ctx.system[a]).identifier})" for a, _ in matches)
             raise QueryError(f"ambiguous column {name!r}{at(col)}: it exists in {tables}; qualify it")
-        ctx.resolved[id(col)] = matches[0]
+        if matches[0][0] in ctx.tables:
+            ctx.resolved[id(col)] = matches[0]
     return ctx
