@@ -156,3 +156,23 @@ def test_legitimate_queries_still_run(world):
     assert got.to_pylist()[0]["n"] == 6
     with pytest.raises(QueryError, match="function nonexistent at line 1, column 8 is not on omni sql's allow-list"):
         omni.query("SELECT nonexistent(t_len) FROM web")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("columns", ["t_len FROM read_text('{canary}') --"]),
+    ("columns", "t_len, read_text('{canary}')"),
+    ("where", "1=1) UNION SELECT content FROM read_text('{canary}') --"),
+    ("where", "t_len > 0; COPY (SELECT 1) TO '{out}/m.csv'"),
+    ("logical_version", "1; DROP"),
+])
+def test_a_tampered_export_manifest_is_refused(world, field, value, tmp_path):
+    omni = world["omni"]
+    first = omni.export("web", str(tmp_path / "ex"), columns=["_ai_unique_id_", "t_len"], where="t_len > 0")
+    manifest = tmp_path / "ex" / "_omni_export_manifest.json"
+    m = json.loads(manifest.read_text())
+    m[field] = [_fill(v, world) for v in value] if isinstance(value, list) else _fill(value, world)
+    manifest.write_text(json.dumps(m))
+    with pytest.raises(QueryError):
+        omni.export_from_manifest(str(manifest), str(tmp_path / "again"))
+    _assert_no_effect(world)
+    assert first.rows > 0

@@ -23,8 +23,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
-from catalog_ext.errors import OmniError
-from omni_iceberg.explore.guard import parse_column_name, parse_condition
+from omni_iceberg.explore.guard import QueryError, parse_column_name, parse_condition
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, load_physical, plan_query
 from omni_iceberg.ui.progress import progress_bar
 
@@ -32,7 +31,9 @@ MANIFEST = "_omni_export_manifest.json"
 PART_ROWS = 100_000
 
 
-class ExportError(OmniError):
+class ExportError(QueryError):
+    """The export cannot run: unknown format, non-empty folder, manifest missing or not matching."""
+
     exit_code = 2
 
 
@@ -126,9 +127,17 @@ def export_from_manifest(omni: Any, manifest_path: str, out_dir: str, progress: 
         path = path / MANIFEST
     if not path.exists():
         raise ExportError(f"manifest not found: {manifest_path}")
-    m = json.loads(path.read_text())
-    return export(omni, m["logical_table"], m["columns"], m["where"], m["format"], out_dir,
-                  as_of=m["logical_version"], progress=progress, expected=m)
+    try:
+        m = json.loads(path.read_text())
+        table, columns, where, fmt, version = (m["logical_table"], m["columns"], m["where"], m["format"],
+                                               m["logical_version"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ExportError(f"{path} is not an omni export manifest: {e}") from e
+    # a manifest is a file anyone may have edited: its columns and filter pass the same
+    # checks as a command line's (export_query), and the version must be a number
+    if not isinstance(version, int) or not isinstance(table, str) or not isinstance(where, (str, type(None))):
+        raise ExportError(f"{path}: logical_version must be a number, logical_table and where text")
+    return export(omni, table, columns, where, fmt, out_dir, as_of=version, progress=progress, expected=m)
 
 
 def _verify(expected: dict[str, Any], got: dict[str, Any]) -> None:
