@@ -16,7 +16,7 @@ import yaml
 from omni_iceberg.explore import rules
 from omni_iceberg.explore.planner import QueryPlan, plan_query
 from omni_iceberg.explore.rules import QueryError
-from omni_iceberg.explore.rules.examples import example_context, example_state
+from omni_iceberg.explore.rules.examples import example_context, load_example
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sql_rules"
 RULE_NAMES = [r.__name__ for r in rules.RULES]
@@ -69,7 +69,7 @@ class _Store:
     """Serves one fixed FamilyState the way FamilyStore.load does: the rules only need the mapping."""
 
     def load(self, ns, name, version=None):
-        return example_state()
+        return load_example(ns, name, version)
 
     def list_tables(self):
         return ["aidata.web"]

@@ -18,6 +18,7 @@ LOCKED_CONFIG = {
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
     "allow_community_extensions": False,
+    "python_enable_replacements": False,  # FROM name never finds a Python variable of the caller
     "lock_configuration": True,
 }
 

@@ -7,6 +7,7 @@ import difflib
 from sqlglot import exp
 
 from catalog_ext.contract import DEFAULT_NAMESPACE, PHYSICAL_SEPARATOR, SYSTEM_NAMESPACE
+from catalog_ext.errors import NoSuchLogicalTableError
 from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import BoundTable, QueryContext, SystemTable
 
@@ -49,12 +50,14 @@ def bind_tables(ctx: QueryContext) -> QueryContext:
             _bind_system(ctx, node, alias, where)
             continue
         ident = f"{ns}.{node.name}"
-        known = ctx.known_tables()
-        if ident not in known:
+        try:
+            state = ctx.load_state(ns, node.name, ctx.as_of)
+        except NoSuchLogicalTableError:
+            known = ctx.known_tables()  # listing every table is slow: only for the message
             near = difflib.get_close_matches(ident, known, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else f" (known: {', '.join(known) or 'none'})"
-            raise QueryError(f"unknown logical table {ident!r}{where}{hint}")
-        ctx.tables[alias] = BoundTable(alias, ident, ctx.load_state(ns, node.name, ctx.as_of), node)
+            raise QueryError(f"unknown logical table {ident!r}{where}{hint}") from None
+        ctx.tables[alias] = BoundTable(alias, ident, state, node)
     if not ctx.tables and not ctx.system:
         raise QueryError("the query reads no logical table")
     return ctx

@@ -39,6 +39,15 @@ def example_state() -> FamilyState:
     )
 
 
+def load_example(namespace: str, name: str, version: int | None = None) -> FamilyState:
+    """``FamilyStore.load`` for the one example table: anything else does not exist."""
+    from catalog_ext.errors import NoSuchLogicalTableError
+
+    if (namespace, name) != ("aidata", "web"):
+        raise NoSuchLogicalTableError(f"no logical table {namespace}.{name}")
+    return example_state()
+
+
 def example_context(sql: str, *, until: str | None = None, through: str | None = None,
                     row_counts: dict[str, int] | None = None):
     """Run the rules on ``sql`` over :func:`example_state`, stopping before rule ``until`` (or after ``through``).
@@ -48,9 +57,8 @@ def example_context(sql: str, *, until: str | None = None, through: str | None =
     from omni_iceberg.explore.rules import RULES
     from omni_iceberg.explore.rules.context import QueryContext
 
-    state = example_state()
     counts = row_counts or {}
-    ctx = QueryContext(sql=sql, load_state=lambda ns, name, version: state, known_tables=lambda: ["aidata.web"],
+    ctx = QueryContext(sql=sql, load_state=load_example, known_tables=lambda: ["aidata.web"],
                        row_count=lambda t: counts.get(t.key))
     for rule in RULES:
         if rule.__name__ == until:
