@@ -22,6 +22,8 @@ from sqlglot.errors import ParseError, SqlglotError
 from catalog_ext.errors import OmniError
 
 READ_DIALECT = "duckdb"
+#: names of the scans the planner generates (``__omni_scan_0``); users may not write them
+GENERATED_PREFIX = "__omni"
 
 
 class QueryError(OmniError):
@@ -176,6 +178,10 @@ def _parse(sql: str, what: str) -> list[exp.Expression]:
     for statement in statements:
         for node in statement.walk():
             node.comments = None  # comments carry nothing for the engines; gone, they cannot be misquoted
+            if isinstance(node, exp.Identifier) and node.name.lower().startswith(GENERATED_PREFIX):
+                # the planner names its scans so; a CTE of that name would stand in for one
+                raise QueryError(f"the name {node.name!r}{at(node)} in {what} is reserved for omni's generated "
+                                 f"scans (names starting with {GENERATED_PREFIX!r}); choose another")
     return statements
 
 

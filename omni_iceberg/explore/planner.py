@@ -26,7 +26,7 @@ from sqlglot import exp
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState, PhysicalTable
 from catalog_ext.view_sql import pinned_ref, render_family_select
-from omni_iceberg.explore.guard import QueryError, check_tree
+from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError, check_tree
 from omni_iceberg.explore.results import plain_numbers
 from omni_iceberg.explore.rules import QueryContext, run_rules
 from omni_iceberg.explore.rules.context import leaf_paths
@@ -194,12 +194,12 @@ def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> Que
             filters = [f for f in ctx.pushed.get(alias, []) if _lives_in(state, ctx, f, key)
                        and (key == driver or rejects_null(f))]
             scans.append(PhysicalScan(alias, state.physical_table(key), cols, filters, ctx.batches.get(alias),
-                                      local_name=f"__omni_scan_{len(scans)}"))
+                                      local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
     for alias, system in ctx.system.items():
         snapshot = _system_snapshot(catalog, system.identifier, loaded)
         table = PhysicalTable(key=f"system_{system.name}", identifier=system.identifier, group="system",
                               snapshot_id=snapshot)
-        scans.append(PhysicalScan(alias, table, list(system.columns), local_name=f"__omni_scan_{len(scans)}"))
+        scans.append(PhysicalScan(alias, table, list(system.columns), local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
     return QueryPlan(ctx, scans, loaded)
 
 
