@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> None:
                    C.median(vals("full view", "cpu_s")) / C.median(vals("omni.query", "cpu_s")), "x"),
         C.headline("CPU time: read 2 columns / omni.query", cpu["read 2 columns"] / cpu["omni.query"], "x", "", None,
                    "CPU is what a busy machine does not blur: wall time includes waiting for a core"),
-        C.headline("CPU time: DuckDB on the needed files / omni.query", cpu["DuckDB on files"] / cpu["omni.query"], "x"),
+        C.headline("CPU time: DuckDB on the needed files / omni.query",
+                   cpu["DuckDB on files"] / cpu["omni.query"], "x"),
     ]
     rows = [[v, f"{med[v]:.3f}", f"{C.median(vals(v, 'cpu_s')):.3f}", f"{med[v] / med['omni.query']:.2f}"]
             for v in variants]

@@ -133,7 +133,8 @@ class QueryPlan:
             lines.append(f"{entry['alias']}: system table {entry['system_table']} @ snapshot {entry['snapshot_id']} "
                          f"(read whole, read-only)")
         for entry in plan["tables"]:
-            lines.append(f"{entry['alias']}: logical table {entry['logical_table']} at version {entry['logical_version']}")
+            lines.append(f"{entry['alias']}: logical table {entry['logical_table']} "
+                         f"at version {entry['logical_version']}")
             state = self.ctx.tables[entry["alias"]].state
             batches = entry["batches"]
             lines.append(f"  batches: {', '.join(batches) if batches else 'all (' + str(len(state.batches)) + ')'}")
@@ -199,7 +200,8 @@ def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> Que
         snapshot = _system_snapshot(catalog, system.identifier, loaded)
         table = PhysicalTable(key=f"system_{system.name}", identifier=system.identifier, group="system",
                               snapshot_id=snapshot)
-        scans.append(PhysicalScan(alias, table, list(system.columns), local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
+        scans.append(PhysicalScan(alias, table, list(system.columns),
+                                  local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
     return QueryPlan(ctx, scans, loaded)
 
 

@@ -88,7 +88,8 @@ def resolve_columns(ctx: QueryContext) -> QueryContext:
                 path = _resolve_path(t.state, parts)
                 if path is not None:
                     matches.append((alias, path))
-            matches += [(alias, parts[0]) for alias, s in ctx.system.items() if len(parts) == 1 and parts[0] in s.columns]
+            matches += [(alias, parts[0]) for alias, s in ctx.system.items()
+                        if len(parts) == 1 and parts[0] in s.columns]
         name = ".".join(parts)
         if not matches:
             near = difflib.get_close_matches(parts[-1] if parts[0] in ctx.tables else name, _candidates(ctx), n=1)
