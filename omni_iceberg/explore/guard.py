@@ -198,8 +198,8 @@ def check_tree(tree: exp.Expression, what: str = "the query") -> None:
     for node in tree.walk():
         if isinstance(node, _NOT_READ_ONLY):
             kind = node.key.upper() if not isinstance(node, exp.Command) else str(node.this).upper()
-            raise QueryError(f"{kind}{at(node)} is not allowed in {what}: omni sql is read-only "
-                             f"(one SELECT or WITH query)")
+            raise QueryError(f"{kind}{at(node)} is not allowed in {what}: only queries are allowed "
+                             f"(one SELECT or WITH); omni sql is read-only")
         if isinstance(node, _NO_PARAMETERS):
             raise QueryError(f"parameter or variable {node.sql(READ_DIALECT)!r}{at(node)} is not "
                              f"allowed in {what}: write the value itself")

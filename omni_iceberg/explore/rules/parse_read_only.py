@@ -18,7 +18,7 @@ def parse_read_only(ctx: QueryContext) -> QueryContext:
     >>> parse_read_only(QueryContext("DELETE FROM web"))
     Traceback (most recent call last):
     ...
-    omni_iceberg.explore.guard.QueryError: DELETE is not allowed in the query: omni sql is read-only (one SELECT or WITH query)
+    omni_iceberg.explore.guard.QueryError: DELETE is not allowed in the query: only queries are allowed (one SELECT or WITH); omni sql is read-only
     """
     from omni_iceberg.explore.guard import QueryError, check_tree
 
