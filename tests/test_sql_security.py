@@ -176,3 +176,15 @@ def test_a_tampered_export_manifest_is_refused(world, field, value, tmp_path):
         omni.export_from_manifest(str(manifest), str(tmp_path / "again"))
     _assert_no_effect(world)
     assert first.rows > 0
+
+
+REFUSED = [c for c in CORPUS["queries"] if c.get("expect", "refused") == "refused"]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=[c["sql"][:60] for c in REFUSED])
+def test_the_planner_alone_refuses_every_escape(world, case):
+    """First wall on its own: no engine runs, so a refusal here does not lean on the locked DuckDB."""
+    from omni_iceberg.explore.planner import plan_query
+
+    with pytest.raises(QueryError):
+        plan_query(world["omni"], _fill(case["sql"], world))
