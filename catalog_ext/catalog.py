@@ -7,6 +7,7 @@ from typing import Any
 
 from catalog_ext.config import OmniConfig
 from catalog_ext.errors import ConfigError
+from catalog_ext.redact import redact
 
 
 def open_catalog(config: OmniConfig) -> Any:
@@ -36,10 +37,12 @@ def open_catalog(config: OmniConfig) -> Any:
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - translate every backend failure into one message
+        # the URI and the backend's message may both carry the password; the original
+        # exception is not chained because its text (and so any traceback) carries it too
         raise ConfigError(
-            f"cannot open catalog {uri!r}: {type(e).__name__}: {e}. "
+            f"cannot open catalog {redact(uri)!r}: {type(e).__name__}: {redact(str(e))}. "
             "Set --catalog/OMNI_CATALOG to a SQLAlchemy URI, a REST URL or a .pyiceberg.yaml catalog name."
-        ) from e
+        ) from None
 
 
 def _sql_catalog(name: str, uri: str, props: dict[str, str]) -> Any:

@@ -70,8 +70,28 @@ def check_batch_name(name: str) -> str:
     return name
 
 
+def check_namespace(ns: str) -> str:
+    """A namespace for logical tables: a safe identifier, and never the system namespace.
+
+    ``omni_sys`` holds the query log, rejects, runs, errors and lineage; a logical table
+    there would shadow them (a table named ``omni_sys.query_log`` breaks every query).
+    Compared without case: SQL engines fold unquoted names.
+    """
+    check_identifier(ns, "namespace")
+    if ns.lower() == SYSTEM_NAMESPACE:
+        raise InvalidIdentifierError(
+            f"invalid namespace {ns!r}: '{SYSTEM_NAMESPACE}' is reserved for omni's system tables "
+            f"(query log, rejects, runs, errors, lineage); put logical tables in another namespace, "
+            f"e.g. {DEFAULT_NAMESPACE}"
+        )
+    return ns
+
+
 def split_qualified(name: str, default_namespace: str = DEFAULT_NAMESPACE) -> tuple[str, str]:
-    """``web`` -> (aidata, web); ``code.py`` -> (code, py). Both parts are checked."""
+    """``web`` -> (aidata, web); ``code.py`` -> (code, py). Both parts are checked.
+
+    The system namespace is refused: logical tables never live there.
+    """
     parts = name.split(".")
     if len(parts) == 1:
         ns, table = default_namespace, parts[0]
@@ -79,6 +99,6 @@ def split_qualified(name: str, default_namespace: str = DEFAULT_NAMESPACE) -> tu
         ns, table = parts
     else:
         raise InvalidIdentifierError(f"invalid logical table name {name!r}: use NAME or NAMESPACE.NAME")
-    check_identifier(ns, "namespace")
+    check_namespace(ns)
     check_table_name(table)
     return ns, table

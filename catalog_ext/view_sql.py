@@ -81,18 +81,21 @@ def render_family_select(
     columns: list[str] | None = None,
     table_ref: Callable[[PhysicalTable, str], str] | None = None,
     where: str | None = None,
+    driver: PhysicalTable | None = None,
 ) -> str:
     """SELECT of the logical wide table (or of ``columns`` only) over the physical family.
 
     ``columns`` are top-level names or ``Stage.field`` leaves; only the physical tables
     holding them are joined (column pruning). ``table_ref(table, alias)`` names a
     physical table in FROM; by default it is pinned ``VERSION AS OF`` its snapshot.
+    ``driver`` (default: the base table) is the table whose rows are the result's rows;
+    the planner passes a feature table only when the rows it lacks cannot change the answer.
     """
     if dialect not in ("spark", "trino", "duckdb"):
         raise ValueError(f"unknown dialect {dialect!r}")
     ref = table_ref or (lambda t, alias: pinned_ref(t.identifier, t.snapshot_id, alias, dialect))
     wanted = _wanted(state, columns)
-    base = state.base_table
+    base = driver or state.base_table
     needed = {pc.table for path in wanted["leaves"] for pc in state.physical_columns_of(path)}
     others = [t for t in state.tables if t.key != base.key and t.key in needed]
     aliases = {base.key: "t0", **{t.key: f"t{i + 1}" for i, t in enumerate(others)}}

@@ -39,12 +39,47 @@ def test_only_needed_tables_batches_and_rows_are_read(omni):
     from omni_iceberg.explore.planner import plan_query, scan_arrow
 
     plan = plan_query(omni, "SELECT count(*) FROM web WHERE _ai_append_name_ = 'wiki' AND t_len > 500")
-    assert [s.table.identifier.split("__")[1] for s in plan.scans] == ["base", f"f_t_len_{U.t_len.definition.version}"]
-    feature_scan = plan.scans[1]
-    data = scan_arrow(omni, plan, feature_scan)
+    # t_len > 500 drops every row without a t_len: the base table is not read at all
+    assert [s.table.identifier.split("__")[1] for s in plan.scans] == [f"f_t_len_{U.t_len.definition.version}"]
+    data = scan_arrow(omni, plan, plan.scans[0])
     assert set(data.column("_ai_append_name_").to_pylist()) == {"wiki"} and min(data.column("t_len").to_pylist()) > 500
+    assert "base table not read: " in plan.explain()
     explain = omni.explain("SELECT RawData.raw_data FROM web")
     assert "pruned (not read)" in explain and "f_t_len" in explain.split("pruned (not read):")[1]
+
+
+SKIP_BASE_QUERIES = [
+    "SELECT count(*) AS n FROM web WHERE t_len > 100",
+    "SELECT count(*) AS n FROM web WHERE t_len IS NULL",
+    "SELECT t_lang, count(*) AS n, avg(t_len) AS a FROM web GROUP BY t_lang ORDER BY t_lang NULLS FIRST",
+    "SELECT avg(t_len) AS a, max(t_len) AS m, count(t_len) AS c FROM web",
+    "SELECT count(*) AS n, sum(coalesce(t_len, 0)) AS s FROM web",
+    "SELECT _ai_append_name_ AS b, count(t_digits) AS c FROM web WHERE t_lang = 'en' GROUP BY 1 ORDER BY 1",
+]
+
+
+def test_skipping_the_base_table_gives_the_same_answers(omni, tmp_path, monkeypatch):
+    from omni_iceberg.explore import rules
+    from omni_iceberg.explore.planner import plan_query
+
+    def answers_and_base_reads():
+        plans = [plan_query(omni, q) for q in SKIP_BASE_QUERIES]
+        fast = [omni.query(q).to_pylist() for q in SKIP_BASE_QUERIES]
+        with monkeypatch.context() as m:  # the same queries, the base table always read
+            m.setattr(rules, "RULES", tuple(r for r in rules.RULES if r.__name__ != "skip_base_table"))
+            slow = [omni.query(q).to_pylist() for q in SKIP_BASE_QUERIES]
+            assert all(p.to_dict()["tables"][0]["base_table_read"] for p in map(lambda q: plan_query(omni, q),
+                                                                                 SKIP_BASE_QUERIES))
+        assert fast == slow
+        return [p.to_dict()["tables"][0]["base_table_read"] for p in plans]
+
+    # every row has every feature: metadata row counts prove it, so even GROUP BY with count(*) skips
+    assert answers_and_base_reads() == [False, False, False, False, False, False]
+    extra = tmp_path / "x.jsonl"
+    extra.write_text("".join(json.dumps({"raw_data": f"<p>late page {i}</p>"}) + "\n" for i in range(3)))
+    omni.submit("web", [str(extra)], batch="late")  # rows without any feature value
+    # now only filters that reject NULL and NULL-ignoring aggregates may skip it
+    assert answers_and_base_reads() == [False, True, True, False, True, False]
 
 
 def test_point_lookup_by_id_plans_one_file_per_table(omni):
@@ -127,3 +162,30 @@ def test_cli_sql_formats_explain_and_dialects(omni, capsys):
     assert "scan aidata.web__f_t_len" in capsys.readouterr().out
     assert main(["--home", home, "sql", "SELECT nope FROM web"]) == 2
     assert "unknown column 'nope' at line 1, column 8" in capsys.readouterr().err
+
+
+def test_system_tables_read_only_json_numbers_and_explain_data(omni, capsys):
+    from omni_iceberg.explore.planner import plan_query
+
+    home = str(omni.config.home)
+    omni.query("SELECT count(*) FROM web")
+    assert main(["--home", home, "sql", "SELECT kind, count(*) AS n, sum(rows) AS r FROM omni_sys.query_log "
+                 "GROUP BY kind", "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["kind"] == "sql" and type(row["n"]) is int and type(row["r"]) is int
+    # a sum of a long feature is a JSON number, not a string
+    assert main(["--home", home, "sql", "SELECT _ai_append_name_ AS b, sum(t_len) AS s FROM web GROUP BY 1 ORDER BY 1",
+                 "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["b"] for r in rows] == ["cc", "wiki"] and all(type(r["s"]) is int and r["s"] > 0 for r in rows)
+    # joined with a logical table, still read-only
+    got = omni.query("SELECT count(*) AS n FROM omni_sys.query_log AS q JOIN web AS w "
+                     "ON q.logical_table = 'aidata.web' AND w._ai_append_name_ = 'cc'").to_pylist()
+    assert got[0]["n"] > 0
+    assert main(["--home", home, "sql", "DELETE FROM omni_sys.query_log"]) == 2
+    assert "DELETE is not allowed" in capsys.readouterr().err
+    data = plan_query(omni, "SELECT avg(t_len) FROM web WHERE t_lang = 'en'").to_dict()
+    assert json.loads(json.dumps(data)) == data
+    entry = data["tables"][0]
+    assert entry["logical_table"] == "aidata.web" and entry["base_table_read"] is False
+    assert len(entry["scans"]) == 2 and not any(s["table"].endswith("__base") for s in entry["scans"])

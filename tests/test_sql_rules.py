@@ -1,99 +1,121 @@
 """The logical SQL planner, rule by rule, against a fixed mapping (no catalog needed).
 
-tests/fixtures/sql_rewrites.json holds input logical SQL and the expected physical SQL.
+tests/fixtures/sql_rules/<rule>.yaml holds each rule's cases: logical SQL in, what the
+rule decided (or the error it raised) out; rewrite.yaml holds logical SQL in and the
+physical SQL per dialect out. Every rule's docstring example runs here too.
 """
 
-import json
+import doctest
+import importlib
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from omni_iceberg.explore import rules
 from omni_iceberg.explore.planner import QueryPlan, plan_query
 from omni_iceberg.explore.rules import QueryError
-from tests.test_family_model import _state
+from omni_iceberg.explore.rules.examples import example_context, load_example
 
-FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "sql_rewrites.json").read_text())
+FIXTURES = Path(__file__).parent / "fixtures" / "sql_rules"
+RULE_NAMES = [r.__name__ for r in rules.RULES]
 
 
-class _MappingOnly:
+def _cases(name):
+    return [(name, c) for c in yaml.safe_load((FIXTURES / f"{name}.yaml").read_text())]
+
+
+ALL_CASES = [pair for name in RULE_NAMES for pair in _cases(name)]
+
+
+def test_every_rule_has_a_module_a_fixture_file_and_several_cases():
+    for name in RULE_NAMES:
+        module = importlib.import_module(f"omni_iceberg.explore.rules.{name}")
+        assert getattr(module, name) in rules.RULES
+        assert len(_cases(name)) >= 3, f"{name}.yaml needs several cases"
+    assert {p.stem for p in FIXTURES.glob("*.yaml")} == set(RULE_NAMES) | {"rewrite"}
+
+
+def _observed(ctx, key):
+    if key == "tree":
+        return ctx.tree.sql()
+    if key == "tables":
+        return {a: t.identifier for a, t in ctx.tables.items()}
+    if key == "system":
+        return {a: t.identifier for a, t in ctx.system.items()}
+    if key == "resolved":
+        return sorted([list(v) for v in ctx.resolved.values()])
+    if key == "star":
+        return sorted(ctx.star)
+    if key == "pushed":
+        return {a: [c.sql() for c in conds] for a, conds in ctx.pushed.items()}
+    return getattr(ctx, key)
+
+
+@pytest.mark.parametrize("rule,case", ALL_CASES, ids=[f"{r}: {c['name']}" for r, c in ALL_CASES])
+def test_rule_fixtures(rule, case):
+    run = lambda: example_context(case["sql"], through=rule, row_counts=case.get("row_counts"))  # noqa: E731
+    if "error" in case:
+        with pytest.raises(QueryError, match=case["error"]):
+            run()
+        return
+    ctx = run()
+    for key, expected in case["expect"].items():
+        assert _observed(ctx, key) == expected, key
+
+
+class _Store:
     """Serves one fixed FamilyState the way FamilyStore.load does: the rules only need the mapping."""
 
-    def __init__(self):
-        self.state = _state()
-
     def load(self, ns, name, version=None):
-        return self.state
+        return load_example(ns, name, version)
 
     def list_tables(self):
         return ["aidata.web"]
 
 
 class _Omni:
-    store = _MappingOnly()
+    store = _Store()  # no catalog: planning needs none, and row counts are then unknown
 
 
-@pytest.mark.parametrize("case", FIXTURES, ids=[c["name"] for c in FIXTURES])
+REWRITES = yaml.safe_load((FIXTURES / "rewrite.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", REWRITES, ids=[c["name"] for c in REWRITES])
 def test_rewrite_fixtures(case):
     plan: QueryPlan = plan_query(_Omni(), case["sql"])
     for dialect in ("duckdb", "spark", "trino"):
         if dialect in case:
-            assert plan.sql(dialect) == case[dialect]
+            assert plan.sql(dialect) == case[dialect], dialect
     assert plan.tables() == case["tables"]
-    if "batches" in case:
-        assert plan.ctx.batches == {"web": case["batches"]}
-    for table, pushed in case.get("pushed", {}).items():
-        scan = next(s for s in plan.scans if s.table.identifier.endswith(table))
-        assert [f.sql() for f in scan.filters] == pushed
+    assert [[s.table.identifier, [f.sql() for f in s.filters]] for s in plan.scans] == case["pushed"]
+    assert all(re.fullmatch(r"__omni_scan_\d+", s.local_name) for s in plan.scans)
 
 
-def _ctx(sql):
-    return rules.run_rules(sql, _MappingOnly().load, _MappingOnly().list_tables)
+def test_run_rules_runs_the_rules_tuple_in_order(monkeypatch):
+    seen = []
+
+    def spy(rule):
+        def wrapped(ctx):
+            seen.append(rule.__name__)
+            return rule(ctx)
+        wrapped.__name__ = rule.__name__
+        return wrapped
+
+    monkeypatch.setattr(rules, "RULES", tuple(spy(r) for r in rules.RULES))
+    rules.run_rules("SELECT quality FROM web", _Store().load, _Store().list_tables)
+    assert seen == RULE_NAMES
 
 
-def test_parse_read_only_rejects_writes_and_multiple_statements():
-    for bad, word in [("DELETE FROM web", "DELETE"), ("INSERT INTO web SELECT * FROM web", "INSERT"),
-                      ("CREATE TABLE x AS SELECT 1", "CREATE"), ("DROP TABLE web", "DROP")]:
-        with pytest.raises(QueryError, match=f"not {word}"):
-            _ctx(bad)
-    with pytest.raises(QueryError, match="exactly one statement, got 2"):
-        _ctx("SELECT 1 FROM web; SELECT 2 FROM web")
-    with pytest.raises(QueryError, match=r"syntax error at line 1, column \d+"):
-        _ctx("SELECT FROM WHERE web (")
+DOCTEST_MODULES = ["omni_iceberg.explore.guard", "omni_iceberg.explore.sandbox", "omni_iceberg.explore.export",
+                   "omni_iceberg.explore.results", "catalog_ext.redact"] + \
+    [f"omni_iceberg.explore.rules.{n}" for n in RULE_NAMES]
 
 
-def test_bind_tables_refuses_physical_system_and_unknown_tables():
-    with pytest.raises(QueryError, match="web__base at line 1, column 22 is a physical table"):
-        _ctx("SELECT * FROM aidata.web__base")
-    with pytest.raises(QueryError, match="system table"):
-        _ctx("SELECT * FROM omni_sys.rejects")
-    with pytest.raises(QueryError, match="did you mean 'aidata.web'"):
-        _ctx("SELECT * FROM webb")
-    with pytest.raises(QueryError, match="without a catalog"):
-        _ctx("SELECT * FROM omni.aidata.web")
-
-
-def test_resolve_columns_nested_unknown_and_ambiguous():
-    ctx = _ctx("SELECT RawData.raw_data, w.quality FROM web AS w")
-    assert sorted(ctx.resolved.values()) == [("w", "RawData.raw_data"), ("w", "quality")]
-    with pytest.raises(QueryError, match=r"unknown column 'qualty' at line 1, column 8; did you mean 'quality'"):
-        _ctx("SELECT qualty FROM web")
-    with pytest.raises(QueryError, match=r"ambiguous column 'quality' .* a \(aidata.web\), b \(aidata.web\)"):
-        _ctx("SELECT quality FROM web AS a JOIN web AS b ON a._ai_unique_id_ = b._ai_unique_id_")
-
-
-def test_check_types_names_the_position():
-    with pytest.raises(QueryError, match=r"type error at line 1, column 35: quality is double, compared with text 'high'"):
-        _ctx("SELECT 1 FROM web WHERE quality > 'high'")
-    with pytest.raises(QueryError, match="string, compared with number 5"):
-        _ctx("SELECT 1 FROM web WHERE _ai_append_name_ = 5")
-    _ctx("SELECT 1 FROM web WHERE quality > '0.5'")  # numeric text is fine
-
-
-def test_prune_and_push():
-    ctx = _ctx("SELECT count(*) FROM web WHERE _ai_append_name_ IN ('a', 'b') AND quality IS NOT NULL "
-               "AND (quality > 1 OR quality < 0)")
-    assert ctx.columns["web"] == ["_ai_unique_id_", "_ai_append_name_", "quality"]
-    assert ctx.batches["web"] == ["a", "b"]
-    assert [c.sql() for c in ctx.pushed["web"]] == ["_ai_append_name_ IN ('a', 'b')", "NOT quality IS NULL"]
-    assert _ctx("SELECT * FROM web").columns["web"][:3] == ["_ai_unique_id_", "_ai_append_name_", "RawData"]
+@pytest.mark.parametrize("name", DOCTEST_MODULES)
+def test_docstring_examples_run(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.IGNORE_EXCEPTION_DETAIL, verbose=False)
+    assert result.attempted > 0, f"{name} has no runnable example"
+    assert result.failed == 0

@@ -46,13 +46,17 @@ def _filter_mask(definition: FeatureDefinition, data: pa.Table) -> pa.Array | No
         mask = valid if mask is None else pc.and_(mask, valid)
     if not definition.filter:
         return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
-    import duckdb
+    from omni_iceberg.explore.guard import filter_query
+    from omni_iceberg.explore.sandbox import locked_duckdb
 
-    local = pa.Table.from_arrays(
-        [data.column(p) for p in definition.inputs], names=[p.rsplit(".", 1)[-1] for p in definition.inputs])
-    con = duckdb.connect()
-    con.register("rows_in", local)
-    chosen = con.sql(f"SELECT coalesce(({definition.filter}), false) AS m FROM rows_in").to_arrow_table().column(0)
+    names = [p.rsplit(".", 1)[-1] for p in definition.inputs]
+    # the filter text is user input: parsed and checked like omni sql, run on a locked DuckDB
+    sql = filter_query(definition.filter, names, "rows_in", f"feature {definition.name}@{definition.version}")
+    con = locked_duckdb({"rows_in": pa.Table.from_arrays([data.column(p) for p in definition.inputs], names=names)})
+    try:
+        chosen = con.sql(sql).to_arrow_table().column(0)
+    finally:
+        con.close()
     return pc.and_(mask, chosen).combine_chunks() if mask is not None else chosen.combine_chunks()
 
 

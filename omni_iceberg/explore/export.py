@@ -20,17 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
-from catalog_ext.errors import OmniError
-from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, plan_query
+from omni_iceberg.explore.guard import QueryError, parse_column_name, parse_condition
+from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, load_physical, plan_query
 from omni_iceberg.ui.progress import progress_bar
 
 MANIFEST = "_omni_export_manifest.json"
 PART_ROWS = 100_000
 
 
-class ExportError(OmniError):
+class ExportError(QueryError):
+    """The export cannot run: unknown format, non-empty folder, manifest missing or not matching."""
+
     exit_code = 2
 
 
@@ -44,9 +47,22 @@ class ExportResult:
         return self.manifest["rows"]
 
 
-def _export_sql(name: str, columns: list[str] | None, where: str | None) -> str:
-    cols = ", ".join(columns) if columns else "*"
-    return f"SELECT {cols} FROM {name}" + (f" WHERE {where}" if where else "")
+def export_query(ns: str, table: str, columns: list[str] | None, where: str | None) -> exp.Select:
+    """The export's query as a tree: ``--columns`` must be plain names, ``--where`` one checked condition.
+
+    Built from parsed parts (never pasted text), then planned and checked like any
+    ``omni sql`` query, so a manifest's replayed columns and filter pass the same gate.
+
+    >>> export_query("aidata", "web", ["t_len", "RawData.url"], "t_len > 10").sql()
+    'SELECT t_len, RawData.url FROM aidata.web WHERE t_len > 10'
+    """
+    if columns is not None and not isinstance(columns, list):
+        raise ExportError(f"export columns must be a list of names, got {type(columns).__name__}")
+    cols = [parse_column_name(c, "the export columns") for c in columns] if columns else [exp.Star()]
+    select = exp.select(*cols).from_(exp.Table(this=exp.to_identifier(table), db=exp.to_identifier(ns)))
+    if where:
+        select = select.where(parse_condition(where, "the export filter (--where)"))
+    return select
 
 
 def export(omni: Any, name: str, columns: list[str] | None, where: str | None, fmt: str, out_dir: str,
@@ -59,7 +75,7 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
         raise ExportError(f"export directory {out_dir} is not empty; choose a new or empty directory")
     ns, table = split_qualified(name)
     started = time.perf_counter()
-    plan = plan_query(omni, _export_sql(f"{ns}.{table}", columns, where), as_of)
+    plan = plan_query(omni, export_query(ns, table, columns, where), as_of)
     if len(plan.ctx.tables) != 1:
         raise ExportError("export reads exactly one logical table")
     alias, bound = next(iter(plan.ctx.tables.items()))
@@ -111,9 +127,17 @@ def export_from_manifest(omni: Any, manifest_path: str, out_dir: str, progress: 
         path = path / MANIFEST
     if not path.exists():
         raise ExportError(f"manifest not found: {manifest_path}")
-    m = json.loads(path.read_text())
-    return export(omni, m["logical_table"], m["columns"], m["where"], m["format"], out_dir,
-                  as_of=m["logical_version"], progress=progress, expected=m)
+    try:
+        m = json.loads(path.read_text())
+        table, columns, where, fmt, version = (m["logical_table"], m["columns"], m["where"], m["format"],
+                                               m["logical_version"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ExportError(f"{path} is not an omni export manifest: {e}") from e
+    # a manifest is a file anyone may have edited: its columns and filter pass the same
+    # checks as a command line's (export_query), and the version must be a number
+    if not isinstance(version, int) or not isinstance(table, str) or not isinstance(where, (str, type(None))):
+        raise ExportError(f"{path}: logical_version must be a number, logical_table and where text")
+    return export(omni, table, columns, where, fmt, out_dir, as_of=version, progress=progress, expected=m)
 
 
 def _verify(expected: dict[str, Any], got: dict[str, Any]) -> None:
@@ -140,7 +164,7 @@ def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
                 expr = _to_iceberg(f, plan.ctx, state, scan.table.key)
                 if expr is not None:
                     row_filter = And(row_filter, expr)
-            table = omni.catalog.load_table(scan.table.identifier)
+            table = load_physical(omni, plan, scan.table)
             ice_scan, groups = iceberg_io.scan_tasks_by_bucket(table, scan.table.snapshot_id, tuple(scan.columns),
                                                                row_filter)
             for bucket, tasks in groups.items():
@@ -168,18 +192,20 @@ def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
 
 
 def _run_part(sql: str, plan: QueryPlan, tables: dict[str, tuple[Any, list]]) -> pa.Table:
-    import duckdb
-
     from catalog_ext import iceberg_io
+    from omni_iceberg.explore.sandbox import locked_duckdb
 
-    con = duckdb.connect()
+    data = {}
     for scan in plan.scans:
         ice_scan, tasks = tables.get(scan.local_name, (None, []))
-        data = iceberg_io.read_tasks(ice_scan, tasks) if ice_scan is not None else None
-        if data is None:
+        data[scan.local_name] = iceberg_io.read_tasks(ice_scan, tasks) if ice_scan is not None else None
+        if data[scan.local_name] is None:
             raise ExportError(f"no scan planned for {scan.table.identifier}")
-        con.register(scan.local_name, data)
-    return con.sql(sql).to_arrow_table()
+    con = locked_duckdb(data)
+    try:
+        return con.sql(sql).to_arrow_table()
+    finally:
+        con.close()
 
 
 def _write(data: pa.Table, path: Path, fmt: str) -> None:

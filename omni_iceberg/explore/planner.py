@@ -1,10 +1,16 @@
 """From logical SQL to physical scans and SQL: the plan, its execution, its explanation.
 
-``plan_query`` runs the rules of :mod:`omni_iceberg.explore.rules`, then decides per
-logical table which physical tables to scan (only those holding referenced columns),
-at which pinned snapshot, with which columns, batches and pushed predicates. The
-same plan renders as SQL for DuckDB (local execution over Arrow scans), Spark or
+``plan_query`` runs :data:`omni_iceberg.explore.rules.RULES`, then decides per logical
+table which physical tables to scan (only those holding referenced columns, and not
+the base table when :mod:`~omni_iceberg.explore.rules.skip_base_table` found it
+unneeded), at which pinned snapshot, with which columns, batches and pushed predicates.
+The same plan renders as SQL for DuckDB (local execution over Arrow scans), Spark or
 Trino (pinned ``VERSION AS OF`` subqueries, for ``--dialect`` or Spark execution).
+
+The physical SQL is always generated from a tree: the user's checked query tree with
+each logical table replaced by a subquery tree. Scans get generated names
+(``__omni_scan_0``), so nothing the user wrote becomes part of a table name, and every
+identifier and literal is quoted by the generator, never spliced as text.
 """
 
 from __future__ import annotations
@@ -14,12 +20,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
-from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState, PhysicalTable
-from catalog_ext.view_sql import render_family_select
-from omni_iceberg.explore.rules import QueryContext, QueryError, run_rules
+from catalog_ext.view_sql import pinned_ref, render_family_select
+from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError, check_tree
+from omni_iceberg.explore.results import plain_numbers
+from omni_iceberg.explore.rules import QueryContext, run_rules
+from omni_iceberg.explore.rules.context import leaf_paths
+from omni_iceberg.explore.rules.push_predicates import rejects_null
+
+_DELETE_COUNTS = ("total-delete-files", "total-position-deletes", "total-equality-deletes")
 
 
 @dataclass
@@ -29,76 +42,120 @@ class PhysicalScan:
     columns: list[str]  # top-level physical columns read (keys included)
     filters: list[exp.Expression] = field(default_factory=list)  # pushed conjuncts (logical columns)
     batches: list[str] | None = None
-
-    @property
-    def local_name(self) -> str:
-        return f"__scan_{self.alias}_{self.table.key}"
+    local_name: str = ""  # the name DuckDB knows this scan by: generated, never user text
 
 
 @dataclass
 class QueryPlan:
     ctx: QueryContext
     scans: list[PhysicalScan]
+    loaded: dict[str, Any] = field(default_factory=dict)  # identifier -> pyiceberg table loaded while planning
 
     def tables(self) -> list[str]:
         return [s.table.identifier for s in self.scans]
 
     def sql(self, dialect: str) -> str:
         """The query over physical tables: ``duckdb`` names local scans; spark/trino pin snapshots."""
+        return self.physical_tree(dialect).sql(dialect=dialect, comments=False)
+
+    def physical_tree(self, dialect: str) -> exp.Query:
+        """The user's query tree with every logical table replaced by its physical subquery."""
         tree = self.ctx.tree.copy()
-        placeholders: dict[str, str] = {}
-        by_alias = {}
-        for s in self.scans:
-            by_alias.setdefault(s.alias, []).append(s)
-        originals = {id(t.node): alias for alias, t in self.ctx.tables.items()}
-        for node, original in zip(tree.find_all(exp.Table), self.ctx.tree.find_all(exp.Table)):
+        originals = {id(t.node): alias for alias, t in [*self.ctx.tables.items(), *self.ctx.system.items()]}
+        for node, original in zip(list(tree.find_all(exp.Table)), list(self.ctx.tree.find_all(exp.Table))):
             alias = originals.get(id(original))
             if alias is None:
                 continue
-            token = f"omni_rel_{len(placeholders)}_"
-            placeholders[token] = self._derived(alias, by_alias[alias], dialect)
-            node.replace(exp.Table(this=exp.to_identifier(token), alias=exp.TableAlias(this=exp.to_identifier(alias))))
-        sql = tree.sql(dialect=dialect)
-        for token, derived in placeholders.items():
-            sql = sql.replace(token, f"({derived})", 1)
-        return sql
+            name = node.args.get("alias")
+            table_alias = name.copy() if name is not None else exp.TableAlias(this=node.this.copy())
+            node.replace(exp.Subquery(this=self._derived(alias, dialect), alias=table_alias))
+        self._check_generated(tree, dialect)
+        return tree
 
-    def _derived(self, alias: str, scans: list[PhysicalScan], dialect: str) -> str:
+    def _derived(self, alias: str, dialect: str) -> exp.Select:
+        scans = [s for s in self.scans if s.alias == alias]
+        if alias in self.ctx.system:
+            # a system table is read whole at the snapshot current when planning
+            ref = f'"{scans[0].local_name}"' if dialect == "duckdb" else \
+                pinned_ref(scans[0].table.identifier, scans[0].table.snapshot_id, "s", dialect)
+            return sqlglot.parse_one(f"SELECT * FROM {ref}", read=dialect)
         bound = self.ctx.tables[alias]
         local = {s.table.key: s.local_name for s in scans}
-        if dialect == "duckdb":
-            ref = lambda t, a: f'"{local[t.key]}" AS {a}'  # noqa: E731 - scans were filtered already
-            where = None
-        else:
-            ref = None
-            batches = self.ctx.batches.get(alias)
-            q = "`" if dialect == "spark" else '"'
-            where = (f"t0.{q}{BATCH_COLUMN}{q} IN ({', '.join(repr(b) for b in batches)})" if batches else None)
+        # render_family_select writes SQL from generated aliases (t0, t1), generated scan
+        # names and identifiers validated when the family was created; it is parsed back
+        # into a tree so that the user's query and ours are joined as trees only
         state = bound.state.model_copy(update={"tables": tuple(t for t in bound.state.tables if t.key in local)})
-        return render_family_select(state, dialect, self.ctx.columns[alias], ref, where)
+        ref = (lambda t, a: f'"{local[t.key]}" AS {a}') if dialect == "duckdb" else None
+        text = render_family_select(state, dialect, self.ctx.columns[alias], ref, driver=scans[0].table)
+        select = sqlglot.parse_one(text, read=dialect)
+        batches = self.ctx.batches.get(alias)
+        if batches and dialect != "duckdb":  # DuckDB's scans are filtered by batch already
+            key = exp.Column(this=exp.to_identifier(BATCH_COLUMN, quoted=True), table=exp.to_identifier("t0"))
+            select = select.where(key.isin(*[exp.Literal.string(b) for b in batches]))
+        return select
+
+    def _check_generated(self, tree: exp.Expression, dialect: str) -> None:
+        """Defence in depth: the SQL handed to an engine reads only this plan's scans."""
+        allowed = {s.local_name for s in self.scans} if dialect == "duckdb" else \
+            {s.table.identifier.split(".")[-1] for s in self.scans}
+        ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+        check_tree(tree, "the generated query")
+        for t in tree.find_all(exp.Table):
+            if isinstance(t.this, exp.Unnest) or (not t.db and t.name in ctes):
+                continue
+            if t.name not in allowed:
+                raise QueryError(f"internal error: the generated query reads {t.sql(dialect)!r}, "
+                                 f"which is not one of the planned scans; please report this query")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as data (``omni sql --explain --json``)."""
+        out = []
+        for alias, t in self.ctx.tables.items():
+            read = [s for s in self.scans if s.alias == alias]
+            out.append({
+                "alias": alias, "logical_table": t.identifier, "logical_version": t.state.version,
+                "batches": self.ctx.batches.get(alias), "columns": self.ctx.columns[alias],
+                "base_table_read": any(s.table.key == t.state.base_table.key for s in read),
+                "base_table_skipped_because": self.ctx.driver_reasons.get(alias),
+                "scans": [{"table": s.table.identifier, "snapshot_id": s.table.snapshot_id, "columns": s.columns,
+                           "pushed": [f.sql() for f in s.filters], "local_name": s.local_name} for s in read],
+                "pruned": [x.identifier for x in t.state.tables if x.identifier not in self.tables()],
+            })
+        system = [{"alias": alias, "system_table": t.identifier,
+                   "snapshot_id": next(s.table.snapshot_id for s in self.scans if s.alias == alias)}
+                  for alias, t in self.ctx.system.items()]
+        return {"tables": out, "system_tables": system, "physical_sql": {"duckdb": self.sql("duckdb")}}
 
     def explain(self) -> str:
         lines = []
-        for alias, t in self.ctx.tables.items():
-            lines.append(f"{alias}: logical table {t.identifier} at version {t.state.version}")
-            batches = self.ctx.batches.get(alias)
-            lines.append(f"  batches: {', '.join(batches) if batches else 'all (' + str(len(t.state.batches)) + ')'}")
-            lines.append(f"  columns: {', '.join(self.ctx.columns[alias])}")
-            for s in self.scans:
-                if s.alias != alias:
-                    continue
-                pushed = " AND ".join(f.sql() for f in s.filters) or "-"
-                lines.append(f"  scan {s.table.identifier} @ snapshot {s.table.snapshot_id}: "
-                             f"columns [{', '.join(s.columns)}], pushed [{pushed}]")
-            skipped = [x.identifier for x in t.state.tables if x.identifier not in self.tables()]
-            if skipped:
-                lines.append(f"  pruned (not read): {', '.join(skipped)}")
+        plan = self.to_dict()
+        for entry in plan["system_tables"]:
+            lines.append(f"{entry['alias']}: system table {entry['system_table']} @ snapshot {entry['snapshot_id']} "
+                         f"(read whole, read-only)")
+        for entry in plan["tables"]:
+            lines.append(f"{entry['alias']}: logical table {entry['logical_table']} "
+                         f"at version {entry['logical_version']}")
+            state = self.ctx.tables[entry["alias"]].state
+            batches = entry["batches"]
+            lines.append(f"  batches: {', '.join(batches) if batches else 'all (' + str(len(state.batches)) + ')'}")
+            lines.append(f"  columns: {', '.join(entry['columns'])}")
+            for s in entry["scans"]:
+                lines.append(f"  scan {s['table']} @ snapshot {s['snapshot_id']}: "
+                             f"columns [{', '.join(s['columns'])}], pushed [{' AND '.join(s['pushed']) or '-'}]")
+            if entry["base_table_skipped_because"]:
+                lines.append(f"  base table not read: {entry['base_table_skipped_because']}")
+            if entry["pruned"]:
+                lines.append(f"  pruned (not read): {', '.join(entry['pruned'])}")
         lines.append("physical SQL (duckdb):")
         lines.append("  " + self.sql("duckdb"))
         return "\n".join(lines)
 
 
-def plan_query(omni: Any, sql: str, as_of: int | None = None) -> QueryPlan:
+def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> QueryPlan:
+    """Plan logical SQL text (or a query tree omni built itself, e.g. for export)."""
+    catalog = getattr(omni, "catalog", None)
+    loaded: dict[str, Any] = {}
+
     def load(ns: str, name: str, version: int | None) -> FamilyState:
         return omni.store.load(ns, name, version)
 
@@ -109,34 +166,57 @@ def plan_query(omni: Any, sql: str, as_of: int | None = None) -> QueryPlan:
             known.extend(omni.store.list_tables())
         return known
 
-    ctx = run_rules(sql, load, known_tables, as_of)
+    def row_count(table: PhysicalTable) -> int | None:
+        """Live rows at the pinned snapshot, from metadata; None if unknown or if deletes blur it."""
+        if catalog is None or table.snapshot_id is None:
+            return None
+        if table.identifier not in loaded:
+            loaded[table.identifier] = catalog.load_table(table.identifier)
+        snap = loaded[table.identifier].snapshot_by_id(table.snapshot_id)
+        summary = snap.summary.additional_properties if snap is not None and snap.summary else {}
+        if "total-records" not in summary or any(int(summary.get(k, 0) or 0) for k in _DELETE_COUNTS):
+            return None
+        return int(summary["total-records"])
+
+    ctx = run_rules(sql, load, known_tables, as_of, row_count)
     scans: list[PhysicalScan] = []
     for alias, bound in ctx.tables.items():
         state = bound.state
-        needed: dict[str, list[str]] = {state.base_table.key: [ID_COLUMN, BATCH_COLUMN]}
-        for path in _leaves(state, ctx.columns[alias]):
+        driver = ctx.drivers.get(alias, state.base_table.key)
+        needed: dict[str, list[str]] = {driver: [ID_COLUMN, BATCH_COLUMN]}  # the driver first: its rows are the rows
+        for path in leaf_paths(state, ctx.columns[alias]):
             for pc in state.physical_columns_of(path)[:1]:
                 needed.setdefault(pc.table, [ID_COLUMN, BATCH_COLUMN])
-                top = pc.name  # a nested name (RawData.url) reads only that field of the struct
-                if top not in needed[pc.table]:
-                    needed[pc.table].append(top)
+                if pc.name not in needed[pc.table]:  # a nested name (RawData.url) reads only that field
+                    needed[pc.table].append(pc.name)
         for key, cols in needed.items():
-            table = state.physical_table(key)
-            filters = [f for f in ctx.pushed.get(alias, []) if _lives_in(state, ctx, f, key)]
-            scans.append(PhysicalScan(alias, table, cols, filters, ctx.batches.get(alias)))
-    return QueryPlan(ctx, scans)
+            # a table left-joined to the driver may only drop rows the query drops anyway:
+            # pushing "x IS NULL" there would turn its non-NULL rows into NULL rows
+            filters = [f for f in ctx.pushed.get(alias, []) if _lives_in(state, ctx, f, key)
+                       and (key == driver or rejects_null(f))]
+            scans.append(PhysicalScan(alias, state.physical_table(key), cols, filters, ctx.batches.get(alias),
+                                      local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
+    for alias, system in ctx.system.items():
+        snapshot = _system_snapshot(catalog, system.identifier, loaded)
+        table = PhysicalTable(key=f"system_{system.name}", identifier=system.identifier, group="system",
+                              snapshot_id=snapshot)
+        scans.append(PhysicalScan(alias, table, list(system.columns),
+                                  local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
+    return QueryPlan(ctx, scans, loaded)
 
 
-def _leaves(state: FamilyState, columns: list[str]) -> list[str]:
-    from catalog_ext.contract import STAGES
+def _system_snapshot(catalog: Any, identifier: str, loaded: dict[str, Any]) -> int | None:
+    """The current snapshot of a system table; None when it does not exist yet (nothing is created)."""
+    from pyiceberg.exceptions import NoSuchTableError
 
-    out = []
-    for c in columns:
-        if c in STAGES:
-            out += [f.path for f in state.stage_fields(c)]
-        elif c not in (ID_COLUMN, BATCH_COLUMN):
-            out.append(c)
-    return out
+    if catalog is None:
+        return None
+    try:
+        loaded[identifier] = catalog.load_table(identifier)
+    except NoSuchTableError:
+        return None
+    snap = loaded[identifier].current_snapshot()
+    return snap.snapshot_id if snap is not None else None
 
 
 def _lives_in(state: FamilyState, ctx: QueryContext, cond: exp.Expression, key: str) -> bool:
@@ -181,9 +261,22 @@ def _to_iceberg(cond: exp.Expression, ctx: QueryContext, state: FamilyState, key
     return None
 
 
+def load_physical(omni: Any, plan: QueryPlan, table: PhysicalTable) -> Any:
+    """The pyiceberg table behind a scan (loaded once per plan)."""
+    if table.identifier not in plan.loaded:
+        plan.loaded[table.identifier] = omni.catalog.load_table(table.identifier)
+    return plan.loaded[table.identifier]
+
+
 def scan_arrow(omni: Any, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
     from pyiceberg.expressions import AlwaysTrue, And, In
 
+    if scan.alias in plan.ctx.system:
+        from catalog_ext.system_tables import SCHEMAS
+
+        if scan.table.snapshot_id is None:
+            return SCHEMAS[plan.ctx.system[scan.alias].name].empty_table()
+        return plan.loaded[scan.table.identifier].scan(snapshot_id=scan.table.snapshot_id).to_arrow()
     state = plan.ctx.tables[scan.alias].state
     row_filter = AlwaysTrue()
     if scan.batches:
@@ -192,30 +285,32 @@ def scan_arrow(omni: Any, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
         expr = _to_iceberg(f, plan.ctx, state, scan.table.key)
         if expr is not None:
             row_filter = And(row_filter, expr)
-    table = omni.catalog.load_table(scan.table.identifier)
+    table = load_physical(omni, plan, scan.table)
     return table.scan(row_filter=row_filter, snapshot_id=scan.table.snapshot_id,
                       selected_fields=tuple(scan.columns)).to_arrow()
 
 
 def execute_local(omni: Any, plan: QueryPlan) -> pa.Table:
-    """Run the plan on embedded DuckDB over Arrow scans of the pinned snapshots."""
+    """Run the plan on a locked embedded DuckDB over Arrow scans of the pinned snapshots."""
     import duckdb
 
-    con = duckdb.connect()
-    for scan in plan.scans:
-        con.register(scan.local_name, scan_arrow(omni, plan, scan))
+    from omni_iceberg.explore.sandbox import locked_duckdb
+
+    sql = plan.sql("duckdb")
+    con = locked_duckdb({scan.local_name: scan_arrow(omni, plan, scan) for scan in plan.scans})
     try:
-        return con.sql(plan.sql("duckdb")).to_arrow_table()
+        return plain_numbers(con.sql(sql).to_arrow_table())
     except duckdb.Error as e:
         raise QueryError(f"query failed: {e}") from e
+    finally:
+        con.close()
 
 
 def execute_spark(omni: Any, plan: QueryPlan) -> pa.Table:
-    """Run the plan on Spark (the session built for this omni catalog)."""
-    from spark_udfs.session import build_spark_session
+    """Run the plan on Spark through the engine registry's SQL executor (no Spark import here)."""
+    from omni_iceberg import engines
 
-    spark = build_spark_session(omni.config)
-    return pa.Table.from_pandas(spark.sql(plan.sql("spark")).toPandas(), preserve_index=False)
+    return engines.sql_executor("spark")(omni, plan.sql("spark"))
 
 
 def run_query(omni: Any, sql: str, as_of: int | None = None, engine: str = "local") -> pa.Table:
@@ -228,6 +323,3 @@ def run_query(omni: Any, sql: str, as_of: int | None = None, engine: str = "loca
     log_query(omni, plan, kind="sql", engine=engine, rows=result.num_rows,
               latency_ms=int((time.perf_counter() - started) * 1000))
     return result
-
-
-_ = split_qualified

@@ -12,9 +12,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from catalog_ext import system_tables
+from catalog_ext.redact import redact
 
 
 def log_query(omni: Any, plan: Any, *, kind: str, engine: str, rows: int, latency_ms: int) -> None:
+    """Append one row per logical table read; the SQL is stored redacted (it may quote a secret)."""
     now = datetime.now(timezone.utc)
     qid = uuid.uuid4().hex[:16]
     records = []
@@ -25,6 +27,6 @@ def log_query(omni: Any, plan: Any, *, kind: str, engine: str, rows: int, latenc
             "filter_columns": json.dumps(sorted(set(plan.ctx.filter_columns.get(alias, [])))),
             "batches": json.dumps(plan.ctx.batches.get(alias)),
             "physical_tables": json.dumps([s.table.identifier for s in plan.scans if s.alias == alias]),
-            "engine": engine, "rows": rows, "latency_ms": latency_ms, "sql": plan.ctx.sql[:4000], "at": now,
+            "engine": engine, "rows": rows, "latency_ms": latency_ms, "sql": redact(plan.ctx.sql)[:4000], "at": now,
         })
-    system_tables.append_rows(omni.catalog, system_tables.QUERY_LOG, records)
+    system_tables.append_rows(omni.catalog, system_tables.QUERY_LOG, records)  # none for system-only queries

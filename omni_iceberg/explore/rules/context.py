@@ -1,0 +1,90 @@
+"""What the rules read and annotate: the parsed query and, per table alias, what to scan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from sqlglot import exp
+
+from catalog_ext.family import FamilyState, PhysicalTable
+
+
+@dataclass
+class BoundTable:
+    alias: str
+    identifier: str  # logical table, namespace.name
+    state: FamilyState
+    node: exp.Table
+
+
+@dataclass
+class SystemTable:
+    """A read-only reference to ``omni_sys.<name>`` (query log, runs, errors, ...), read whole."""
+
+    alias: str
+    identifier: str
+    name: str
+    columns: list[str]
+    node: exp.Table
+
+
+def _no_counts(table: PhysicalTable) -> int | None:
+    return None
+
+
+@dataclass
+class QueryContext:
+    """The query being planned. The first fields are inputs; the rest are filled by the rules in order.
+
+    ``load_state(namespace, name, version)`` and ``known_tables()`` come from the
+    family store; ``row_count(table)`` is a physical table's live row count at its
+    pinned snapshot from metadata (None when unknown: then no rule may rely on it).
+    """
+
+    sql: str
+    load_state: Callable[[str, str, int | None], FamilyState] | None = None
+    known_tables: Callable[[], list[str]] = list
+    as_of: int | None = None
+    row_count: Callable[[PhysicalTable], int | None] = _no_counts
+    tree: exp.Query | None = None
+    tables: dict[str, BoundTable] = field(default_factory=dict)  # alias -> table
+    system: dict[str, SystemTable] = field(default_factory=dict)  # alias -> system table (read-only)
+    resolved: dict[int, tuple[str, str]] = field(default_factory=dict)  # id(Column) -> (alias, logical path)
+    star: set[str] = field(default_factory=set)  # aliases whose every column is needed
+    columns: dict[str, list[str]] = field(default_factory=dict)  # alias -> logical paths read
+    batches: dict[str, list[str] | None] = field(default_factory=dict)  # alias -> batches (None: all)
+    pushed: dict[str, list[exp.Expression]] = field(default_factory=dict)  # alias -> conjuncts pushed to scans
+    filter_columns: dict[str, list[str]] = field(default_factory=dict)  # alias -> paths used in WHERE
+    drivers: dict[str, str] = field(default_factory=dict)  # alias -> physical table key whose rows are read
+    driver_reasons: dict[str, str] = field(default_factory=dict)  # alias -> why the base table is not read
+
+
+def top_where(ctx: QueryContext) -> list[exp.Expression]:
+    """The conjuncts of the outermost SELECT's WHERE (none for UNION and friends)."""
+    select = ctx.tree if isinstance(ctx.tree, exp.Select) else None
+    where = select.args.get("where") if select is not None else None
+    return conjuncts(where.this) if where is not None else []
+
+
+def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    if node is None:
+        return []
+    if isinstance(node, exp.And):
+        return conjuncts(node.left) + conjuncts(node.right)
+    if isinstance(node, exp.Paren):
+        return conjuncts(node.this)
+    return [node]
+
+
+def leaf_paths(state: FamilyState, columns: list[str]) -> list[str]:
+    """Logical paths of the values read: stage structs expand to their fields, keys are left out."""
+    from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
+
+    out = []
+    for c in columns:
+        if c in STAGES:
+            out += [f.path for f in state.stage_fields(c)]
+        elif c not in (ID_COLUMN, BATCH_COLUMN):
+            out.append(c)
+    return out

@@ -1,0 +1,56 @@
+"""Rule: simple top-level conjuncts on one table go into its scans (fewer files and rows read)."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from omni_iceberg.explore.rules.context import QueryContext, top_where
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def push_predicates(ctx: QueryContext) -> QueryContext:
+    """``column op literal``, ``IN (literals)``, ``IS [NOT] NULL`` on one table are pushed.
+
+    They stay in the query too: pushing is only an optimisation.
+
+    >>> from omni_iceberg.explore.rules.examples import example_context
+    >>> sql = "SELECT 1 FROM web WHERE quality > 0.5 AND (quality < 2 OR lang = 'en')"
+    >>> [c.sql() for c in push_predicates(example_context(sql, until="push_predicates")).pushed["web"]]
+    ['quality > 0.5']
+    """
+    ctx.pushed = {alias: [] for alias in ctx.tables}
+    ctx.filter_columns = {alias: [] for alias in ctx.tables}
+    for cond in top_where(ctx):
+        cols = list(cond.find_all(exp.Column))
+        hits = {ctx.resolved.get(id(c)) for c in cols}
+        if None in hits or not hits:
+            continue
+        aliases = {a for a, _ in hits}
+        for a, path in hits:
+            ctx.filter_columns[a].append(path)
+        if len(aliases) == 1 and pushable(cond):
+            ctx.pushed[aliases.pop()].append(cond)
+    return ctx
+
+
+def pushable(cond: exp.Expression) -> bool:
+    if isinstance(cond, _COMPARISONS):
+        return {type(cond.left), type(cond.right)} <= {exp.Column, exp.Literal} and \
+            isinstance(cond.left, exp.Column) != isinstance(cond.right, exp.Column)
+    if isinstance(cond, exp.In):
+        return isinstance(cond.this, exp.Column) and all(isinstance(v, exp.Literal) for v in cond.expressions)
+    if isinstance(cond, exp.Is):
+        return isinstance(cond.this, exp.Column) and isinstance(cond.expression, exp.Null)
+    if isinstance(cond, exp.Not) and isinstance(cond.this, exp.Is):
+        return pushable(cond.this)
+    return False
+
+
+def rejects_null(cond: exp.Expression) -> bool:
+    """True when a pushable conjunct is false or NULL for a row whose column is NULL (not ``IS NULL``)."""
+    if isinstance(cond, exp.Is):
+        return False
+    if isinstance(cond, exp.Not):
+        return isinstance(cond.this, exp.Is)
+    return pushable(cond)

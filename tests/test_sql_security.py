@@ -1,0 +1,190 @@
+"""omni sql, export and feature filters are read-only: an SQL-escape corpus against the real thing.
+
+Every payload of tests/fixtures/sql_escape_corpus.yaml goes through the real CLI
+(``omni sql``, ``omni export --columns/--where``) on a real embedded catalog, and
+through the backfill worker's filter evaluation. A canary file outside the warehouse
+must never be read and nothing may be written to the ``out`` folder.
+"""
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from catalog_ext.errors import OmniError
+from omni_iceberg.api import Omni
+from omni_iceberg.cli import main
+from omni_iceberg.explore.guard import QueryError
+from omni_iceberg.features import feature
+from tests import feature_udfs as U
+
+CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "sql_escape_corpus.yaml").read_text())
+CANARY_TEXT = "CANARY-7f3a9c-must-never-be-read"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sec")
+    outside = root / "outside"
+    outside.mkdir()
+    canary = outside / "canary.txt"
+    canary.write_text(CANARY_TEXT + "\n")
+    out = root / "out"
+    out.mkdir()
+    docs = root / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"raw_data": f"<p>the page {i} about sqrt and the math module</p>"}) + "\n"
+                            for i in range(6)))
+    omni = Omni(home=root / "home")
+    omni.create_table("web")
+    omni.submit("web", [str(docs)], batch="cc")
+    omni.register_features("web", [U.t_parse, U.t_lang, U.t_len])
+    omni.backfill("web", ["t_len", "t_lang"], isolation="inline")
+    return {"omni": omni, "home": str(omni.config.home), "canary": canary, "out": out, "root": root}
+
+
+def _fill(text, w):
+    return (text.replace("{canary}", str(w["canary"])).replace("{canary_dir}", str(w["canary"].parent))
+            .replace("{out}", str(w["out"])))
+
+
+def _assert_no_effect(w, *texts):
+    assert not any(w["out"].iterdir()), f"files were written: {list(w['out'].iterdir())}"
+    for t in texts:
+        assert CANARY_TEXT not in (t or ""), "the canary file was read"
+
+
+def _check(outcome, expect, code, out, err, w):
+    _assert_no_effect(w, out, err)
+    if expect == "harmless":
+        assert code == 0, f"an inert payload should run: {err}"
+    elif expect == "either":
+        assert code in (0, 2), err
+    else:
+        assert code == 2, f"payload was not refused (exit {code}): {out[:300]}"
+        assert err.startswith("omni: error: ") and "Traceback" not in err
+        assert len(err.strip()) > len("omni: error: ") + 10, "the refusal needs a message"
+
+
+@pytest.mark.parametrize("case", CORPUS["queries"], ids=[c["sql"][:60] for c in CORPUS["queries"]])
+def test_omni_sql_refuses_escapes(world, case, capsys):
+    code = main(["--home", world["home"], "sql", _fill(case["sql"], world), "--format", "csv"])
+    captured = capsys.readouterr()
+    _check(None, case.get("expect", "refused"), code, captured.out, captured.err, world)
+
+
+@pytest.mark.parametrize("columns", CORPUS["columns"])
+def test_export_columns_refuse_escapes(world, columns, capsys, tmp_path):
+    code = main(["--home", world["home"], "export", "web", "--out", str(tmp_path / "ex"),
+                 "--columns", _fill(columns, world), "--no-progress"])
+    captured = capsys.readouterr()
+    _check(None, "refused", code, captured.out, captured.err, world)
+
+
+@pytest.mark.parametrize("case", CORPUS["conditions"], ids=[c["text"][:60] for c in CORPUS["conditions"]])
+def test_export_where_refuses_escapes(world, case, capsys, tmp_path):
+    code = main(["--home", world["home"], "export", "web", "--out", str(tmp_path / "ex"),
+                 "--where", _fill(case["text"], world), "--no-progress"])
+    captured = capsys.readouterr()
+    written = "".join(p.read_text(errors="replace") for p in (tmp_path / "ex").glob("*")) \
+        if (tmp_path / "ex").exists() else ""
+    _check(None, case.get("expect", "refused"), code, captured.out, captured.err + written, world)
+
+
+def _with_filter(text):
+    @feature(outputs={"f_len": "long"}, inputs=["ProcessedData.parsed_text"], name="f_len", filter=text)
+    def f_len(parsed_text):
+        return len(parsed_text)
+
+    return f_len.definition
+
+
+@pytest.mark.parametrize("case", CORPUS["conditions"], ids=[c["text"][:60] for c in CORPUS["conditions"]])
+def test_feature_filters_refuse_escapes(world, case):
+    from omni_iceberg.backfill.worker import _filter_mask
+
+    data = pa.table({"_ai_unique_id_": ["a", "b"], "_ai_append_name_": ["cc", "cc"],
+                     "ProcessedData.parsed_text": ["x", "the page"]})
+    expect = case.get("expect", "refused")
+    try:
+        mask = _filter_mask(_with_filter(_fill(case["text"], world)), data)
+    except QueryError as e:
+        assert expect != "harmless" and "filter of feature f_len@" in str(e), str(e)
+        _assert_no_effect(world, str(e))
+        return
+    assert expect != "refused", f"filter was not refused: {case['text']}"
+    assert mask.to_pylist() == [False, False]
+    _assert_no_effect(world)
+
+
+def test_a_hostile_filter_fails_the_backfill_with_the_feature_named(world):
+    omni = world["omni"]
+    hostile = _with_filter(_fill("length(parsed_text) > 0 AND getenv('HOME') IS NOT NULL", world))
+    from omni_iceberg.features.udf import UdfSpec  # noqa: F401 - the decorator registered the UDF
+
+    @feature(outputs={"f_evil": "long"}, inputs=["ProcessedData.parsed_text"], name="f_evil",
+             filter=hostile.filter)
+    def f_evil(parsed_text):
+        return 1
+
+    omni.register_features("web", [f_evil])
+    with pytest.raises(OmniError, match=r"function getenv .* filter of feature f_evil@.*environment"):
+        omni.backfill("web", ["f_evil"], isolation="inline")
+    _assert_no_effect(world)
+
+
+def test_the_engine_itself_is_locked_even_without_the_guard(world):
+    """Second wall: SQL the guard would refuse fails inside DuckDB too."""
+    import duckdb
+
+    from omni_iceberg.explore.sandbox import locked_duckdb
+
+    con = locked_duckdb({"t": pa.table({"x": [1]})})
+    for sql in [f"SELECT * FROM read_text('{world['canary']}')", f"COPY t TO '{world['out']}/x.csv'",
+                f"ATTACH '{world['out']}/x.db' AS x", "SET enable_external_access = true", "LOAD httpfs",
+                "SET lock_configuration = false"]:
+        with pytest.raises(duckdb.Error):
+            con.sql(sql).fetchall()
+    _assert_no_effect(world)
+
+
+def test_legitimate_queries_still_run(world):
+    omni = world["omni"]
+    got = omni.query("WITH x AS (SELECT t_len, lower(t_lang) AS l FROM web WHERE t_len > 0) "
+                     "SELECT l, count(*) AS n, sum(t_len) AS s, max(length(l)) AS m FROM x GROUP BY l ORDER BY l")
+    assert got.to_pylist()[0]["n"] == 6
+    with pytest.raises(QueryError, match="function nonexistent at line 1, column 8 is not on omni sql's allow-list"):
+        omni.query("SELECT nonexistent(t_len) FROM web")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("columns", ["t_len FROM read_text('{canary}') --"]),
+    ("columns", "t_len, read_text('{canary}')"),
+    ("where", "1=1) UNION SELECT content FROM read_text('{canary}') --"),
+    ("where", "t_len > 0; COPY (SELECT 1) TO '{out}/m.csv'"),
+    ("logical_version", "1; DROP"),
+])
+def test_a_tampered_export_manifest_is_refused(world, field, value, tmp_path):
+    omni = world["omni"]
+    first = omni.export("web", str(tmp_path / "ex"), columns=["_ai_unique_id_", "t_len"], where="t_len > 0")
+    manifest = tmp_path / "ex" / "_omni_export_manifest.json"
+    m = json.loads(manifest.read_text())
+    m[field] = [_fill(v, world) for v in value] if isinstance(value, list) else _fill(value, world)
+    manifest.write_text(json.dumps(m))
+    with pytest.raises(QueryError):
+        omni.export_from_manifest(str(manifest), str(tmp_path / "again"))
+    _assert_no_effect(world)
+    assert first.rows > 0
+
+
+REFUSED = [c for c in CORPUS["queries"] if c.get("expect", "refused") == "refused"]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=[c["sql"][:60] for c in REFUSED])
+def test_the_planner_alone_refuses_every_escape(world, case):
+    """First wall on its own: no engine runs, so a refusal here does not lean on the locked DuckDB."""
+    from omni_iceberg.explore.planner import plan_query
+
+    with pytest.raises(QueryError):
+        plan_query(world["omni"], _fill(case["sql"], world))
