@@ -76,8 +76,25 @@ def create_physical_table(
         **properties,
     }
     table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=table_props)
-    snapshot_id = iceberg_io.commit_empty_snapshot(table, {"omni.operation": "create"})
-    return table, snapshot_id
+    snapshot_id = first_snapshot_id(catalog, identifier)
+    return catalog.load_table(identifier), snapshot_id
+
+
+def first_snapshot_id(catalog: Any, identifier: str) -> int:
+    """The empty first snapshot of a family table, committing it if the table has none yet.
+
+    Creating a table and giving it that snapshot are two catalog commits, so a concurrent
+    writer (or a rerun after a crash between the two) can find the table without one. It
+    commits the snapshot itself; of two writers doing so, the catalog's compare-and-swap
+    lets one win and the other reads the winner's snapshot on its retry.
+    """
+    def ensure(table: Any) -> int:
+        main = table.metadata.refs.get("main")
+        if main is not None:
+            return main.snapshot_id
+        return iceberg_io.commit_empty_snapshot(table, {"omni.operation": "create"})
+
+    return iceberg_io.with_table_retry(catalog, identifier, ensure)
 
 
 class StagedWrite:

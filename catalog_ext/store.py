@@ -26,6 +26,7 @@ from catalog_ext.contract import (
     ID_COLUMN,
     PHYSICAL_SEPARATOR,
     RAW_STAGE,
+    check_namespace,
     check_table_name,
 )
 from catalog_ext.family import (
@@ -37,6 +38,7 @@ from catalog_ext.family import (
     PhysicalTableGroup,
 )
 from catalog_ext.physical import StagedWrite, create_physical_table
+from catalog_ext.redact import redact, redact_mapping
 from catalog_ext.retry import retry
 from catalog_ext.types import to_iceberg
 from catalog_ext.updates import PinConflict, PreconditionFailed, Update, apply_updates
@@ -123,7 +125,9 @@ class FamilyStore:
         command: str = "",
     ) -> FamilyState:
         """Create a logical table: its base physical table and its view (version 1)."""
+        check_namespace(namespace)
         check_table_name(name)
+        command = redact(command)
         if self.exists(namespace, name):
             raise LogicalTableExistsError(f"logical table {namespace}.{name} already exists")
         from pyiceberg.exceptions import NamespaceAlreadyExistsError
@@ -263,13 +267,18 @@ class FamilyStore:
         winner's snapshots when a :class:`PinConflict` says both touched a table.
         """
         staged_by_key: dict[str, StagedWrite] = {sw.identifier: sw for sw in staged}
+        command = redact(command)  # recorded in the view, the family document and `omni log`
+        summarize = summary
+
+        def redacted_summary(latest: FamilyState) -> dict[str, str]:
+            return redact_mapping(summarize(latest)) if summarize else {}
 
         def attempt() -> FamilyState:
             base, view = self._load_with_view(namespace, name)
             try:
                 new_state = apply_updates(
                     base, updates(base), operation=operation, command=command,
-                    summary=summary(base) if summary else {}, now_ms=int(time.time() * 1000),
+                    summary=redacted_summary(base), now_ms=int(time.time() * 1000),
                 )
             except PinConflict as conflict:
                 writer = staged_by_key.get(base.physical_table(conflict.table_key).identifier)

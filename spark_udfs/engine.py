@@ -30,6 +30,8 @@ Example::
 
 from __future__ import annotations
 
+from catalog_ext.redact import redact
+
 import contextlib
 import math
 import os
@@ -118,13 +120,13 @@ def check_session(spark: SparkSession, config: Any) -> None:
     have = spark.conf.get(f"{prefix}.uri", None)
     if want and have != want:
         raise ConfigError(
-            f"the Spark session's catalog {name!r} points at {have!r} but omni's catalog is {want!r}; "
+            f"the Spark session's catalog {name!r} points at {redact(have)!r} but omni's catalog is {redact(want)!r}; "
             f"set {prefix}.uri to the same catalog database (build_spark_session does this)")
     try:
         spark.sql(f"SHOW NAMESPACES IN `{name}`").collect()
     except Exception as e:  # any failure here is a configuration problem
         raise ConfigError(
-            f"Spark cannot open Iceberg catalog {name!r} at {have}: {_first_line(e)}; check {prefix}.uri, "
+            f"Spark cannot open Iceberg catalog {name!r} at {redact(have)}: {redact(_first_line(e))}; check {prefix}.uri, "
             f"jdbc.user/jdbc.password and that the catalog database is reachable from the Spark driver") from e
 
 

@@ -52,6 +52,8 @@ fast flags and about twice that without them. The pytest ``spark`` fixture (Post
 
 from __future__ import annotations
 
+from catalog_ext.redact import redact
+
 import os
 import shutil
 import subprocess
@@ -237,7 +239,7 @@ def build_spark_session(
         spark.sql("SELECT count(*) FROM ns.t").show()
     """
     if config.is_embedded and not allow_sqlite_catalog:
-        raise ConfigError(f"catalog {config.catalog_uri}: {_SQLITE_DEADLOCK}")
+        raise ConfigError(f"catalog {redact(config.catalog_uri)}: {_SQLITE_DEADLOCK}")
     java = _find_java()
     jars = ensure_jars(jar_cache_dir)
     conf = spark_catalog_conf(config, master=master, app_name=app_name, jars=jars, overrides=overrides)

@@ -10,8 +10,7 @@ Bounded: two kills per operation and one run of each race; the whole file took 1
 on two cores that other test runs kept at a load average of 5-7 (not measured on a quiet
 machine); ``benchmarks/reliability.py`` runs the long campaign.
 Kill delays come from a seeded generator (``OMNI_FAULT_SEED``); the seed is in every
-failure message. Tests marked xfail(strict) fail on this branch today and are fixed on
-the branch the reason names.
+failure message.
 """
 
 from __future__ import annotations
@@ -221,7 +220,7 @@ def test_concurrent_registrations_are_both_kept_with_consistent_versions(tmp_pat
     omni = Omni(home=home)
     state = omni.state("web")
     current = sorted((f.name, f.version) for f in state.features if f.current)
-    assert [n for n, _ in current] == FEATURES[:1] + sorted(FEATURES[1:])
+    assert [n for n, _ in current] == sorted(FEATURES)
     for binding in state.features:  # registered_version names the version that added the binding
         at = omni.state("web", as_of=binding.registered_version)
         before = omni.state("web", as_of=binding.registered_version - 1)
@@ -235,8 +234,6 @@ CANARY = "Canary-7f3e9b1d-pw"
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason="fixed on branch wt-explore (credential redaction): the password of "
-                   "--catalog is recorded with the command line (omni log, metadata files) and printed in errors")
 def test_the_catalog_password_never_reaches_output_or_files(tmp_path):
     from tests.services.postgres import PostgresServer
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from catalog_ext import system_tables
 from catalog_ext.contract import split_qualified
+from catalog_ext.redact import redact_mapping
 from omni_iceberg.ui.graphs import Node
 
 OPENLINEAGE_PRODUCER = "https://omni-iceberg.invalid/omni-iceberg"
@@ -167,12 +168,12 @@ def emit(events: list[dict[str, Any]], target: str) -> int:
         import urllib.request
 
         for ev in events:
-            req = urllib.request.Request(target, data=json.dumps(ev, default=str).encode(),
+            req = urllib.request.Request(target, data=json.dumps(redact_mapping(ev), default=str).encode(),
                                          headers={"Content-Type": "application/json"}, method="POST")
             with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - user-given endpoint
                 resp.read()
         return len(events)
     with open(target, "a", encoding="utf-8") as f:
         for ev in events:
-            f.write(json.dumps(ev, default=str) + "\n")
+            f.write(json.dumps(redact_mapping(ev), default=str) + "\n")
     return len(events)

@@ -10,7 +10,6 @@ Errors are one line on stderr (plus a JSON object on stdout with ``--json``).
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from typing import Any
 
@@ -57,9 +56,7 @@ def _run(args: Any, argv: list[str]) -> Any:
     from omni_iceberg.cli.commands import dispatch
 
     # the command line is stored in the catalog (omni log, view metadata): never with credentials
-    redacted = redact_command(argv)
-    command_line = redacted if isinstance(redacted, str) else "omni " + " ".join(shlex.quote(a) for a in redacted)
-    return dispatch(args, command_line)
+    return dispatch(args, redact_command(argv))
 
 
 def _fail(args: Any, message: str, kind: str, code: int) -> int:

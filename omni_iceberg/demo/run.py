@@ -13,6 +13,8 @@ and computed units are recognised and skipped.
 
 from __future__ import annotations
 
+from catalog_ext.redact import redact
+
 import json
 import shutil
 import sys
@@ -73,7 +75,7 @@ def run_demo(omni: Any, *, fresh: bool = False, as_json: bool = False) -> int:
     say = (lambda *a: print(*a, file=sys.stderr)) if as_json else print
     if fresh and omni.config.is_embedded and omni.config.home.exists():
         shutil.rmtree(omni.config.home)
-    say(f"catalog: {omni.config.catalog_uri}\nwarehouse: {omni.config.warehouse}")
+    say(f"catalog: {redact(omni.config.catalog_uri)}\nwarehouse: {redact(omni.config.warehouse)}")
     plan = _plan(omni.config.home / "demo-inputs")
     reports = []
     for table, id_mode, batch, sources, field_map in plan:

@@ -22,7 +22,7 @@ import networkx as nx
 from catalog_ext import system_tables
 from catalog_ext.contract import PHYSICAL_SEPARATOR, RAW_STAGE, STAGES
 from catalog_ext.family import FamilyState, FeatureBinding, LogicalColumn, PhysicalColumn, PhysicalTable, PhysicalTableGroup
-from catalog_ext.physical import create_physical_table
+from catalog_ext.physical import create_physical_table, first_snapshot_id
 from catalog_ext.types import to_iceberg
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddLogicalColumns, AddPhysicalTable, BindFeature
@@ -167,7 +167,7 @@ def register(store: FamilyStore, namespace: str, name: str, definitions: list[Fe
         ident = _physical_identifier(namespace, name, d)
         columns = {physical_column_name(o.name): to_iceberg(o.type) for o in d.outputs}
         _create_or_reuse(store, ident, columns, state.table.bucket_count, namespace, name, d)
-        first_snapshots[d.key] = _first_snapshot(store, ident)
+        first_snapshots[d.key] = first_snapshot_id(store.catalog, ident)
 
     bound: list[FeatureDefinition] = []
 
@@ -247,11 +247,6 @@ def _create_or_reuse(store: FamilyStore, ident: str, columns: dict[str, Any], bu
         table = store.catalog.load_table(ident)
         if table.properties.get("omni.feature") != d.key:
             raise FeatureDefinitionError(f"physical table {ident} exists and belongs to something else") from None
-
-
-def _first_snapshot(store: FamilyStore, ident: str) -> int:
-    """The empty snapshot a new physical table starts with (writes only ever go to branches)."""
-    return store.catalog.load_table(ident).metadata.refs["main"].snapshot_id
 
 
 def _record_history(store: FamilyStore, state: FamilyState, defs: list[FeatureDefinition]) -> None:

@@ -70,6 +70,7 @@ from catalog_ext.config import OmniConfig, resolve_catalog_uri
 from omni_iceberg.toolchain.downloads import download_verified, sha1_of
 from omni_iceberg.toolchain.java import JavaHome, find_java
 from catalog_ext.errors import ConfigError
+from catalog_ext.redact import redact
 
 #: Newest Trino with a server distribution on Maven Central (see module docstring).
 TRINO_VERSION = "476"
@@ -245,11 +246,11 @@ def _jdbc_connection(catalog_uri: str) -> tuple[str, str | None, str | None]:
     try:
         url = make_url(catalog_uri)
     except ArgumentError as e:
-        raise ConfigError(f"catalog URI {catalog_uri!r} is not a SQLAlchemy URL: {e}") from e
+        raise ConfigError(f"catalog URI {redact(catalog_uri)!r} is not a SQLAlchemy URL") from None
     backend = url.get_backend_name()
     if backend not in ("postgresql", "postgres"):
         raise ConfigError(
-            f"catalog URI {catalog_uri!r}: Trino reads omni catalogs on PostgreSQL only (its Iceberg "
+            f"catalog URI {redact(catalog_uri)!r}: Trino reads omni catalogs on PostgreSQL only (its Iceberg "
             f"plugin bundles no {backend} JDBC driver); set OMNI_CATALOG=postgresql+psycopg://user@host:port/db"
         )
     host = url.host or "localhost"
