@@ -10,7 +10,6 @@ queryable as ``<output>_v<old version>``. Every registration is appended to the
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from catalog_ext.family import FamilyState, FeatureBinding, LogicalColumn, Physi
 from catalog_ext.physical import create_physical_table, first_snapshot_id
 from catalog_ext.types import to_iceberg
 from catalog_ext.store import FamilyStore
+from catalog_ext.suggest import did_you_mean
 from catalog_ext.updates import AddLogicalColumns, AddPhysicalTable, BindFeature
 from omni_iceberg.features.graph import feature_graph
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
@@ -66,10 +66,9 @@ def resolve_definition(state: FamilyState, definition: FeatureDefinition, pendin
         if len(by_leaf) == 1:
             inputs.append(by_leaf[0])
             continue
-        near = difflib.get_close_matches(name, known, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
         raise FeatureDefinitionError(
-            f"feature {definition.name!r}: unknown input column {name!r} in {state.table.identifier}{hint}"
+            f"feature {definition.name!r}: unknown input column {name!r} in {state.table.identifier}"
+            f"{did_you_mean(name, known)}"
         )
     if spec.input_params and len(spec.input_params) != len(inputs):
         raise FeatureDefinitionError(
