@@ -171,6 +171,25 @@ def _claim_gpu() -> None:
 
 
 # ---- driver side -------------------------------------------------------------------------------
+def ship_user_modules() -> list[str]:
+    """Make the UDFs of users' .py files travel by value in Spark's pickles; returns their module names.
+
+    Those modules exist only in the driver (imported from a file, under a generated
+    name), so an executor cannot import them. The features package registers them with
+    cloudpickle already, but PySpark pickles functions with its own vendored copy
+    (``pyspark.cloudpickle``), which keeps its own registry. Call before a UDF is built:
+    Spark pickles the function when the DataFrame operation is created.
+    """
+    from pyspark import cloudpickle
+
+    from omni_iceberg.features import user_modules
+
+    modules = user_modules()
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    return [m.__name__ for m in modules]
+
+
 def run_stage(frame: DataFrame, defs: list[FeatureDefinition], specs: dict[str, Any], leaves: list[str], *,
               gpu: bool = False, gpus_per_task: float | None = None, batch_rows: int = 8192) -> DataFrame:
     """The tagged output of one fused pass over ``frame`` (lazy; the caller persists it).
@@ -180,6 +199,7 @@ def run_stage(frame: DataFrame, defs: list[FeatureDefinition], specs: dict[str, 
     size the Python side receives on the resource-profile path (mapInArrow takes it
     from ``spark.sql.execution.arrow.maxRecordsPerBatch``, which the engine sets).
     """
+    ship_user_modules()
     fn = stage_function(defs, specs, leaves, gpu=gpu)
     schema = spark_output_schema(defs)
     if not gpus_per_task:

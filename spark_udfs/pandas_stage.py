@@ -104,6 +104,8 @@ def run_stage(frame: DataFrame, defs: list[FeatureDefinition], specs: dict[str, 
     """The tagged stream (:func:`spark_udfs.arrow_stage.spark_output_schema`) of ``defs`` over ``frame``."""
     from pyspark.sql import functions as F
 
+    A.ship_user_modules()  # before feature_udf: Spark pickles each UDF when it is built
+
     results = frame.select(ID_COLUMN, BATCH_COLUMN, *[
         feature_udf(d, specs[d.name], gpu)(
             F.col(ID_COLUMN), F.col(BATCH_COLUMN), *[F.col(A.input_column(leaves.index(p))) for p in d.inputs]
