@@ -79,7 +79,10 @@ def test_dry_run_picture_marks_missing_and_present(omni, tmp_path):
 
     assert main(["--home", str(omni.config.home), "backfill", "web", "--features", "t_math", "--dry-run",
                  "--dag", str(tmp_path / "p.svg")]) == 0
-    assert (tmp_path / "p.svg").read_text().count("missing") >= 1
+    # the CLI's picture has one box per missing node of the plan (t_lang: t_parse is computed)
+    missing = [n.label for n in nodes if n.status == "missing"]
+    assert len(missing) == 1 and missing[0].startswith("t_lang@")
+    assert (tmp_path / "p.svg").read_text().count('<g class="missing">') == len(missing)
 
 
 def test_backfill_values_one_commit_and_nothing_recomputed(omni, pages):
