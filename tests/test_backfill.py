@@ -215,12 +215,17 @@ def test_lineage_rows_tree_and_openlineage(omni, tmp_path):
     state = omni.state("web")
     assert m["logical_version"] == state.version and m["output_snapshot"] == state.physical_table(
         state.feature("t_math").table_key).snapshot_id
-    assert json.loads(m["input_snapshots"])  # which physical snapshots were read
+    # the physical snapshots read: what this run wrote for t_math's inputs, and what the version pins
+    upstream = {r["output_table"]: r["output_snapshot"] for r in mine
+                if r["output_column"] in ("ProcessedData.parsed_text", "t_lang")}
+    assert json.loads(m["input_snapshots"]) == upstream
+    assert len(upstream) == 2 and {t.identifier: t.snapshot_id for t in state.tables
+                                   if t.identifier in upstream} == upstream
     tree = omni.lineage("web", "t_math")
     assert tree.producer == U.t_math.definition.key
     assert [c.column for c in tree.inputs] == ["ProcessedData.parsed_text", "t_lang"]
     assert tree.inputs[0].inputs[0].column == "RawData.raw_data" and tree.inputs[0].inputs[0].producer is None
-    assert "t_math <- t_math@" in tree.render()
+    assert f"t_math  <- {U.t_math.definition.key}" in tree.render()
     from omni_iceberg.backfill.lineage import emit, openlineage_events
 
     events = openlineage_events(omni, "web", report.run_id)
