@@ -1,8 +1,10 @@
 """Register feature definitions on a logical table: validate, create storage, commit.
 
 Registration checks everything that can be checked before any work starts: unknown
-inputs (with the nearest name), output collisions, dependency cycles (named), and a
-version reused with different code. A new version gets a new physical table and
+inputs (with the nearest name), output collisions, dependency cycles (named), a
+``filter:`` the explore guard refuses, and a version reused with different code (the
+same code registered again from a moved .py file is the same version: its new place
+is recorded). A new version gets a new physical table and
 column; the logical output name moves to it and the previous version stays
 queryable as ``<output>_v<old version>``. Every registration is appended to the
 ``omni_sys.features`` Iceberg table (append-only history, readable from Spark/Trino).
