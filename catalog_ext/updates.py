@@ -143,6 +143,41 @@ class BindFeature:
 
 
 @dataclass(frozen=True)
+class RecordFeatureSource:
+    """Store ``definition`` for the registered ``name@version``: the same feature, its UDF file moved.
+
+    Only the definition's ``source`` (where a user's .py file lives) may differ; the code
+    hash must be the one registered, so no other process runs different code under
+    this version.
+    """
+
+    name: str
+    version: str
+    definition: str  # canonical JSON, as in FeatureBinding.definition
+    code_hash: str
+
+    def apply(self, s: FamilyState) -> dict:
+        import json
+
+        same = s.feature(self.name, self.version)
+        if same is None:
+            raise PreconditionFailed(f"feature {self.name}@{self.version} is not registered on {s.table.identifier}")
+
+        def without_source(text: str) -> dict:
+            data = json.loads(text)
+            data.pop("source", None)
+            return data
+
+        if same.code_hash != self.code_hash or without_source(same.definition) != without_source(self.definition):
+            raise PreconditionFailed(
+                f"feature {same.key} is registered on {s.table.identifier} with different code or parameters; "
+                f"only where its UDF file lives may change without a new version")
+        features = tuple(f.model_copy(update={"definition": self.definition}) if f is same else f
+                         for f in s.features)
+        return {"features": features}
+
+
+@dataclass(frozen=True)
 class MarkComputed:
     """Record computed units. A unit recomputed with another data version (it was stale)
     replaces the earlier record of the same feature version and batch; the same data
@@ -170,7 +205,7 @@ class MarkComputed:
 
 
 Update = (AddBatch | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
-          | MarkComputed)
+          | RecordFeatureSource | MarkComputed)
 
 
 def apply_updates(

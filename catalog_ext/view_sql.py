@@ -13,34 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from catalog_ext import types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
 from catalog_ext.family import FamilyState, PhysicalTable
 
-_SPARK_TYPES = {
-    "string": "STRING", "long": "BIGINT", "int": "INT", "double": "DOUBLE", "float": "FLOAT",
-    "boolean": "BOOLEAN", "binary": "BINARY", "date": "DATE", "timestamp": "TIMESTAMP_NTZ",
-    "timestamptz": "TIMESTAMP",
-}
-_DUCKDB_TYPES = {
-    "string": "VARCHAR", "long": "BIGINT", "int": "INTEGER", "double": "DOUBLE", "float": "FLOAT",
-    "boolean": "BOOLEAN", "binary": "BLOB", "date": "DATE", "timestamp": "TIMESTAMP",
-    "timestamptz": "TIMESTAMPTZ",
-}
-_TRINO_TYPES = {
-    "string": "VARCHAR", "long": "BIGINT", "int": "INTEGER", "double": "DOUBLE", "float": "REAL",
-    "boolean": "BOOLEAN", "binary": "VARBINARY", "date": "DATE", "timestamp": "TIMESTAMP(6)",
-    "timestamptz": "TIMESTAMP(6) WITH TIME ZONE",
-}
-PRIMITIVE_TYPES = frozenset(_SPARK_TYPES)
-
-
-def sql_type(iceberg_type: str, dialect: str) -> str:
-    """Iceberg type string (``string``, ``list<double>``) -> the dialect's SQL type."""
-    if iceberg_type.startswith("list<") and iceberg_type.endswith(">"):
-        inner = sql_type(iceberg_type[5:-1], dialect)
-        return {"spark": f"ARRAY<{inner}>", "duckdb": f"{inner}[]"}.get(dialect, f"ARRAY({inner})")
-    table = {"spark": _SPARK_TYPES, "duckdb": _DUCKDB_TYPES}.get(dialect, _TRINO_TYPES)
-    return table[iceberg_type]
+# Types come from the one vocabulary in catalog_ext.types; re-exported for old importers.
+PRIMITIVE_TYPES = types.PRIMITIVE_TYPES
+sql_type = types.sql_type
 
 
 def quote(name: str, dialect: str) -> str:
@@ -152,13 +131,6 @@ def render_view_sql(state: FamilyState, dialect: str) -> str:
     return render_family_select(state, dialect)
 
 
-def _type_json(type_str: str, next_id) -> Any:
-    if type_str.startswith("list<"):
-        return {"type": "list", "element-id": next_id(), "element": _type_json(type_str[5:-1], next_id),
-                "element-required": False}
-    return type_str
-
-
 def view_schema(state: FamilyState) -> dict[str, Any]:
     """The Iceberg schema (spec JSON) of the logical view, in column order."""
     counter = iter(range(1, 1_000_000))
@@ -172,11 +144,11 @@ def view_schema(state: FamilyState) -> dict[str, Any]:
             continue
         sid = next_id()
         nested = [
-            {"id": next_id(), "name": f.leaf, "required": False, "type": _type_json(f.type, next_id)}
+            {"id": next_id(), "name": f.leaf, "required": False, "type": types.to_iceberg_json(f.type, next_id)}
             for f in stage_fields
         ]
         fields.append({"id": sid, "name": stage, "required": False, "type": {"type": "struct", "fields": nested}})
     for col in state.columns:
         if col.kind == "feature":
-            fields.append({"id": next_id(), "name": col.path, "required": False, "type": _type_json(col.type, next_id)})
+            fields.append({"id": next_id(), "name": col.path, "required": False, "type": types.to_iceberg_json(col.type, next_id)})
     return {"type": "struct", "schema-id": 0, "fields": fields}

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
-from catalog_ext.physical import arrow_type
+from catalog_ext.types import to_arrow, to_spark
 from omni_iceberg.features.spec import FeatureDefinition
 
 if TYPE_CHECKING:  # pragma: no cover - pyspark stays an optional extra
@@ -65,24 +65,10 @@ def output_schema(defs: list[FeatureDefinition]) -> pa.Schema:
     fields = [pa.field(FEATURE_TAG, pa.string()), pa.field(KIND_TAG, pa.string()),
               pa.field(ID_COLUMN, pa.string()), pa.field(BATCH_COLUMN, pa.string())]
     for i, d in enumerate(defs):
-        fields += [pa.field(output_column(i, j), arrow_type(o.type)) for j, o in enumerate(d.outputs)]
+        fields += [pa.field(output_column(i, j), to_arrow(o.type)) for j, o in enumerate(d.outputs)]
     fields += [pa.field(ERROR_CLASS, pa.string()), pa.field(ERROR_MESSAGE, pa.string()),
                pa.field(ERROR_DIGEST, pa.string()), pa.field(COUNT, pa.int64())]
     return pa.schema(fields)
-
-
-def spark_type(type_str: str) -> Any:
-    """Iceberg type string (as in feature outputs) -> pyspark DataType."""
-    from pyspark.sql import types as T
-
-    simple = {"string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType(),
-              "float": T.FloatType(), "boolean": T.BooleanType(), "binary": T.BinaryType(), "date": T.DateType(),
-              "timestamp": T.TimestampNTZType(), "timestamptz": T.TimestampType()}
-    if type_str in simple:
-        return simple[type_str]
-    if type_str.startswith("list<") and type_str.endswith(">"):
-        return T.ArrayType(spark_type(type_str[5:-1]), containsNull=True)
-    raise ValueError(f"unsupported column type {type_str!r}")
 
 
 def spark_output_schema(defs: list[FeatureDefinition]) -> Any:
@@ -91,7 +77,7 @@ def spark_output_schema(defs: list[FeatureDefinition]) -> Any:
     fields = [T.StructField(FEATURE_TAG, T.StringType()), T.StructField(KIND_TAG, T.StringType()),
               T.StructField(ID_COLUMN, T.StringType()), T.StructField(BATCH_COLUMN, T.StringType())]
     for i, d in enumerate(defs):
-        fields += [T.StructField(output_column(i, j), spark_type(o.type)) for j, o in enumerate(d.outputs)]
+        fields += [T.StructField(output_column(i, j), to_spark(o.type)) for j, o in enumerate(d.outputs)]
     fields += [T.StructField(ERROR_CLASS, T.StringType()), T.StructField(ERROR_MESSAGE, T.StringType()),
                T.StructField(ERROR_DIGEST, T.StringType()), T.StructField(COUNT, T.LongType())]
     return T.StructType(fields)
@@ -185,6 +171,25 @@ def _claim_gpu() -> None:
 
 
 # ---- driver side -------------------------------------------------------------------------------
+def ship_user_modules() -> list[str]:
+    """Make the UDFs of users' .py files travel by value in Spark's pickles; returns their module names.
+
+    Those modules exist only in the driver (imported from a file, under a generated
+    name), so an executor cannot import them. The features package registers them with
+    cloudpickle already, but PySpark pickles functions with its own vendored copy
+    (``pyspark.cloudpickle``), which keeps its own registry. Call before a UDF is built:
+    Spark pickles the function when the DataFrame operation is created.
+    """
+    from pyspark import cloudpickle
+
+    from omni_iceberg.features import user_modules
+
+    modules = user_modules()
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    return [m.__name__ for m in modules]
+
+
 def run_stage(frame: DataFrame, defs: list[FeatureDefinition], specs: dict[str, Any], leaves: list[str], *,
               gpu: bool = False, gpus_per_task: float | None = None, batch_rows: int = 8192) -> DataFrame:
     """The tagged output of one fused pass over ``frame`` (lazy; the caller persists it).
@@ -194,6 +199,7 @@ def run_stage(frame: DataFrame, defs: list[FeatureDefinition], specs: dict[str, 
     size the Python side receives on the resource-profile path (mapInArrow takes it
     from ``spark.sql.execution.arrow.maxRecordsPerBatch``, which the engine sets).
     """
+    ship_user_modules()
     fn = stage_function(defs, specs, leaves, gpu=gpu)
     schema = spark_output_schema(defs)
     if not gpus_per_task:

@@ -47,6 +47,7 @@ from catalog_ext import iceberg_io, system_tables
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
 from catalog_ext.physical import StagedWrite
+from catalog_ext.types import to_spark
 from omni_iceberg.backfill import bookkeeping
 from omni_iceberg.backfill.engine import (SLICE_ROWS, BackfillReport, BackfillRun, UnitStats, now_ms, start_report,
                                          unresolved_errors)
@@ -263,7 +264,7 @@ def read_unit(spark: SparkSession, catalog_name: str, state: FamilyState, leaves
     present = set(joined.columns)
     return joined.select(ID_COLUMN, BATCH_COLUMN, *[
         F.col(A.input_column(k)) if A.input_column(k) in present
-        else F.lit(None).cast(A.spark_type(state.column(path).type)).alias(A.input_column(k))
+        else F.lit(None).cast(to_spark(state.column(path).type)).alias(A.input_column(k))
         for k, path in enumerate(leaves)])
 
 

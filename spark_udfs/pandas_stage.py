@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
+from catalog_ext.types import to_spark
 from omni_iceberg.features.spec import FeatureDefinition
 from spark_udfs import arrow_stage as A
 
@@ -44,7 +45,7 @@ def result_type(d: FeatureDefinition) -> Any:
 
     return T.StructType(
         [T.StructField(KIND, T.StringType())]
-        + [T.StructField(value_field(j), A.spark_type(o.type)) for j, o in enumerate(d.outputs)]
+        + [T.StructField(value_field(j), to_spark(o.type)) for j, o in enumerate(d.outputs)]
         + [T.StructField(c, T.StringType()) for c in (ERROR_CLASS, ERROR_MESSAGE, ERROR_DIGEST)])
 
 
@@ -103,6 +104,8 @@ def run_stage(frame: DataFrame, defs: list[FeatureDefinition], specs: dict[str, 
     """The tagged stream (:func:`spark_udfs.arrow_stage.spark_output_schema`) of ``defs`` over ``frame``."""
     from pyspark.sql import functions as F
 
+    A.ship_user_modules()  # before feature_udf: Spark pickles each UDF when it is built
+
     results = frame.select(ID_COLUMN, BATCH_COLUMN, *[
         feature_udf(d, specs[d.name], gpu)(
             F.col(ID_COLUMN), F.col(BATCH_COLUMN), *[F.col(A.input_column(leaves.index(p))) for p in d.inputs]
@@ -114,7 +117,7 @@ def run_stage(frame: DataFrame, defs: list[FeatureDefinition], specs: dict[str, 
                   F.col(ID_COLUMN).alias(ID_COLUMN), F.col(BATCH_COLUMN).alias(BATCH_COLUMN)]
         for i2, d2 in enumerate(defs):
             for j, o in enumerate(d2.outputs):
-                value = r[value_field(j)] if i2 == i else F.lit(None).cast(A.spark_type(o.type))
+                value = r[value_field(j)] if i2 == i else F.lit(None).cast(to_spark(o.type))
                 fields.append(value.alias(A.output_column(i2, j)))
         fields += [r[ERROR_CLASS].alias(A.ERROR_CLASS), r[ERROR_MESSAGE].alias(A.ERROR_MESSAGE),
                    r[ERROR_DIGEST].alias(A.ERROR_DIGEST),

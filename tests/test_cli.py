@@ -31,7 +31,15 @@ def test_submit_json_and_status_json(tmp_path):
     code, out, _ = omni("--json", "status", "web", home=tmp_path)
     st = json.loads(out)
     assert st["logical_version"] == 2 and st["rows"] == 2 and st["batches"][0]["name"] == "b1"
-    assert st["physical_tables"][0]["files"] >= 1 and st["physical_tables"][0]["bytes"] > 0
+    # files and bytes are those of the snapshot the logical version pins, as Iceberg lists them
+    from omni_iceberg.api import Omni
+
+    base = st["physical_tables"][0]
+    files = Omni(home=tmp_path).catalog.load_table(base["identifier"]).inspect.files(
+        snapshot_id=base["snapshot_id"]).to_pylist()
+    assert base["files"] == sum(f["content"] == 0 for f in files) and base["files"] >= 1
+    assert base["bytes"] == sum(f["file_size_in_bytes"] for f in files)
+    assert base["records"] == sum(f["record_count"] for f in files if f["content"] == 0) == 2
     code, out, _ = omni("submit", "web", str(src), "--batch", "b1", "--map", "text=raw_data", home=tmp_path)
     assert code == 0 and "already committed at version 2; nothing to do" in out
     code, out, _ = omni("table", "list", "--json", home=tmp_path)

@@ -112,3 +112,23 @@ def test_udfs_show_inputs_and_outputs_with_types(tmp_path):
     rc, out, _ = omni("feature", "udfs", home=tmp_path)
     line = next(x for x in out.splitlines() if x.startswith("detected_lang"))
     assert "ProcessedData.parsed_text -> detected_lang (string), lang_confidence (double)" in line
+
+
+def test_unchanged_py_file_moved_then_registered_again_backfills_from_the_new_place(web, tmp_path):
+    first = tmp_path / "old" / "my_features.py"
+    first.parent.mkdir()
+    first.write_text(USER_FEATURES)
+    rc, out, err = omni("feature", "register", str(first), "--table", "web", "--json", home=web)
+    assert rc == 0, err
+    version = json.loads(out)[0]["feature"]
+    moved = tmp_path / "new" / "my_features.py"
+    moved.parent.mkdir()
+    first.rename(moved)
+    # same code: not "different code or parameters", and not a new version
+    rc, out, err = omni("feature", "register", str(moved), "--table", "web", "--json", home=web)
+    assert rc == 0, err
+    assert json.loads(out)[0]["feature"] == version and json.loads(out)[0]["registered"] is False
+    # a fresh process finds the code where it lives now (the old path no longer exists)
+    rc, out, err = omni("backfill", "web", "--features", "title_words", "--json", home=web)
+    assert rc == 0, err
+    assert json.loads(out)["rows"] == 3

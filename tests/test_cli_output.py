@@ -61,3 +61,19 @@ def test_quiet_switches_reach_library_progress_bars(monkeypatch):
             "print(bar.disable, os.environ['HF_HUB_DISABLE_PROGRESS_BARS'])\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.stdout.split() == ["True", "1"], proc.stderr
+
+
+def test_export_jsonl_and_cli_json_share_one_helper(tmp_path):
+    import pyarrow as pa
+
+    from omni_iceberg.explore import export, results
+    from omni_iceberg.ui import formatting
+
+    assert formatting.jsonable is results.jsonable  # one helper, not two that drift apart
+    data = pa.table({"s": pa.array([Decimal("12"), Decimal("0.5")], pa.decimal128(38, 1)),
+                     "b": pa.array([b"hi", b"\xff\x00"], pa.binary())})
+    export._write(data, tmp_path / "part.jsonl", "jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "part.jsonl").read_text().splitlines()]
+    # default=str would have written "12" and "b'hi'": numbers stay numbers, bytes stay readable
+    assert lines == [{"s": 12, "b": "hi"}, {"s": 0.5, "b": "/wA="}]
+    assert [json.loads(x) for x in format_arrow(data, "json").splitlines()] == lines

@@ -1,6 +1,7 @@
 """Exploration end to end on real documents: logical SQL, pruning, versions, export, query log."""
 
 import json
+import time
 
 import pytest
 
@@ -85,12 +86,15 @@ def test_skipping_the_base_table_gives_the_same_answers(omni, tmp_path, monkeypa
 def test_point_lookup_by_id_plans_one_file_per_table(omni):
     from omni_iceberg.explore.planner import plan_query
 
+    from omni_iceberg.explore.planner import _to_iceberg
+
     some_id = omni.read("web", columns=["_ai_unique_id_"]).column(0)[0].as_py()
     plan = plan_query(omni, f"SELECT t_len FROM web WHERE _ai_unique_id_ = '{some_id}'")
+    assert plan.scans
     for scan in plan.scans:
         table = omni.catalog.load_table(scan.table.identifier)
-        from omni_iceberg.explore.planner import _to_iceberg
-
+        # without the filter there is more than one file to choose from, so "one" is pruning
+        assert len(list(table.scan(snapshot_id=scan.table.snapshot_id).plan_files())) > 1
         expr = _to_iceberg(scan.filters[0], plan.ctx, plan.ctx.tables["web"].state, scan.table.key)
         files = list(table.scan(row_filter=expr, snapshot_id=scan.table.snapshot_id).plan_files())
         assert len(files) == 1
@@ -115,14 +119,31 @@ def test_join_between_logical_tables(omni, tmp_path):
     omni.submit("mirror", [str(p) for p in pages], batch="m")
     got = omni.query("SELECT count(*) AS n, sum(w.t_len) AS s FROM web AS w JOIN mirror AS m "
                      "ON w._ai_unique_id_ = m._ai_unique_id_").to_pylist()[0]
-    assert got["n"] == 10 and got["s"] > 0
+    mirrored = set(omni.read("mirror", columns=["_ai_unique_id_"]).column(0).to_pylist())
+    lengths = [r["t_len"] for r in omni.read("web", columns=["_ai_unique_id_", "t_len"]).to_pylist()
+               if r["_ai_unique_id_"] in mirrored]
+    assert got["n"] == len(lengths) == 10 and got["s"] == sum(lengths) and None not in lengths
 
 
-def test_export_streams_and_re_creates_byte_for_byte(omni, tmp_path):
+def test_export_streams_and_re_creates_byte_for_byte(omni, tmp_path, monkeypatch):
+    from omni_iceberg.explore import export as export_module
+
+    written = []  # (file, rows) of every write: the export goes part by part, never all rows at once
+    real_write = export_module._write
+
+    def spy(data, path, fmt):
+        written.append((path.name, data.num_rows))
+        return real_write(data, path, fmt)
+
+    monkeypatch.setattr(export_module, "_write", spy)
     out = tmp_path / "ex1"
     r = omni.export("web", str(out), columns=["_ai_unique_id_", "t_len", "t_lang", "RawData.raw_data"],
                     where="t_lang = 'en'", fmt="parquet")
     m = r.manifest
+    assert written == [(f["file"], f["rows"]) for f in m["files"]] and len(written) > 1
+    assert max(n for _, n in written) < m["rows"] == sum(n for _, n in written)
+    assert {f["batch"] for f in m["files"]} == {"cc", "wiki"}
+    written.clear()
     assert m["rows"] == omni.query("SELECT count(*) FROM web WHERE t_lang = 'en'").column(0)[0].as_py()
     assert m["feature_versions"]["t_len"] == U.t_len.definition.version
     assert set(m["pinned_snapshots"]) >= set(m["read_tables"]) and m["files"]
@@ -143,12 +164,15 @@ def test_export_streams_and_re_creates_byte_for_byte(omni, tmp_path):
 
 
 def test_query_log_records_columns_filters_batches(omni):
+    started = time.perf_counter()
     omni.query("SELECT avg(t_len) FROM web WHERE _ai_append_name_ = 'cc' AND t_digits < 0.5")
+    measured_ms = (time.perf_counter() - started) * 1000
     log = max(omni.catalog.load_table("omni_sys.query_log").scan().to_arrow().to_pylist(), key=lambda r: r["at"])
     assert log["logical_table"] == "aidata.web" and log["kind"] == "sql" and log["engine"] == "local"
     assert json.loads(log["columns"]) == ["_ai_unique_id_", "_ai_append_name_", "t_len", "t_digits"]
     assert json.loads(log["filter_columns"]) == ["_ai_append_name_", "t_digits"]
-    assert json.loads(log["batches"]) == ["cc"] and log["rows"] == 1 and log["latency_ms"] >= 0
+    assert json.loads(log["batches"]) == ["cc"] and log["rows"] == 1
+    assert 0 < log["latency_ms"] <= measured_ms + 1  # the logged time is the call's own
 
 
 def test_cli_sql_formats_explain_and_dialects(omni, capsys):
@@ -177,11 +201,17 @@ def test_system_tables_read_only_json_numbers_and_explain_data(omni, capsys):
     assert main(["--home", home, "sql", "SELECT _ai_append_name_ AS b, sum(t_len) AS s FROM web GROUP BY 1 ORDER BY 1",
                  "--format", "json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["b"] for r in rows] == ["cc", "wiki"] and all(type(r["s"]) is int and r["s"] > 0 for r in rows)
-    # joined with a logical table, still read-only
+    sums: dict[str, int] = {}
+    for r in omni.read("web", columns=["_ai_append_name_", "t_len"]).to_pylist():
+        sums[r["_ai_append_name_"]] = sums.get(r["_ai_append_name_"], 0) + (r["t_len"] or 0)
+    assert [r["b"] for r in rows] == ["cc", "wiki"] and all(type(r["s"]) is int for r in rows)
+    assert {r["b"]: r["s"] for r in rows} == sums
+    # joined with a logical table, still read-only: every logged query of web times every cc row
+    logged = sum(r["logical_table"] == "aidata.web"
+                 for r in omni.catalog.load_table("omni_sys.query_log").scan().to_arrow().to_pylist())
     got = omni.query("SELECT count(*) AS n FROM omni_sys.query_log AS q JOIN web AS w "
                      "ON q.logical_table = 'aidata.web' AND w._ai_append_name_ = 'cc'").to_pylist()
-    assert got[0]["n"] > 0
+    assert logged > 0 and got[0]["n"] == logged * 25
     assert main(["--home", home, "sql", "DELETE FROM omni_sys.query_log"]) == 2
     assert "DELETE is not allowed" in capsys.readouterr().err
     data = plan_query(omni, "SELECT avg(t_len) FROM web WHERE t_lang = 'en'").to_dict()

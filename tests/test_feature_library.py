@@ -250,7 +250,14 @@ def test_cheap_features_on_real_pages_stay_in_range(pages) -> None:
         assert len(values) == len(pages) and all(0.0 <= v <= 1.0 for v in values), fn.__name__
     assert all(3.0 < v < 8.0 for v in avg_word_length(texts).to_pylist())
     assert all(0.25 < v < 0.55 for v in stopword_ratio(texts).to_pylist())  # English prose, with code
-    assert all(v >= 0 for v in safety_keyword_hits(texts).to_pylist())
+    # a direct count of the listed words, independent of the batch's shared word cache
+    from omni_iceberg.features.library.quality import SAFETY_KEYWORDS
+
+    direct = [sum(w in SAFETY_KEYWORDS for w in re.findall(r"\w+", t.lower())) for t in pages.values()]
+    assert safety_keyword_hits(texts).to_pylist() == direct
+    crafted = ["A BOMB, bombs and a bomb-maker: phishing!", "a trojan horse of malware", "bombastic phishers",
+               "nothing here", "", None]
+    assert safety_keyword_hits(crafted).to_pylist() == [4, 2, 0, 0, 0, None]
     tags = dict(zip(pages, domain_tag(texts).to_pylist()))
     assert tags["license"] == "legal"
     assert [tags[k] for k in ("intro", "math", "faq", "json")] == ["programming"] * 4

@@ -230,3 +230,52 @@ def test_registration_that_loses_to_different_code_under_the_same_version_fails_
     with pytest.raises(FeatureDefinitionError, match="ver@1 is already registered .* different code"):
         omni.register_features("web", [ver])
     assert [f.key for f in omni.state("web").features] == ["ver@1"]
+
+
+def test_a_valid_filter_registers_and_a_bad_one_is_refused_naming_the_feature(omni):
+    @feature(outputs={"short_len": "long"}, inputs=["ProcessedData.parsed_text"], name="short_len",
+             filter="length(parsed_text) < 6000 AND parsed_text LIKE '%math%'")
+    def short_len(parsed_text):
+        return len(parsed_text)
+
+    @feature(outputs={"bad_len": "long"}, inputs=["ProcessedData.parsed_text"], name="bad_len",
+             filter="parsed_txt IS NOT NULL")
+    def bad_len(parsed_text):
+        return len(parsed_text)
+
+    assert [r.changed for r in omni.register_features("web", [U.t_parse, short_len])] == [True, True]
+    version = omni.state("web").version
+    with pytest.raises(FeatureDefinitionError,
+                       match=r"feature 'bad_len': invalid filter .*unknown column 'parsed_txt'.*inputs \(parsed_text\)"):
+        omni.register_features("web", [bad_len])
+    assert omni.state("web").version == version  # nothing committed
+
+
+PY_FEATURE = '''
+from omni_iceberg.features import feature
+
+
+@feature(outputs={"moved_words": "long"}, inputs=["RawData.raw_data"])
+def moved_words(raw_data):
+    return len(raw_data.split())
+'''
+
+
+def test_an_unchanged_feature_re_registered_from_a_moved_file_is_the_same_feature(omni, tmp_path):
+    first = tmp_path / "a" / "words.py"
+    first.parent.mkdir()
+    first.write_text(PY_FEATURE)
+    [reg] = omni.register_features("web", [str(first)])
+    assert reg.changed
+    moved = tmp_path / "b" / "words.py"
+    moved.parent.mkdir()
+    first.rename(moved)
+    [again] = omni.register_features("web", [str(moved)])
+    # same code and parameters: the same version, no new table; only where the code lives is recorded
+    assert not again.changed and again.definition.version == reg.definition.version
+    binding = omni.state("web").feature("moved_words")
+    assert json.loads(binding.definition)["source"]["path"] == str(moved.resolve())
+    assert len([b for b in omni.state("web").features if b.name == "moved_words"]) == 1
+    version = omni.state("web").version
+    assert omni.register_features("web", [str(moved)])[0].changed is False
+    assert omni.state("web").version == version  # now truly a no-op: nothing to record

@@ -181,7 +181,13 @@ def test_warc_and_gzip_jsonl_sources(omni, tmp_path):
         f.write('{"text": "gz one"}\n{"text": "gz two"}\n')
     omni.create_table("web")
     r = omni.submit("web", [str(w) for w in warcs], batch="crawl")
-    assert r.written > 0
+    # every record the WARC reader yields is accounted for, and every written one is a row
+    from omni_iceberg.ingest.sources import reader_for
+
+    items = sum(1 for w in warcs for _ in reader_for(str(w)).read(str(w)))
+    assert r.read == items == r.written + r.duplicates + r.rejected and r.written > 0
+    ids = omni.read("web", columns=["_ai_unique_id_"], batches=["crawl"]).column(0).to_pylist()
+    assert len(ids) == len(set(ids)) == r.written
     urls = [x["url"] for x in omni.read("web", columns=["RawData"]).column("RawData").to_pylist()]
     assert all(u and u.startswith("http") for u in urls)
     r2 = omni.submit("web", [str(gz)], batch="gz", field_map={"text": "raw_data"})
@@ -211,20 +217,35 @@ def test_unknown_logical_table(omni, tmp_path):
 
 
 def test_memory_stays_bounded_by_chunks(omni, tmp_path, monkeypatch):
-    """Many small chunks: every chunk is written as it fills, never held together."""
+    """Many small chunks: every chunk is written as it fills, never held together.
+
+    The reader is wrapped: at no point are more than ``chunk_rows`` records pulled from
+    the source past the last one written, so memory is bounded by one chunk.
+    """
     src = tmp_path / "many.jsonl"
     src.write_text("".join(json.dumps({"raw_data": f"document number {i}"}) + "\n" for i in range(2000)))
-    peak = {"rows": 0}
+    seen = {"peak_rows": 0, "written": 0, "pulled": 0, "max_ahead": 0}
     real_write = pipeline.StagedWrite.write
+    real_iter = pipeline.iter_sources
 
     def spy(self, data):
-        peak["rows"] = max(peak["rows"], data.num_rows)
-        return real_write(self, data)
+        seen["peak_rows"] = max(seen["peak_rows"], data.num_rows)
+        out = real_write(self, data)
+        seen["written"] += data.num_rows
+        return out
+
+    def counting_reader(*args, **kwargs):
+        for item in real_iter(*args, **kwargs):
+            seen["pulled"] += 1
+            seen["max_ahead"] = max(seen["max_ahead"], seen["pulled"] - seen["written"])
+            yield item
 
     monkeypatch.setattr(pipeline.StagedWrite, "write", spy)
+    monkeypatch.setattr(pipeline, "iter_sources", counting_reader)
     omni.create_table("web")
     r = pipeline.submit(omni.store, "aidata", "web", [str(src)], "a", chunk_rows=300)
-    assert r.written == 2000 and peak["rows"] == 300
+    assert r.written == 2000 and seen["peak_rows"] == 300
+    assert seen["pulled"] == seen["written"] == 2000 and seen["max_ahead"] == 300  # one chunk, not more
     assert omni.read("web").num_rows == 2000
     snap = omni.catalog.load_table("aidata.web__base").snapshot_by_id(omni.state("web").base_table.snapshot_id)
     assert snap.summary["omni.batch"] == "a"  # the batch is ONE snapshot however many chunks

@@ -112,9 +112,18 @@ def test_a_live_submits_branch_is_kept_within_the_grace_period(web, tmp_path):
     kept = sweep_stale_branches(web.catalog, state, policy=StagingPolicy(grace_s=3600, ttl_s=7200))
     assert [b.verdict for b in kept.branches] == ["live"] and not kept.removed
     assert len(_staging_refs(web, base)) == 1
+    # the data files only the staging branch reaches: exactly what the sweep must delete
+    table = web.catalog.load_table(base)
+    head = table.metadata.refs[_staging_refs(web, base)[0]].snapshot_id
+    on_main = {f["file_path"] for f in table.inspect.files(snapshot_id=state.base_table.snapshot_id).to_pylist()}
+    staged = {f["file_path"]: f["file_size_in_bytes"] for f in table.inspect.files(snapshot_id=head).to_pylist()
+              if f["file_path"] not in on_main}
+    assert staged and all(Path(p.removeprefix("file://")).exists() for p in staged)
     gone = sweep_stale_branches(web.catalog, state, policy=StagingPolicy(grace_s=0, ttl_s=7200))
     assert [(b.verdict, b.removed) for b in gone.branches] == [("stale", True)]
-    assert gone.branches[0].files_deleted > 0 and "never committed" in gone.branches[0].reason
+    assert gone.branches[0].files_deleted == len(staged) and gone.branches[0].bytes_freed == sum(staged.values())
+    assert not any(Path(p.removeprefix("file://")).exists() for p in staged)
+    assert "never committed" in gone.branches[0].reason
 
 
 def test_maintenance_deletes_files_of_a_run_killed_before_its_first_checkpoint(web, tmp_path):

@@ -278,6 +278,47 @@ def test_pandas_udf_stage_matches_the_local_engine(spark, tmp_path, pages):
     assert got.to_pylist() == [{"n": 10 + len(extra) - 1}]  # every record but the poisoned one has a value
 
 
+PY_FILE_FEATURES = '''
+from omni_iceberg.features import feature
+
+
+@feature(outputs={"py_words": "long"}, inputs=["RawData.raw_data"], name="py_words")
+def py_words(raw_data):
+    return len(raw_data.split())
+
+
+@feature(outputs={"py_chars": "long"}, inputs=["RawData.raw_data"], name="py_chars", form="pandas")
+def py_chars(raw_data):
+    return raw_data.str.len()
+'''
+
+
+def test_features_from_a_py_file_run_on_spark(spark, tmp_path):
+    """A user's .py file is imported under a generated module name that executors cannot import:
+    its code must travel by value in PySpark's own (vendored) cloudpickle."""
+    from spark_udfs.arrow_stage import ship_user_modules
+    from spark_udfs.engine import SparkBackfill
+
+    path = tmp_path / "user_code" / "my_py_features.py"  # not on sys.path, so not on the workers'
+    path.parent.mkdir()
+    path.write_text(PY_FILE_FEATURES)
+    records = [f"user record {i} " + "word " * i for i in range(9)]
+    on_spark, local = Omni(config=spark.config), Omni(home=tmp_path / "local")
+    for o in (on_spark, local):
+        _fill(o, "se_pyfile", [], [], tmp_path, extra_a=records[:5], extra_b=records[5:])
+        o.register_features("se_pyfile", [str(path)])
+    binding = on_spark.state("se_pyfile").feature("py_words")
+    assert json.loads(binding.definition)["source"]["module"] in ship_user_modules()
+    for features in (["py_words"], ["py_chars"]):  # a mapInArrow stage, then a pandas_udf stage
+        sr = SparkBackfill(on_spark, spark=spark.session).run("se_pyfile", features, progress=False, has_gpu=False)
+        lr = local.backfill("se_pyfile", features, isolation="inline", progress=False)
+        assert sr.status == lr.status == "succeeded" and (sr.rows, sr.errors) == (lr.rows, lr.errors) == (9, 0)
+    columns = [ID_COLUMN, "RawData.raw_data", "py_words", "py_chars"]
+    got = on_spark.read("se_pyfile", columns=columns).sort_by(ID_COLUMN).to_pylist()
+    assert sorted((r["py_words"], r["py_chars"]) for r in got) == sorted((len(t.split()), len(t)) for t in records)
+    assert got == local.read("se_pyfile", columns=columns).sort_by(ID_COLUMN).to_pylist()
+
+
 def test_reuse_error_budget_and_retry_behave_as_on_the_local_engine(spark, tmp_path, pages, monkeypatch):
     from spark_udfs.engine import SparkBackfill
 

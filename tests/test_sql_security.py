@@ -13,7 +13,6 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from catalog_ext.errors import OmniError
 from omni_iceberg.api import Omni
 from omni_iceberg.cli import main
 from omni_iceberg.explore.guard import QueryError
@@ -118,20 +117,38 @@ def test_feature_filters_refuse_escapes(world, case):
     _assert_no_effect(world)
 
 
-def test_a_hostile_filter_fails_the_backfill_with_the_feature_named(world):
+HOSTILE_FEATURES = '''
+from omni_iceberg.features import feature
+
+
+@feature(outputs={"f_evil": "long"}, inputs=["ProcessedData.parsed_text"], name="f_evil",
+         filter=FILTER)
+def f_evil(parsed_text):
+    return 1
+'''
+
+
+@pytest.mark.parametrize("text, refusal", [
+    ("length(parsed_text) > 0 AND getenv('HOME') IS NOT NULL", r"function getenv .* is refused .*environment"),
+    ("read_text('{canary}') IS NOT NULL", r"function read_text .* is refused"),
+    ("length(parsed_text) > ", r"syntax error in the filter"),
+    ("length(raw_data) > 0", r"unknown column 'raw_data' .* only the feature's inputs \(parsed_text\)"),
+])
+def test_a_bad_filter_is_refused_at_registration_with_the_feature_named(world, tmp_path, capsys, text, refusal):
+    """The guard runs at 'omni feature register' (exit 2), not first at the backfill's first batch."""
     omni = world["omni"]
-    hostile = _with_filter(_fill("length(parsed_text) > 0 AND getenv('HOME') IS NOT NULL", world))
-    from omni_iceberg.features.udf import UdfSpec  # noqa: F401 - the decorator registered the UDF
+    before = omni.state("web").version
+    path = tmp_path / "evil_features.py"
+    path.write_text(HOSTILE_FEATURES.replace("FILTER", repr(_fill(text, world))))
+    code = main(["--home", world["home"], "feature", "register", str(path), "--table", "web"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("omni: error: feature 'f_evil': invalid filter") and "Traceback" not in err
+    import re
 
-    @feature(outputs={"f_evil": "long"}, inputs=["ProcessedData.parsed_text"], name="f_evil",
-             filter=hostile.filter)
-    def f_evil(parsed_text):
-        return 1
-
-    omni.register_features("web", [f_evil])
-    with pytest.raises(OmniError, match=r"function getenv .* filter of feature f_evil@.*environment"):
-        omni.backfill("web", ["f_evil"], isolation="inline")
-    _assert_no_effect(world)
+    assert re.search(refusal, err), err
+    assert omni.state("web").version == before and omni.state("web").feature("f_evil") is None
+    _assert_no_effect(world, err)
 
 
 def test_the_engine_itself_is_locked_even_without_the_guard(world):
@@ -175,7 +192,7 @@ def test_a_tampered_export_manifest_is_refused(world, field, value, tmp_path):
     with pytest.raises(QueryError):
         omni.export_from_manifest(str(manifest), str(tmp_path / "again"))
     _assert_no_effect(world)
-    assert first.rows > 0
+    assert first.rows == omni.query("SELECT count(*) AS n FROM web WHERE t_len > 0").column(0)[0].as_py() == 6
 
 
 REFUSED = [c for c in CORPUS["queries"] if c.get("expect", "refused") == "refused"]

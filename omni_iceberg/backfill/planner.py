@@ -175,12 +175,11 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
     defs = definitions_of(state)
     for name in features:
         if name not in defs:
-            import difflib
+            from catalog_ext.suggest import did_you_mean
 
-            near = difflib.get_close_matches(name, list(defs), n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
             raise FeatureDefinitionError(
-                f"no feature {name!r} is registered on {state.table.identifier}{hint} (see 'omni feature list')")
+                f"no feature {name!r} is registered on {state.table.identifier}{did_you_mean(name, defs)} "
+                "(see 'omni feature list')")
     all_batches = [b.name for b in state.batches]
     if batches:
         for b in batches:

@@ -25,6 +25,7 @@ from sqlglot import exp
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from omni_iceberg.explore.guard import QueryError, parse_column_name, parse_condition
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, load_physical, plan_query
+from omni_iceberg.explore.results import jsonable
 from omni_iceberg.ui.progress import progress_bar
 
 MANIFEST = "_omni_export_manifest.json"
@@ -216,7 +217,7 @@ def _write(data: pa.Table, path: Path, fmt: str) -> None:
         return
     with open(path, "w", encoding="utf-8") as f:
         for row in data.to_pylist():
-            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            f.write(json.dumps(row, ensure_ascii=False, default=jsonable) + "\n")
 
 
 def _sha256(path: Path) -> str:

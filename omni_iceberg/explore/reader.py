@@ -33,12 +33,10 @@ def expand_columns(state: FamilyState, columns: list[str] | None) -> tuple[list[
         elif state.has_column(name):
             leaves.append(name)
         else:
-            import difflib
+            from catalog_ext.suggest import did_you_mean
 
             known = [c.path for c in state.columns] + list(STAGES)
-            near = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
-            raise SchemaConflictError(f"no column {name!r} in {state.table.identifier}{hint}")
+            raise SchemaConflictError(f"no column {name!r} in {state.table.identifier}{did_you_mean(name, known)}")
     return list(requested), list(dict.fromkeys(leaves))
 
 

@@ -1,8 +1,10 @@
 """Register feature definitions on a logical table: validate, create storage, commit.
 
 Registration checks everything that can be checked before any work starts: unknown
-inputs (with the nearest name), output collisions, dependency cycles (named), and a
-version reused with different code. A new version gets a new physical table and
+inputs (with the nearest name), output collisions, dependency cycles (named), a
+``filter:`` the explore guard refuses, and a version reused with different code (the
+same code registered again from a moved .py file is the same version: its new place
+is recorded). A new version gets a new physical table and
 column; the logical output name moves to it and the previous version stays
 queryable as ``<output>_v<old version>``. Every registration is appended to the
 ``omni_sys.features`` Iceberg table (append-only history, readable from Spark/Trino).
@@ -10,7 +12,6 @@ queryable as ``<output>_v<old version>``. Every registration is appended to the
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -25,9 +26,10 @@ from catalog_ext.family import FamilyState, FeatureBinding, LogicalColumn, Physi
 from catalog_ext.physical import create_physical_table, first_snapshot_id
 from catalog_ext.types import to_iceberg
 from catalog_ext.store import FamilyStore
-from catalog_ext.updates import AddLogicalColumns, AddPhysicalTable, BindFeature
+from catalog_ext.suggest import did_you_mean
+from catalog_ext.updates import AddLogicalColumns, AddPhysicalTable, BindFeature, RecordFeatureSource
 from omni_iceberg.features.graph import feature_graph
-from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
+from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError, same_identity_json
 from omni_iceberg.features.udf import get_udf
 
 
@@ -66,10 +68,9 @@ def resolve_definition(state: FamilyState, definition: FeatureDefinition, pendin
         if len(by_leaf) == 1:
             inputs.append(by_leaf[0])
             continue
-        near = difflib.get_close_matches(name, known, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
         raise FeatureDefinitionError(
-            f"feature {definition.name!r}: unknown input column {name!r} in {state.table.identifier}{hint}"
+            f"feature {definition.name!r}: unknown input column {name!r} in {state.table.identifier}"
+            f"{did_you_mean(name, known)}"
         )
     if spec.input_params and len(spec.input_params) != len(inputs):
         raise FeatureDefinitionError(
@@ -136,14 +137,44 @@ def check_registrable(state: FamilyState, resolved: list[FeatureDefinition]) -> 
                     f"feature {d.name!r}: input column {inp!r} is not in {state.table.identifier}"
                 )
         check_outputs(state, d)
+        check_filter(d)
         existing = state.feature(d.name, d.version)
         spec = get_udf(d.udf)
-        if existing is not None and (existing.code_hash != spec.code_hash or existing.definition != d.canonical_json()):
+        # the source path is not compared: the same code from a moved file is the same feature
+        if existing is not None and (existing.code_hash != spec.code_hash
+                                     or same_identity_json(existing.definition) != d.identity_json()):
             raise FeatureDefinitionError(
                 f"feature {d.key} is already registered on {state.table.identifier} with different code or "
                 f"parameters; bump its version"
             )
     check_cycles(state, resolved)
+
+
+def check_filter(d: FeatureDefinition) -> None:
+    """Refuse a ``filter:`` the backfill would refuse, now rather than at the first batch.
+
+    The same guard checks it as when it runs (``omni_iceberg.explore.guard.filter_query``):
+    syntax, a single condition, only the feature's inputs, only allow-listed functions.
+    """
+    if not d.filter:
+        return
+    from omni_iceberg.explore.guard import QueryError, filter_query
+
+    names = [p.rsplit(".", 1)[-1] for p in d.inputs]  # what the filter sees, as in the worker
+    try:
+        filter_query(d.filter, names, "rows_in", f"feature {d.key}")
+    except QueryError as e:
+        raise FeatureDefinitionError(f"feature {d.name!r}: invalid filter {d.filter!r}: {e}") from e
+
+
+def _moved(state: FamilyState, d: FeatureDefinition) -> bool:
+    """``d`` is registered already, but its stored definition records another UDF file.
+
+    Only a new file is recorded, never none: a definition without a source (a UDF
+    imported by name in this process) must not erase where another process finds the code.
+    """
+    existing = state.feature(d.name, d.version)
+    return d.source is not None and existing is not None and existing.definition != d.canonical_json()
 
 
 def register(store: FamilyStore, namespace: str, name: str, definitions: list[FeatureDefinition],
@@ -159,7 +190,7 @@ def register(store: FamilyStore, namespace: str, name: str, definitions: list[Fe
     resolved = [resolve_definition(state, d, pending) for d in definitions]
     check_registrable(state, resolved)
     todo = [d for d in resolved if state.feature(d.name, d.version) is None]
-    if not todo:
+    if not todo and not any(_moved(state, d) for d in resolved):
         return [Registration(d, state.version, False, state.feature(d.name, d.version).table_key) for d in resolved]
 
     first_snapshots: dict[str, int] = {}
@@ -174,18 +205,23 @@ def register(store: FamilyStore, namespace: str, name: str, definitions: list[Fe
     def updates(latest: FamilyState) -> tuple[Any, ...]:
         check_registrable(latest, resolved)
         fresh = [d for d in todo if latest.feature(d.name, d.version) is None]
-        if not fresh:
+        # a feature re-registered from a moved .py file: record where its code lives now,
+        # so 'omni backfill' in another process loads it from there
+        moved = [d for d in resolved if d not in fresh and _moved(latest, d)]
+        if not fresh and not moved:
             raise _NothingLeft()
         bound[:] = fresh
         out: list[Any] = []
         for d in fresh:
             out += binding_updates(latest, d, _physical_identifier(namespace, name, d), first_snapshots[d.key])
+        out += [RecordFeatureSource(d.name, d.version, d.canonical_json(), get_udf(d.udf).code_hash) for d in moved]
         return tuple(out)
 
     try:
         new_state = store.commit(namespace, name, updates, operation="register", command=command,
                                  summary=lambda latest: {"omni.features": ",".join(
-                                     d.key for d in todo if latest.feature(d.name, d.version) is None)})
+                                     d.key for d in todo if latest.feature(d.name, d.version) is None),
+                                     "omni.moved-sources": ",".join(d.key for d in resolved if _moved(latest, d))})
     except _NothingLeft:
         latest = store.load(namespace, name)
         return [Registration(d, latest.version, False, latest.feature(d.name, d.version).table_key)

@@ -107,6 +107,14 @@ class FeatureDefinition(BaseModel):
         dumped = self.model_dump(mode="json", exclude={"source"} if self.source is None else None)
         return json.dumps(dumped, sort_keys=True, separators=(",", ":"))
 
+    def identity_json(self) -> str:
+        """The canonical JSON without ``source``: what must match for a re-registration to be the same.
+
+        Where the file lived is not part of the feature (the code hash identifies the code):
+        the same feature registered again from a moved .py file is the same feature.
+        """
+        return same_identity_json(self.canonical_json())
+
     def with_version(self, code_hash: str) -> "FeatureDefinition":
         """Fill in ``version`` from the code hash and everything that changes results."""
         if self.version:
@@ -126,6 +134,13 @@ class FeatureDefinition(BaseModel):
     def key(self) -> str:
         """``name@version``: the identity of the values this feature produces."""
         return f"{self.name}@{self.version}"
+
+
+def same_identity_json(definition_json: str) -> str:
+    """:meth:`FeatureDefinition.identity_json` of a stored definition (canonical JSON text)."""
+    data = json.loads(definition_json)
+    data.pop("source", None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 def load_definition(data: dict[str, Any], source: str = "<dict>") -> FeatureDefinition:

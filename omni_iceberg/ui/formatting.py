@@ -2,55 +2,19 @@
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import json
-from dataclasses import asdict, is_dataclass
-from datetime import date, datetime, time, timedelta
-from decimal import Decimal
-from pathlib import PurePath
 from typing import Any
 
 import pyarrow as pa
 
-
-def jsonable(value: Any) -> Any:
-    """The JSON form of what Arrow, DuckDB and our reports hand back.
-
-    ``Decimal`` is what DuckDB returns for ``sum`` of integers (HUGEINT -> decimal(38,0)):
-    integral ones become JSON integers, others floats - never strings, so ``jq`` and
-    ``json.loads`` see numbers. Dates are ISO 8601; bytes are UTF-8 text when they
-    decode, else base64.
-    """
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            return None
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, (datetime, date, time)):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return base64.b64encode(raw).decode("ascii")
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=str)
-    if isinstance(value, PurePath):
-        return str(value)
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    if hasattr(value, "model_dump"):  # pydantic records
-        return value.model_dump(mode="json")
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    return str(value)
+# the one JSON helper lives with the query results it mostly serves; re-exported here
+from omni_iceberg.explore.results import jsonable
 
 
 def dumps(obj: Any, indent: int | None = None) -> str:
+    """JSON text with :func:`~omni_iceberg.explore.results.jsonable` for everything ``json`` lacks."""
     return json.dumps(obj, default=jsonable, indent=indent, ensure_ascii=False)
 
 

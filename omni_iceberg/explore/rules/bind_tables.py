@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 
 from sqlglot import exp
 
 from catalog_ext.contract import DEFAULT_NAMESPACE, PHYSICAL_SEPARATOR, SYSTEM_NAMESPACE
 from catalog_ext.errors import NoSuchLogicalTableError
+from catalog_ext.suggest import closest, did_you_mean
 from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import BoundTable, QueryContext, SystemTable
 
@@ -54,8 +54,7 @@ def bind_tables(ctx: QueryContext) -> QueryContext:
             state = ctx.load_state(ns, node.name, ctx.as_of)
         except NoSuchLogicalTableError:
             known = ctx.known_tables()  # listing every table is slow: only for the message
-            near = difflib.get_close_matches(ident, known, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f" (known: {', '.join(known) or 'none'})"
+            hint = did_you_mean(ident, known) or f" (known: {', '.join(known) or 'none'})"
             raise QueryError(f"unknown logical table {ident!r}{where}{hint}") from None
         ctx.tables[alias] = BoundTable(alias, ident, state, node)
     if not ctx.tables and not ctx.system:
@@ -67,8 +66,8 @@ def _bind_system(ctx: QueryContext, node: exp.Table, alias: str, where: str) -> 
     from catalog_ext.system_tables import SCHEMAS
 
     if node.name not in SCHEMAS:
-        near = difflib.get_close_matches(node.name, list(SCHEMAS), n=1)
-        hint = f"did you mean {SYSTEM_NAMESPACE}.{near[0]}?" if near else \
+        near = closest(node.name, SCHEMAS)
+        hint = f"did you mean {SYSTEM_NAMESPACE}.{near}?" if near else \
             f"system tables: {', '.join(f'{SYSTEM_NAMESPACE}.{n}' for n in sorted(SCHEMAS))}"
         raise QueryError(f"unknown system table {SYSTEM_NAMESPACE}.{node.name}{where}; {hint}")
     ctx.system[alias] = SystemTable(alias, f"{SYSTEM_NAMESPACE}.{node.name}", node.name,

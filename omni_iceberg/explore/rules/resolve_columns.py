@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 
 from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
 from catalog_ext.family import FamilyState
+from catalog_ext.suggest import did_you_mean
 from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import QueryContext
 
@@ -92,8 +92,7 @@ def resolve_columns(ctx: QueryContext) -> QueryContext:
                         if len(parts) == 1 and parts[0] in s.columns]
         name = ".".join(parts)
         if not matches:
-            near = difflib.get_close_matches(parts[-1] if parts[0] in ctx.tables else name, _candidates(ctx), n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            hint = did_you_mean(parts[-1] if parts[0] in ctx.tables else name, _candidates(ctx))
             raise QueryError(f"unknown column {name!r}{at(col)}{hint}")
         if len(matches) > 1:
             tables = ", ".join(f"{a} ({(ctx.tables.get(a) or ctx.system[a]).identifier})" for a, _ in matches)
