@@ -225,7 +225,8 @@ class Omni:
 
         All of them are validated first and committed as one logical version.
         """
-        from omni_iceberg.features.registry import load_definitions_file, register
+        from omni_iceberg.features.loading import load_definitions_file
+        from omni_iceberg.features.registry import register
         from omni_iceberg.features.spec import FeatureDefinition
 
         defs: list[FeatureDefinition] = []
@@ -241,7 +242,7 @@ class Omni:
 
     def register_builtins(self, name: str, builtins: list[str], command: str = "") -> list[Any]:
         """Register built-in features by name (``detected_lang``, ...) with their own inputs and outputs."""
-        from omni_iceberg.features.spec import load_definition
+        from omni_iceberg.features.loading import load_definition
 
         return self.register_features(name, [load_definition({"udf": b}, f"built-in {b!r}") for b in builtins],
                                       command=command or f"feature register {name} --builtin {' '.join(builtins)}")

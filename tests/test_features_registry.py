@@ -6,7 +6,8 @@ import pytest
 
 from omni_iceberg.api import Omni
 from omni_iceberg.features import FeatureDefinition, OutputColumn, feature
-from omni_iceberg.features.spec import FeatureDefinitionError, load_definition
+from omni_iceberg.features.loading import load_definition
+from omni_iceberg.features.spec import FeatureDefinitionError
 from tests import feature_udfs as U
 
 

@@ -217,8 +217,8 @@ def feature(args, omni, command_line: str) -> int:
 
 
 def _register(args, omni, command_line: str) -> int:
-    from omni_iceberg.features.registry import load_definitions_file
-    from omni_iceberg.features.spec import FeatureDefinitionError, load_definition
+    from omni_iceberg.features.loading import load_definition, load_definitions_file
+    from omni_iceberg.features.spec import FeatureDefinitionError
 
     if not args.paths and not args.builtin:
         raise FeatureDefinitionError("omni feature register needs definition files or --builtin NAME ...")

@@ -294,34 +294,3 @@ def _record_history(store: FamilyStore, state: FamilyState, defs: list[FeatureDe
          "logical_version": state.version, "registered_at": now}
         for d in defs
     ])
-
-
-def load_definitions_file(path: str) -> list[FeatureDefinition]:
-    """A YAML or JSON file with one definition or a list (``features: [...]`` also accepted)."""
-    from pathlib import Path
-
-    from catalog_ext.errors import SourceError
-    from omni_iceberg.features.spec import load_definition
-
-    p = Path(path)
-    if not p.exists():
-        raise SourceError(f"feature definition file not found: {path}")
-    if p.suffix == ".py":
-        from omni_iceberg.features.udf import load_python_features
-
-        return load_python_features(path)
-    text = p.read_text(encoding="utf-8")
-    try:
-        if p.suffix == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as e:  # noqa: BLE001 - any parse error is the file's fault
-        raise FeatureDefinitionError(f"{path}: cannot parse: {e}") from e
-    if isinstance(data, dict) and "features" in data:
-        data = data["features"]
-    items = data if isinstance(data, list) else [data]
-    return [load_definition(item, f"{path}[{i}]") for i, item in enumerate(items)]
-

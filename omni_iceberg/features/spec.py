@@ -141,29 +141,3 @@ def same_identity_json(definition_json: str) -> str:
     data = json.loads(definition_json)
     data.pop("source", None)
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-
-def load_definition(data: dict[str, Any], source: str = "<dict>") -> FeatureDefinition:
-    """Validate a mapping (from YAML/JSON) into a definition, with the file named in errors."""
-    from pydantic import ValidationError
-
-    if not isinstance(data, dict):
-        raise FeatureDefinitionError(f"{source}: expected a mapping (name:, udf:, inputs:, outputs: ...), "
-                                     f"got {type(data).__name__} {data!r:.60}")
-    data = dict(data)
-    outs = data.get("outputs")
-    if isinstance(outs, dict):  # short form: {name: type}
-        data["outputs"] = [{"name": k, "type": t} for k, t in outs.items()]
-    for old, new in (("inputColumns", "inputs"), ("outputColumns", "outputs"), ("computeEngine", "engine"),
-                     ("defaultFeatExpression", "udf"), ("tablePath", "table")):
-        if old in data and new not in data:
-            data[new] = data.pop(old)
-    from omni_iceberg.features.udf import fill_from_udf  # udf imports this module
-
-    data = fill_from_udf(data, source)
-    try:
-        return FeatureDefinition.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise FeatureDefinitionError(f"{source}: field '{where}': {first['msg']}") from e
