@@ -456,6 +456,8 @@ class SparkExecutor:
             for k, src in enumerate(sources):
                 part = (self.spark.read.option("snapshot-id", str(src.snapshot_id))
                         .table(table_name(self.catalog_name, src.identifier))
+                        # only batches whose upstream chain matches hold reusable values
+                        .where(F.col(BATCH_COLUMN).isin(list(src.batches)))
                         .select(ID_COLUMN, *cols, F.lit(k).alias("_omni_source")))
                 union = part if union is None else union.unionByName(part)
             first = Window.partitionBy(ID_COLUMN).orderBy("_omni_source")
