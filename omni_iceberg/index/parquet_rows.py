@@ -1,0 +1,99 @@
+"""Read single rows out of data files by position: what the index points at.
+
+Only the row groups holding the wanted positions are read, and only the wanted
+columns (nested fields such as ``RawData.url`` read just that leaf). Parquet footers
+are cached per path: data files are immutable, and a footer read is most of the cost
+of a point lookup.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog_ext.contract import ID_COLUMN
+
+_FOOTERS: "OrderedDict[str, tuple[Any, list[int]]]" = OrderedDict()
+_FOOTERS_MAX = 512
+_LOCK = threading.Lock()
+
+
+def _open(path: str) -> tuple[Any, list[int]]:
+    """(ParquetFile, starting row of each row group), cached."""
+    with _LOCK:
+        hit = _FOOTERS.get(path)
+        if hit is not None:
+            _FOOTERS.move_to_end(path)
+            return hit
+    import pyarrow.parquet as pq
+    from pyarrow import fs as pafs
+
+    filesystem, inner = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    pf = pq.ParquetFile(filesystem.open_input_file(inner))
+    starts, total = [], 0
+    for i in range(pf.metadata.num_row_groups):
+        starts.append(total)
+        total += pf.metadata.row_group(i).num_rows
+    with _LOCK:
+        _FOOTERS[path] = (pf, starts)
+        while len(_FOOTERS) > _FOOTERS_MAX:
+            _FOOTERS.popitem(last=False)
+    return pf, starts
+
+
+def read_ids(path: str) -> list[str]:
+    """The id column of a data file, in row order (what a writer or rebuild indexes)."""
+    pf, _ = _open(path)
+    return pf.read(columns=[ID_COLUMN]).column(0).to_pylist()
+
+
+def _has_path(schema: pa.Schema, dotted: str) -> bool:
+    parts = dotted.split(".")
+    if parts[0] not in schema.names:
+        return False
+    t = schema.field(parts[0]).type
+    for sub in parts[1:]:
+        if not pa.types.is_struct(t) or t.get_field_index(sub) < 0:
+            return False
+        t = t.field(sub).type
+    return True
+
+
+def read_positions(path: str, positions: list[int], columns: list[str]) -> dict[str, pa.Array]:
+    """Values of ``columns`` (top-level or dotted nested names) at ``positions``, in that order.
+
+    A column the file does not have (added to the table after the file was written)
+    comes back missing from the dict; the caller fills nulls of the logical type.
+    """
+    pf, starts = _open(path)
+    present = [c for c in columns if _has_path(pf.schema_arrow, c)]
+    by_group: dict[int, list[tuple[int, int]]] = {}
+    for i, pos in enumerate(positions):
+        g = bisect.bisect_right(starts, pos) - 1
+        by_group.setdefault(g, []).append((i, pos - starts[g]))
+    order: list[int] = []
+    parts: dict[str, list[pa.Array]] = {c: [] for c in present}
+    for g, wanted in sorted(by_group.items()):
+        data = pf.read_row_group(g, columns=present)
+        take = pa.array([local for _, local in wanted], pa.int64())
+        for c in present:
+            head, *rest = c.split(".")
+            arr = data.column(head)
+            for sub in rest:
+                arr = pc.struct_field(arr, sub)
+            parts[c].append(pc.take(arr, take).combine_chunks() if isinstance(arr, pa.ChunkedArray)
+                            else pc.take(arr, take))
+        order += [i for i, _ in wanted]
+    inverse = pa.array(sorted(range(len(order)), key=order.__getitem__), pa.int64())
+    out = {}
+    for c, arrays in parts.items():
+        arr = pa.concat_arrays(arrays) if arrays else pa.array([], pa.null())
+        if pa.types.is_large_string(arr.type):
+            arr = arr.cast(pa.string())
+        out[c] = pc.take(arr, inverse)
+    return out
