@@ -23,19 +23,33 @@ def _ident() -> str:
 
 
 @pytest.fixture(params=["lmdb", pytest.param("hbase", marks=pytest.mark.hbase)])
-def backend(request, tmp_path):
-    if request.param == "lmdb":
-        from omni_iceberg.index.lmdb_backend import LmdbBackend
+def open_backend(request, tmp_path):
+    """A factory: each call is a new client (connection) on the same index, like another process."""
+    opened = []
+    ident = _ident()
 
-        b = LmdbBackend(tmp_path / "idx")
-    else:
-        from omni_iceberg.index.hbase_backend import HBaseBackend
-        from tests.services.hbase import shared_server
+    def make():
+        if request.param == "lmdb":
+            from omni_iceberg.index.lmdb_backend import LmdbBackend
 
-        server = shared_server()
-        b = HBaseBackend(server.host, server.thrift_port, _ident(), timeout_ms=20000)
-    yield b
-    b.close()
+            b = LmdbBackend(tmp_path / "idx")
+        else:
+            from omni_iceberg.index.hbase_backend import HBaseBackend
+            from tests.services.hbase import shared_server
+
+            server = shared_server()
+            b = HBaseBackend(server.host, server.thrift_port, ident, timeout_ms=20000)
+        opened.append(b)
+        return b
+
+    yield make
+    for b in opened:
+        b.close()
+
+
+@pytest.fixture
+def backend(open_backend):
+    return open_backend()
 
 
 def _id(n: int) -> bytes:
@@ -52,10 +66,11 @@ def test_entries_round_trip_several_files_per_id(backend):
     assert sorted(backend.scan_entries()) == sorted([(_id(1), f1, 0), (_id(1), f2, 7), (_id(2), f1, 1)])
 
 
-def test_entries_of_two_writers_never_overwrite_each_other(backend):
+def test_entries_of_two_writers_never_overwrite_each_other(open_backend):
+    backend, other = open_backend(), open_backend()
     f1, f2 = file_key("file:///w1.parquet"), file_key("file:///w2.parquet")
     ids = [_id(n) for n in range(200)]
-    t1 = threading.Thread(target=backend.put_entries, args=([(i, f1, n) for n, i in enumerate(ids)],))
+    t1 = threading.Thread(target=other.put_entries, args=([(i, f1, n) for n, i in enumerate(ids)],))
     t1.start()
     backend.put_entries([(i, f2, n + 1000) for n, i in enumerate(ids)])
     t1.join()

@@ -77,7 +77,8 @@ class IdIndex:
 
     # ---- records ----------------------------------------------------------------------
     def files(self, fkeys: Iterable[bytes]) -> dict[bytes, FileRecord]:
-        want = [k for k in dict.fromkeys(fkeys) if k not in self._files]
+        fkeys = list(dict.fromkeys(fkeys))
+        want = [k for k in fkeys if k not in self._files]
         if want:
             for k, v in self.backend.get_meta([FILE_PREFIX + k for k in want]).items():
                 self._files[k[len(FILE_PREFIX):]] = FileRecord.from_bytes(v)

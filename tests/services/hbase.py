@@ -97,16 +97,21 @@ class HBaseServer:
 
         deadline = time.monotonic() + self.start_timeout_s
         last: Exception | None = None
+        attempt = 0
         while time.monotonic() < deadline:
             for p in self._procs:
                 if p.poll() is not None:
                     tail = self._log_tail()
                     self.stop()
                     raise ConfigError(f"HBase exited with code {p.returncode} during start-up:\n{tail}")
+            # a table create needs master, region server and hbase:meta all up; a fresh
+            # name per attempt, since an attempt that timed out may still have created it
+            probe = f"omni_ready_probe_{attempt}"
+            attempt += 1
             try:
-                conn = happybase.Connection(self.host, self.thrift_port, timeout=5000)
-                conn.create_table("omni_ready_probe", {"f": {}})
-                conn.delete_table("omni_ready_probe", disable=True)
+                conn = happybase.Connection(self.host, self.thrift_port, timeout=20000)
+                conn.create_table(probe, {"f": {}})
+                conn.delete_table(probe, disable=True)
                 conn.close()
                 return
             except Exception as e:  # noqa: BLE001 - not up yet
