@@ -287,3 +287,19 @@ def test_unreachable_hbase_names_host_and_port(omni, name, tmp_path):
         port = s.getsockname()[1]
     with pytest.raises(IndexUnavailableError, match=f"127.0.0.1:{port}"):
         get_rows(omni, name, ["a" * 32], index=f"hbase://127.0.0.1:{port}")
+
+
+def test_backend_selection_by_config(omni, name, tmp_path, monkeypatch):
+    from catalog_ext.errors import ConfigError
+
+    monkeypatch.delenv("OMNI_INDEX", raising=False)
+    default = open_index(omni.config, f"aidata.{name}")
+    assert default.backend.location == str(omni.config.home / "index" / f"aidata.{name}")
+    monkeypatch.setenv("OMNI_INDEX", f"lmdb://{tmp_path}/elsewhere")
+    assert open_index(omni.config, f"aidata.{name}").backend.location == f"{tmp_path}/elsewhere/aidata.{name}"
+    for bad in ("redis://h:1", "hbase://nohost"):
+        with pytest.raises(ConfigError, match="OMNI_INDEX"):
+            open_index(omni.config, f"aidata.{name}", bad)
+    monkeypatch.setenv("OMNI_INDEX_TIMEOUT_MS", "soon")
+    with pytest.raises(ConfigError, match="OMNI_INDEX_TIMEOUT_MS='soon'"):
+        open_index(omni.config, f"aidata.{name}", "hbase://127.0.0.1:1")

@@ -15,11 +15,12 @@ Example::
 
 from omni_iceberg.index.core import IdIndex, IndexView, IndexWriter, Location
 from omni_iceberg.index.errors import IndexCorruptError, IndexUnavailableError, MalformedIdError
-from omni_iceberg.index.lookup import FOUND_COLUMN, Lookup, get_rows
+from omni_iceberg.index.lookup import FOUND_COLUMN, Lookup, get_rows, lookup_rows
 from omni_iceberg.index.maintenance import RebuildReport, VerifyReport, rebuild, verify
 from omni_iceberg.index.select import open_index
 
 __all__ = [
     "FOUND_COLUMN", "IdIndex", "IndexCorruptError", "IndexUnavailableError", "IndexView", "IndexWriter", "Location",
-    "Lookup", "MalformedIdError", "RebuildReport", "VerifyReport", "get_rows", "open_index", "rebuild", "verify",
+    "Lookup", "MalformedIdError", "RebuildReport", "VerifyReport", "get_rows", "lookup_rows", "open_index", "rebuild",
+    "verify",
 ]

@@ -76,31 +76,44 @@ def get_rows(omni: Any, name: str, ids: Sequence[str], columns: list[str] | None
     columns (default: the whole logical row; nested fields like ``RawData.url`` allowed)
     and ``_found`` (False rows carry only the id). With ``explain=True`` returns a
     :class:`Lookup` whose ``explain()`` says, per physical table, index or scan and why.
-    Malformed ids raise :class:`~omni_iceberg.index.errors.MalformedIdError` naming the id.
+    Malformed ids raise :class:`~omni_iceberg.index.errors.MalformedIdError` naming the id;
+    an index backend that cannot be reached raises
+    :class:`~omni_iceberg.index.errors.IndexUnavailableError` naming where.
 
     Example::
 
         >>> get_rows(omni, "web", ["9e107d9d372bb6826bd81d3542a419d6"], columns=["RawData.url"])  # doctest: +SKIP
     """
-    from omni_iceberg.explore.reader import expand_columns, plan_columns
-
     wanted = check_ids(ids)
     ns, table = split_qualified(name)
     state: FamilyState = omni.state(f"{ns}.{table}", as_of)
-    out_names, leaves = expand_columns(state, columns)
     idx = index if isinstance(index, IdIndex) else _open(omni, state, index)
-    view = idx.at(omni.catalog, state)
+    result = lookup_rows(omni.catalog, state, idx, wanted, columns)
+    return result if explain else result.rows
+
+
+def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[str],
+                columns: list[str] | None = None, *, force_scan: bool = False) -> Lookup:
+    """:func:`get_rows` for an already loaded version (a service pinned to one version).
+
+    ``force_scan`` skips the index: the bucket-pruned scan the lookup falls back to,
+    for comparisons (benchmarks) and for checking the index against the tables.
+    """
+    from omni_iceberg.explore.reader import expand_columns, plan_columns
+
+    wanted = check_ids(ids)
+    out_names, leaves = expand_columns(state, columns)
+    view = index.at(catalog, state)
     per_table = plan_columns(state, leaves)
-    result = Lookup(pa.table({}), state.table.identifier, state.version, idx.backend.location)
+    result = Lookup(pa.table({}), state.table.identifier, state.version, index.backend.location)
     joined: pa.Table | None = None
     for key, cols in per_table.items():
-        part, access = _table_part(view, key, cols, wanted, state)
+        part, access = _table_part(view, key, cols, wanted, state, force_scan)
         result.tables.append(access)
         joined = part if joined is None else joined.join(part, keys=KEYS, join_type="left outer")
     assert joined is not None
-    rows = _finish(state, joined, out_names, leaves, wanted, result)
-    result.rows = rows
-    return result if explain else rows
+    result.rows = _finish(state, joined, out_names, leaves, wanted, result)
+    return result
 
 
 def _open(omni: Any, state: FamilyState, spec: str | None) -> IdIndex:
@@ -110,17 +123,19 @@ def _open(omni: Any, state: FamilyState, spec: str | None) -> IdIndex:
 
 
 def _table_part(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str],
-                state: FamilyState) -> tuple[pa.Table, TableAccess]:
+                state: FamilyState, force_scan: bool = False) -> tuple[pa.Table, TableAccess]:
     meta = state.physical_table(key)
     access = TableAccess(key, meta.identifier, meta.snapshot_id, "index")
     cov = view.coverage(key)
-    if cov.authoritative:
+    if force_scan:
+        access.reason = "scan forced by the caller"
+    elif cov.authoritative:
         part, problem = _read_indexed(view, key, cols, ids, state, access)
         if problem is None:
             access.rows = part.num_rows
             return part, access
         access.reason = problem
-    else:
+    elif not force_scan:
         access.reason = "; ".join(cov.lag)
     access.method, access.files_read = "scan", 0
     part = _scan(view, key, cols, ids, state)

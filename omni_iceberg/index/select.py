@@ -47,8 +47,8 @@ def open_index(config: OmniConfig, logical_identifier: str, spec: str | None = N
                timeout_ms: int | None = None, presplit: Callable[[str, str, int], None] | None = None) -> IdIndex:
     """The index of ``logical_identifier`` (``namespace.name``) on the configured backend."""
     spec = index_spec(spec)
-    parsed = urlparse(spec)
-    scheme = parsed.scheme or spec
+    parsed = urlparse(spec if "://" in spec else f"{spec}://")  # bare "lmdb" names no folder
+    scheme = parsed.scheme
     if scheme == "lmdb":
         folder = Path(parsed.path) if parsed.path else Path(config.home) / "index"
         cache_key = (f"lmdb:{folder.resolve()}", logical_identifier)
