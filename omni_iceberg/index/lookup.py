@@ -110,7 +110,7 @@ def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[
     for key, cols in per_table.items():
         part, access = _table_part(view, key, cols, wanted, state, force_scan)
         result.tables.append(access)
-        joined = part if joined is None else joined.join(part, keys=KEYS, join_type="left outer")
+        joined = part if joined is None else _left_join(joined, part)
     assert joined is not None
     result.rows = _finish(state, joined, out_names, leaves, wanted, result)
     return result
@@ -195,6 +195,25 @@ def _scan(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str]
     arrays = [flat.column(ID_COLUMN), flat.column(BATCH_COLUMN)]
     arrays += [flat.column(lg).cast(arrow_type(state.column(lg).type)) for _, lg in cols]
     return pa.Table.from_arrays(arrays, names=KEYS + [lg for _, lg in cols])
+
+
+def _left_join(left: pa.Table, right: pa.Table) -> pa.Table:
+    """``left`` LEFT JOIN ``right`` ON the keys, for the small tables a lookup handles.
+
+    A dict of the right side's keys and one ``take`` beats a hash join's set-up cost by
+    far at these sizes (a join per physical table was most of a one-id lookup). Keys
+    are unique per table (one row per id and batch), so at most one match per row.
+    """
+    where = {k: i for i, k in enumerate(zip(right.column(ID_COLUMN).to_pylist(),
+                                            right.column(BATCH_COLUMN).to_pylist()))}
+    picks = pa.array([where.get(k) for k in zip(left.column(ID_COLUMN).to_pylist(),
+                                                left.column(BATCH_COLUMN).to_pylist())], pa.int64())
+    taken = right.take(picks)
+    out = left
+    for name in right.column_names:
+        if name not in KEYS:
+            out = out.append_column(name, taken.column(name))
+    return out
 
 
 def _finish(state: FamilyState, joined: pa.Table, out_names: list[str], leaves: list[str], wanted: list[str],

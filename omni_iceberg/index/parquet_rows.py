@@ -18,13 +18,13 @@ import pyarrow.compute as pc
 
 from catalog_ext.contract import ID_COLUMN
 
-_FOOTERS: "OrderedDict[str, tuple[Any, list[int]]]" = OrderedDict()
+_FOOTERS: "OrderedDict[str, tuple[Any, list[int], pa.Schema]]" = OrderedDict()
 _FOOTERS_MAX = 512
 _LOCK = threading.Lock()
 
 
-def _open(path: str) -> tuple[Any, list[int]]:
-    """(ParquetFile, starting row of each row group), cached."""
+def _open(path: str) -> tuple[Any, list[int], pa.Schema]:
+    """(ParquetFile, starting row of each row group, Arrow schema), cached."""
     with _LOCK:
         hit = _FOOTERS.get(path)
         if hit is not None:
@@ -39,16 +39,17 @@ def _open(path: str) -> tuple[Any, list[int]]:
     for i in range(pf.metadata.num_row_groups):
         starts.append(total)
         total += pf.metadata.row_group(i).num_rows
+    entry = (pf, starts, pf.schema_arrow)
     with _LOCK:
-        _FOOTERS[path] = (pf, starts)
+        _FOOTERS[path] = entry
         while len(_FOOTERS) > _FOOTERS_MAX:
             _FOOTERS.popitem(last=False)
-    return pf, starts
+    return entry
 
 
 def read_ids(path: str) -> list[str]:
     """The id column of a data file, in row order (what a writer or rebuild indexes)."""
-    pf, _ = _open(path)
+    pf, _, _ = _open(path)
     return pf.read(columns=[ID_COLUMN]).column(0).to_pylist()
 
 
@@ -70,8 +71,8 @@ def read_positions(path: str, positions: list[int], columns: list[str]) -> dict[
     A column the file does not have (added to the table after the file was written)
     comes back missing from the dict; the caller fills nulls of the logical type.
     """
-    pf, starts = _open(path)
-    present = [c for c in columns if _has_path(pf.schema_arrow, c)]
+    pf, starts, schema = _open(path)
+    present = [c for c in columns if _has_path(schema, c)]
     by_group: dict[int, list[tuple[int, int]]] = {}
     for i, pos in enumerate(positions):
         g = bisect.bisect_right(starts, pos) - 1
