@@ -239,6 +239,27 @@ def test_compaction_keeps_old_versions_resolvable_and_verify_finds_stale_entries
     assert report.stale > 0 and not report.ok and "--fresh" in report.text()
 
 
+def test_a_wrong_position_is_never_returned_and_verify_calls_it_stale(omni, name, spec, indexed_writes, tmp_path):
+    from omni_iceberg.index.keys import file_key
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 40)], batch="a")
+    idx = _index(omni, name, spec)
+    view = idx.at(omni.catalog, omni.state(name))
+    ids = _ids(omni, name)
+    loc = {i: view.locations("base", [i])[i][0] for i in ids}
+    a, b = next((x, y) for x in ids for y in ids if x != y and loc[x].path == loc[y].path)
+    # corrupt: a's entry now points at b's row of the same file
+    idx.backend.delete_entries([(bytes.fromhex(a), file_key(loc[a].path))])
+    idx.backend.put_entries([(bytes.fromhex(a), file_key(loc[a].path), loc[b].position)])
+    lookup = get_rows(omni, name, [a], columns=["RawData.url"], explain=True, index=spec)
+    assert lookup.tables[0].method == "scan" and "other ids" in lookup.tables[0].reason
+    assert lookup.rows.to_pylist()[0]["RawData.url"] == omni.read(name, columns=[ID_COLUMN, "RawData.url"]
+                                                                  ).to_pylist()[ids.index(a)]["RawData.url"]
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert report.stale == 1 and a in report.examples["stale"][0]
+
+
 def test_feature_columns_join_from_their_own_tables(omni, name, spec, indexed_writes, tmp_path):
     from tests import feature_udfs as U
 

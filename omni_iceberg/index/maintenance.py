@@ -11,7 +11,7 @@ entries: a complete run is otherwise trusted).
 
 * missing - a row in a pinned snapshot that a lookup through the index would not find;
 * stale - an entry a lookup would use that points at a row no longer there (a file
-  removed without the run that removed it saying so, or another id at that position);
+  removed without the run that removed it saying so, or another row of the file);
 * dangling - entries no version can see: files of runs absent from every pinned
   history (a crashed or losing writer), or entries whose file record is gone.
 """
@@ -184,7 +184,13 @@ def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool |
             usable = fkey in files and files[fkey].run in cov.visible_runs and fkey not in cov.retired
             entries = index.backend.get_entries([id_key(i) for i in ids]) if usable else {}
             for pos, rid in enumerate(ids):
-                if not usable or (fkey, pos) not in entries.get(id_key(rid), ()):
+                mine = [p for fk, p in entries.get(id_key(rid), ()) if fk == fkey]
+                if pos in mine:
+                    continue
+                if mine:  # an entry for this file, at another row: a lookup would read a wrong row
+                    report.stale += 1
+                    report._example("stale", f"{rid}: entry says {path} row {mine[0]}, the row is {pos}")
+                else:
                     report.missing += 1
                     report._example("missing", f"{rid} ({meta.key} {path} row {pos})")
             if bar is not None:

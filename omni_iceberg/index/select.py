@@ -7,6 +7,9 @@
 * ``hbase://host:port``: a real HBase through its Thrift 1 server.
 
 ``OMNI_INDEX_TIMEOUT_MS`` (default 5000) bounds every HBase connect and call.
+``OMNI_HBASE_CONF``, a folder holding the cluster's ``hbase-site.xml``, lets a new
+entries table be created pre-split (HBase's RegionSplitter runs locally with the jars
+from :mod:`omni_iceberg.toolchain.hbase`); without it the table starts as one region.
 Opened indexes are kept per (backend, table) for the life of the process: they hold
 caches of immutable records and, for HBase, a connection.
 """
@@ -57,6 +60,7 @@ def open_index(config: OmniConfig, logical_identifier: str, spec: str | None = N
         if not parsed.hostname or not parsed.port:
             raise ConfigError(f"OMNI_INDEX={spec!r}: an HBase index is hbase://HOST:PORT (its Thrift server)")
         timeout = index_timeout_ms(timeout_ms)
+        presplit = presplit or _presplit_from_env()
         cache_key = (f"hbase:{parsed.hostname}:{parsed.port}", logical_identifier)
         factory = lambda: _hbase(parsed.hostname, parsed.port, logical_identifier, timeout, presplit)  # noqa: E731
     else:
@@ -76,6 +80,21 @@ def forget(index: IdIndex) -> None:
         for k, v in list(_OPEN.items()):
             if v is index:
                 del _OPEN[k]
+
+
+def _presplit_from_env() -> Callable[[str, str, int], None] | None:
+    conf = os.environ.get("OMNI_HBASE_CONF")
+    if not conf:
+        return None
+    if not (Path(conf) / "hbase-site.xml").is_file():
+        raise ConfigError(f"OMNI_HBASE_CONF={conf!r} has no hbase-site.xml; point it at the cluster's conf folder")
+
+    def presplit(table: str, family: str, regions: int) -> None:
+        from omni_iceberg.toolchain.hbase import ensure_hbase_jars, presplit_table
+
+        presplit_table(conf, ensure_hbase_jars(), table, family, regions)
+
+    return presplit
 
 
 def _lmdb(path: Path):
