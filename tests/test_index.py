@@ -173,6 +173,7 @@ def test_unindexed_writes_fall_back_to_the_scan_until_rebuilt(omni, name, spec, 
     assert lookup.tables[0].method == "scan" and "not indexed" in lookup.tables[0].reason
     assert lookup.rows.column(FOUND_COLUMN).to_pylist() == [True] * 4 + [False]
     idx = _index(omni, name, spec)
+    assert idx.at(omni.catalog, omni.state(name)).contains_many("base", sorted(ids)) == set(ids[:4])
     assert verify(omni.catalog, omni.state(name), idx).missing == 12
     report = rebuild(omni.catalog, omni.state(name), idx)
     assert report.runs_indexed == 1 and report.rows == 12

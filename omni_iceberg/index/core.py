@@ -230,14 +230,9 @@ class IndexView:
 
 def scan_ids(catalog: Any, state: FamilyState, table_key: str, ids: Sequence[str]) -> set[str]:
     """The ids among ``ids`` present in one physical table at its pinned snapshot (the fallback)."""
-    from pyiceberg.expressions import In
-
     from catalog_ext.contract import ID_COLUMN
+    from omni_iceberg.index.scan import bucket_scan
 
-    meta = state.physical_table(table_key)
-    if meta.snapshot_id is None or not ids:
+    if state.physical_table(table_key).snapshot_id is None or not ids:
         return set()
-    table = catalog.load_table(meta.identifier)
-    data = table.scan(row_filter=In(ID_COLUMN, set(ids)), snapshot_id=meta.snapshot_id,
-                      selected_fields=(ID_COLUMN,)).to_arrow()
-    return set(data.column(0).to_pylist())
+    return set(bucket_scan(catalog, state, table_key, ids, [ID_COLUMN]).column(ID_COLUMN).to_pylist())

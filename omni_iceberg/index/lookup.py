@@ -135,7 +135,7 @@ def _table_part(view: IndexView, key: str, cols: list[tuple[str, str]], ids: lis
             access.rows = part.num_rows
             return part, access
         access.reason = problem
-    elif not force_scan:
+    else:
         access.reason = "; ".join(cov.lag)
     access.method, access.files_read = "scan", 0
     part = _scan(view, key, cols, ids, state)
@@ -180,17 +180,13 @@ def _empty(cols: list[tuple[str, str]], state: FamilyState) -> pa.Table:
 
 
 def _scan(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str], state: FamilyState) -> pa.Table:
-    from pyiceberg.expressions import In
-
     from omni_iceberg.explore.reader import _flatten
+    from omni_iceberg.index.scan import bucket_scan
 
-    meta = state.physical_table(key)
-    if meta.snapshot_id is None:
+    if state.physical_table(key).snapshot_id is None:
         return _empty(cols, state)
-    table = view.catalog.load_table(meta.identifier)
-    top = list(dict.fromkeys(p for p, _ in cols))
-    data = table.scan(row_filter=In(ID_COLUMN, set(ids)), snapshot_id=meta.snapshot_id,
-                      selected_fields=tuple(KEYS + top)).to_arrow()
+    top = list(dict.fromkeys(p for p, _ in cols))  # nested names read only that leaf
+    data = bucket_scan(view.catalog, state, key, ids, KEYS + top)
     flat = _flatten(data, cols)
     arrays = [flat.column(ID_COLUMN), flat.column(BATCH_COLUMN)]
     arrays += [flat.column(lg).cast(arrow_type(state.column(lg).type)) for _, lg in cols]
