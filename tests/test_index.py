@@ -322,6 +322,10 @@ def test_backend_selection_by_config(omni, name, tmp_path, monkeypatch):
     for bad in ("redis://h:1", "hbase://nohost"):
         with pytest.raises(ConfigError, match="OMNI_INDEX"):
             open_index(omni.config, f"aidata.{name}", bad)
+    monkeypatch.delenv("OMNI_INDEX")
+    (tmp_path / ".pyiceberg.yaml").write_text(f"omni:\n  index: lmdb://{tmp_path}/from-yaml\n")
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    assert open_index(omni.config, f"aidata.{name}").backend.location == f"{tmp_path}/from-yaml/aidata.{name}"
     monkeypatch.setenv("OMNI_INDEX_TIMEOUT_MS", "soon")
     with pytest.raises(ConfigError, match="OMNI_INDEX_TIMEOUT_MS='soon'"):
         open_index(omni.config, f"aidata.{name}", "hbase://127.0.0.1:1")

@@ -1,6 +1,12 @@
 """Pick the index backend from configuration.
 
-``OMNI_INDEX`` (or the ``spec`` argument of the Python API):
+``OMNI_INDEX``, the ``spec`` argument of the Python API, or ``.pyiceberg.yaml``::
+
+    omni:
+      index: hbase://hbase-thrift.example:9090
+      index-timeout-ms: 3000
+
+Values:
 
 * ``lmdb`` (default): embedded LMDB under ``$OMNI_HOME/index/<namespace>.<name>``;
 * ``lmdb:///some/folder``: embedded LMDB under that folder instead;
@@ -31,12 +37,27 @@ _OPEN: dict[tuple[str, str], IdIndex] = {}
 _LOCK = threading.Lock()
 
 
+def _yaml_setting(key: str) -> str | None:
+    """``omni: {key: ...}`` from ``.pyiceberg.yaml`` (found the way pyiceberg finds it)."""
+    try:
+        from pyiceberg.utils.config import Config
+
+        section = Config().config.get("omni") or {}
+    except Exception as e:  # noqa: BLE001 - a malformed yaml
+        raise ConfigError(f"cannot read .pyiceberg.yaml for omni.{key}: {e}") from e
+    value = section.get(key) if isinstance(section, dict) else None
+    return None if value is None else str(value)
+
+
 def index_spec(spec: str | None = None) -> str:
-    return (spec or os.environ.get("OMNI_INDEX") or "lmdb").strip()
+    """Argument, else ``OMNI_INDEX``, else ``omni.index`` in ``.pyiceberg.yaml``, else ``lmdb``."""
+    return (spec or os.environ.get("OMNI_INDEX") or _yaml_setting("index") or "lmdb").strip()
 
 
 def index_timeout_ms(timeout_ms: int | None = None) -> int:
-    raw = timeout_ms if timeout_ms is not None else os.environ.get("OMNI_INDEX_TIMEOUT_MS", DEFAULT_TIMEOUT_MS)
+    """Argument, else ``OMNI_INDEX_TIMEOUT_MS``, else ``omni.index-timeout-ms`` in ``.pyiceberg.yaml``, else 5000."""
+    raw = (timeout_ms if timeout_ms is not None else os.environ.get("OMNI_INDEX_TIMEOUT_MS")
+           or _yaml_setting("index-timeout-ms") or DEFAULT_TIMEOUT_MS)
     try:
         value = int(raw)
     except (TypeError, ValueError):
