@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from catalog_ext.contract import ID_COLUMN
 
 _FOOTERS: "OrderedDict[str, tuple[Any, list[int], pa.Schema]]" = OrderedDict()
-_FOOTERS_MAX = 512
+_FOOTERS_MAX = 256  # each holds an open file: stay well under `ulimit -n`
 _LOCK = threading.Lock()
 
 
@@ -31,9 +31,8 @@ def _open(path: str) -> tuple[Any, list[int], pa.Schema]:
             _FOOTERS.move_to_end(path)
             return hit
     import pyarrow.parquet as pq
-    from pyarrow import fs as pafs
 
-    filesystem, inner = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    filesystem, inner = _filesystem(path)
     pf = pq.ParquetFile(filesystem.open_input_file(inner))
     starts, total = [], 0
     for i in range(pf.metadata.num_row_groups):
@@ -48,9 +47,22 @@ def _open(path: str) -> tuple[Any, list[int], pa.Schema]:
 
 
 def read_ids(path: str) -> list[str]:
-    """The id column of a data file, in row order (what a writer or rebuild indexes)."""
-    pf, _, _ = _open(path)
-    return pf.read(columns=[ID_COLUMN]).column(0).to_pylist()
+    """The id column of a data file, in row order (what a writer or rebuild indexes).
+
+    Not through the footer cache: a rebuild reads every file once, and would only push
+    out the footers that lookups reuse.
+    """
+    import pyarrow.parquet as pq
+
+    filesystem, inner = _filesystem(path)
+    with filesystem.open_input_file(inner) as f:
+        return pq.ParquetFile(f).read(columns=[ID_COLUMN]).column(0).to_pylist()
+
+
+def _filesystem(path: str) -> tuple[Any, str]:
+    from pyarrow import fs as pafs
+
+    return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
 
 
 def _has_path(schema: pa.Schema, dotted: str) -> bool:
