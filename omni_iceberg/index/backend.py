@@ -113,6 +113,15 @@ class IndexBackend(ABC):
     def delete_meta(self, keys: Iterable[bytes]) -> None:
         """Remove meta records."""
 
+    def write(self, entries: Sequence[Entry], meta: dict[bytes, bytes]) -> None:
+        """Entries, then meta records. Backends with transactions do both in one (LMDB)."""
+        if entries:
+            self.put_entries(entries)
+        self.put_meta(meta)
+
+    def flush(self) -> None:  # noqa: B027 - backends that write through need nothing
+        """Make everything written so far durable (called when a run is finished)."""
+
     @abstractmethod
     def drop(self) -> None:
         """Remove everything this index stores (rebuild from scratch)."""

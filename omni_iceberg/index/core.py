@@ -164,11 +164,16 @@ class IndexWriter:
             raise IndexCorruptError(f"file key {fkey.hex()} names both {known.path} and {path}; "
                                     "rebuild the index (`omni index rebuild`)")
         rec = FileRecord(path=path, table=self.table, run=self.run, batch=batch, rows=len(ids))
-        self.index.backend.put_meta({FILE_PREFIX + fkey: rec.to_bytes()})
-        for start in range(0, len(ids), PUT_BATCH):
+        starts = list(range(0, len(ids), PUT_BATCH)) or [0]
+        for start in starts[:-1]:
             self.index.backend.put_entries([(id_key(rid), fkey, start + i)
                                             for i, rid in enumerate(ids[start:start + PUT_BATCH])])
-        self._save(files=self.record.files + (fkey.hex(),), rows=self.record.rows + len(ids))
+        # the last chunk goes with the file record and the run record that lists the file:
+        # one transaction where the backend has them (one fsync per file, not three)
+        last = starts[-1]
+        self.record = replace(self.record, files=self.record.files + (fkey.hex(),), rows=self.record.rows + len(ids))
+        self.index.backend.write([(id_key(rid), fkey, last + i) for i, rid in enumerate(ids[last:])],
+                                 {FILE_PREFIX + fkey: rec.to_bytes(), self._key: self.record.to_bytes()})
         return len(ids)
 
     def retire_files(self, paths: Iterable[str]) -> None:
@@ -179,6 +184,7 @@ class IndexWriter:
     def finish(self, **extra: str) -> RunRecord:
         """Mark the run complete. Call after the last file, BEFORE the logical commit."""
         self._save(complete=True, extra={**self.record.extra, **extra})
+        self.index.backend.flush()  # durable before the logical commit that relies on it
         return self.record
 
     def _save(self, **changes: Any) -> None:

@@ -24,6 +24,8 @@ from omni_iceberg.index.core import IdIndex, IndexView
 from omni_iceberg.index.keys import check_ids
 
 FOUND_COLUMN = "_found"
+#: files read at once by one lookup (pyarrow decodes without the GIL)
+READ_THREADS = 8
 KEYS = [ID_COLUMN, BATCH_COLUMN]
 
 
@@ -153,9 +155,20 @@ def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: l
         for loc in locs:
             by_file.setdefault(loc.path, []).append((rid, loc.position, loc.batch))
     physical = list(dict.fromkeys(p for p, _ in cols))
+
+    def read(item):
+        path, wanted = item
+        return path, wanted, read_positions(path, [pos for _, pos, _ in wanted], [ID_COLUMN, *physical])
+
+    if len(by_file) > 2:  # Parquet decoding releases the GIL: overlap files
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(by_file))) as pool:
+            done = list(pool.map(read, by_file.items()))
+    else:
+        done = [read(item) for item in by_file.items()]
     pieces = []
-    for path, wanted in by_file.items():
-        values = read_positions(path, [pos for _, pos, _ in wanted], [ID_COLUMN, *physical])
+    for path, wanted, values in done:
         got = values.get(ID_COLUMN)
         expected = [rid for rid, _, _ in wanted]
         if got is None or got.to_pylist() != expected:
