@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> None:
                    "setup_seconds": {k: round(v, 1) for k, v in setup.items()}, "index_entries": built.rows,
                    "results": summary, "load_average": C.load_average()}
         path = C.write_result(args, payload, started)
+        if payload["index_backend"] == "hbase":  # keep the LMDB run's file: index-hbase.json
+            path = path.rename(path.with_name("index-hbase.json"))
         print(json.dumps({k: v for k, v in payload.items() if k != "results"}, indent=1))
         for key in results:
             s = summary[key]
