@@ -2,8 +2,10 @@
 
 Only the row groups holding the wanted positions are read, and only the wanted
 columns (nested fields such as ``RawData.url`` read just that leaf). Parquet footers
-are cached per path: data files are immutable, and a footer read is most of the cost
-of a point lookup.
+are cached per path (data files are immutable; a footer read and parse was a large
+part of a point lookup); files are opened per read, so the cache holds no handles.
+A row group is the smallest unit pyarrow decodes, so its size (the table's
+``write.parquet.row-group-limit``) bounds the cost of reading one row.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import pyarrow.compute as pc
 from catalog_ext.contract import ID_COLUMN
 
 _FOOTERS: "OrderedDict[str, tuple[Any, list[int], pa.Schema]]" = OrderedDict()
-_FOOTERS_MAX = 256  # each holds an open file: stay well under `ulimit -n`
+#: footers are a few KiB each and hold no file handle: many can stay cached
+_FOOTERS_MAX = 4096
 _LOCK = threading.Lock()
 
 
-def _open(path: str) -> tuple[Any, list[int], pa.Schema]:
-    """(ParquetFile, starting row of each row group, Arrow schema), cached."""
+def _footer(path: str) -> tuple[Any, list[int], pa.Schema]:
+    """(Parquet FileMetaData, starting row of each row group, Arrow schema), cached."""
     with _LOCK:
         hit = _FOOTERS.get(path)
         if hit is not None:
@@ -33,12 +36,14 @@ def _open(path: str) -> tuple[Any, list[int], pa.Schema]:
     import pyarrow.parquet as pq
 
     filesystem, inner = _filesystem(path)
-    pf = pq.ParquetFile(filesystem.open_input_file(inner))
+    with filesystem.open_input_file(inner) as f:
+        pf = pq.ParquetFile(f)
+        meta, schema = pf.metadata, pf.schema_arrow
     starts, total = [], 0
-    for i in range(pf.metadata.num_row_groups):
+    for i in range(meta.num_row_groups):
         starts.append(total)
-        total += pf.metadata.row_group(i).num_rows
-    entry = (pf, starts, pf.schema_arrow)
+        total += meta.row_group(i).num_rows
+    entry = (meta, starts, schema)
     with _LOCK:
         _FOOTERS[path] = entry
         while len(_FOOTERS) > _FOOTERS_MAX:
@@ -83,7 +88,9 @@ def read_positions(path: str, positions: list[int], columns: list[str]) -> dict[
     A column the file does not have (added to the table after the file was written)
     comes back missing from the dict; the caller fills nulls of the logical type.
     """
-    pf, starts, schema = _open(path)
+    import pyarrow.parquet as pq
+
+    meta, starts, schema = _footer(path)
     present = [c for c in columns if _has_path(schema, c)]
     by_group: dict[int, list[tuple[int, int]]] = {}
     for i, pos in enumerate(positions):
@@ -91,8 +98,12 @@ def read_positions(path: str, positions: list[int], columns: list[str]) -> dict[
         by_group.setdefault(g, []).append((i, pos - starts[g]))
     order: list[int] = []
     parts: dict[str, list[pa.Array]] = {c: [] for c in present}
+    filesystem, inner = _filesystem(path)
+    with filesystem.open_input_file(inner) as f:
+        pf = pq.ParquetFile(f, metadata=meta)  # the cached footer: no footer read or parse
+        groups = {g: pf.read_row_group(g, columns=present) for g in sorted(by_group)}
     for g, wanted in sorted(by_group.items()):
-        data = pf.read_row_group(g, columns=present)
+        data = groups[g]
         take = pa.array([local for _, local in wanted], pa.int64())
         for c in present:
             head, *rest = c.split(".")
