@@ -167,8 +167,7 @@ def main(argv: list[str] | None = None) -> None:
             summary[key]["scan_over_index_p50"] = round(statistics.median(times["scan"]) /
                                                         statistics.median(times["index"]), 1)
         summary["get_rows_1_id_incl_version_load"] = {"p50_ms": round(statistics.median(cli_like) * 1e3, 3)}
-        payload = {"rows": rows, "batch_rows": batch_rows, "row_group_rows": args.row_group_rows, "index_backend": index.backend.location.split("/")[0]
-                   if not spec.startswith("hbase") else "hbase", "synthetic_records": True,
+        payload = {"rows": rows, "batch_rows": batch_rows, "row_group_rows": args.row_group_rows, "index_backend": "hbase" if spec.startswith("hbase") else "lmdb", "synthetic_records": True,
                    "setup_seconds": {k: round(v, 1) for k, v in setup.items()}, "index_entries": built.rows,
                    "results": summary, "load_average": C.load_average()}
         path = C.write_result(args, payload, started)
