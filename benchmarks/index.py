@@ -77,6 +77,26 @@ def set_row_groups(omni, rows: int) -> None:
             tx.set_properties({"write.parquet.row-group-limit": str(rows)})
 
 
+def add_headlines(payload: dict) -> dict:
+    """The issue's targets as headline figures, plus a table of every P50/P99 (for RESULTS.md)."""
+    res, backend = payload["results"], payload["index_backend"]
+    one, many = res["1_ids"], res["1000_ids"]
+    payload["title"] = (f"Point lookups by id through the {backend} index vs the bucket-pruned scan, "
+                        f"{payload['rows']:,} synthetic short rows with 3 feature columns")
+    payload["headline"] = [
+        C.headline("1 id: scan / index (P50)", one["scan_over_index_p50"], "x", ">= 1000",
+                   one["scan_over_index_p50"] >= 1000),
+        C.headline(f"1 id: index P50 ({backend})", one["index"]["p50_ms"], "ms", "<= 5 ms" if backend == "lmdb" else "",
+                   one["index"]["p50_ms"] <= 5 if backend == "lmdb" else None),
+        C.headline("1,000 ids: scan / index (P50)", many["scan_over_index_p50"], "x", ">= 1000",
+                   many["scan_over_index_p50"] >= 1000),
+    ]
+    payload["table"] = {"columns": ["ids", "variant", "P50 ms", "P99 ms"],
+                        "rows": [[k.split("_")[0], v, res[k][v]["p50_ms"], res[k][v]["p99_ms"]]
+                                 for k in ("1_ids", "1000_ids") for v in ("index", "scan")]}
+    return payload
+
+
 def percentile(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
@@ -170,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
         payload = {"rows": rows, "batch_rows": batch_rows, "row_group_rows": args.row_group_rows, "index_backend": "hbase" if spec.startswith("hbase") else "lmdb", "synthetic_records": True,
                    "setup_seconds": {k: round(v, 1) for k, v in setup.items()}, "index_entries": built.rows,
                    "results": summary, "load_average": C.load_average()}
-        path = C.write_result(args, payload, started)
+        path = C.write_result(args, add_headlines(payload), started)
         if payload["index_backend"] == "hbase":  # keep the LMDB run's file: index-hbase.json
             path = path.rename(path.with_name("index-hbase.json"))
         print(json.dumps({k: v for k, v in payload.items() if k != "results"}, indent=1))
