@@ -190,9 +190,13 @@ def main(argv: list[str] | None = None) -> None:
         payload = {"rows": rows, "batch_rows": batch_rows, "row_group_rows": args.row_group_rows, "index_backend": "hbase" if spec.startswith("hbase") else "lmdb", "synthetic_records": True,
                    "setup_seconds": {k: round(v, 1) for k, v in setup.items()}, "index_entries": built.rows,
                    "results": summary, "load_average": C.load_average()}
+        lmdb_result = C.RESULTS / "index.json"
+        kept = lmdb_result.read_bytes() if spec.startswith("hbase") and lmdb_result.exists() else None
         path = C.write_result(args, add_headlines(payload), started)
-        if payload["index_backend"] == "hbase":  # keep the LMDB run's file: index-hbase.json
+        if spec.startswith("hbase"):  # the HBase run goes to index-hbase.json; the LMDB one stays
             path = path.rename(path.with_name("index-hbase.json"))
+            if kept is not None:
+                lmdb_result.write_bytes(kept)
         print(json.dumps({k: v for k, v in payload.items() if k != "results"}, indent=1))
         for key in results:
             s = summary[key]
@@ -204,6 +208,7 @@ def main(argv: list[str] | None = None) -> None:
         if server is not None:
             server.stop()
         C.remove(C.OUT / "homes" / "index")
+        C.remove(C.OUT / "index-input")
 
 
 if __name__ == "__main__":
