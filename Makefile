@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 export OMNI_CACHE ?= $(CURDIR)/.cache
-EXTRAS := spark,test,viz,models,trino
+EXTRAS := spark,test,viz,models,trino,kv
 
 .PHONY: demo test install system-deps jars trino corpora clean
 

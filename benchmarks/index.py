@@ -1,0 +1,215 @@
+"""index: point lookups by ``_ai_unique_id_`` through the id index vs the best filtered scan.
+
+Set-up (untimed, reported): a fresh embedded catalog; ``--rows`` synthetic short
+records (about 90 bytes of text each - synthetic on purpose: what is measured is
+finding rows, and short rows make a large table cheap to build) ingested as batches
+of ``--batch-rows``; three feature columns (``ix_len`` long, ``ix_digits`` double,
+``ix_tag`` string) backfilled into three feature tables; then the index built from
+the tables with ``omni index rebuild`` (ingest is not wired to the index yet).
+
+Variants, interleaved per trial, on fresh random ids of the table each trial:
+
+- ``index``: :func:`omni_iceberg.index.lookup_rows` on the loaded version - the index
+  names data file + row, only those row groups and columns are read;
+- ``scan``: the same call with ``force_scan=True`` - the bucket-pruned filtered scan
+  (``_ai_unique_id_ IN (...)`` on every physical table at its pinned snapshot, pyiceberg
+  pruning to the id's bucket files), which is also what a lagging index falls back to.
+
+Both return the full logical row without raw content (``_ai_append_name_``,
+``RawData.url``, the three features) and are checked to be equal. Lookups of 1 and of
+1,000 ids; P50 / P99 per variant; headline: scan / index at the P50.
+``get_rows`` (which also loads the version from the catalog) is timed for 1 id too.
+
+``--row-group-rows`` sets ``write.parquet.row-group-limit`` on the family's tables before
+writing: a point read decodes whole row groups (pyarrow has no page-level reads), so
+their size bounds the cost of reading one row.
+
+    python -m benchmarks.index [--quick] [--rows N] [--batch-rows N] [--repeats N]
+                               [--row-group-rows N] [--index hbase://H:P | --start-hbase]
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+
+from benchmarks import common as C
+from omni_iceberg.features import feature
+
+COLUMNS = ["_ai_append_name_", "RawData.url", "ix_len", "ix_digits", "ix_tag"]
+
+
+@feature(outputs={"ix_len": "long"}, inputs=["RawData.raw_data"], form="batch", batch_size=65536)
+def ix_len(raw_data):
+    import pyarrow.compute as pc
+
+    return pc.utf8_length(raw_data).cast("int64")
+
+
+@feature(outputs={"ix_digits": "double"}, inputs=["RawData.raw_data"], form="batch", batch_size=65536)
+def ix_digits(raw_data):
+    return [sum(c.isdigit() for c in x) / max(1, len(x)) for x in raw_data.to_pylist()]
+
+
+@feature(outputs={"ix_tag": "string"}, inputs=["RawData.raw_data"], form="batch", batch_size=65536)
+def ix_tag(raw_data):
+    import pyarrow.compute as pc
+
+    return pc.utf8_slice_codeunits(raw_data, 0, 6)
+
+
+def synthetic_jsonl(path, start: int, count: int) -> None:
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda"]
+    rnd = random.Random(start)
+    with open(path, "w") as f:
+        for i in range(start, start + count):
+            text = f"record {i}: " + " ".join(rnd.choice(words) for _ in range(10)) + f" {rnd.random():.6f}"
+            f.write(json.dumps({"raw_data": text, "url": f"https://synthetic.example/{i}"}) + "\n")
+
+
+def set_row_groups(omni, rows: int) -> None:
+    """Smaller row groups: a point read decodes one row group per file and column."""
+    for t in omni.state("syn").tables:
+        table = omni.catalog.load_table(t.identifier)
+        with table.transaction() as tx:
+            tx.set_properties({"write.parquet.row-group-limit": str(rows)})
+
+
+def add_headlines(payload: dict) -> dict:
+    """The issue's targets as headline figures, plus a table of every P50/P99 (for RESULTS.md)."""
+    res, backend = payload["results"], payload["index_backend"]
+    one, many = res["1_ids"], res["1000_ids"]
+    payload["title"] = (f"Point lookups by id through the {backend} index vs the bucket-pruned scan, "
+                        f"{payload['rows']:,} synthetic short rows with 3 feature columns")
+    payload["headline"] = [
+        C.headline("1 id: scan / index (P50)", one["scan_over_index_p50"], "x", ">= 1000",
+                   one["scan_over_index_p50"] >= 1000),
+        C.headline(f"1 id: index P50 ({backend})", one["index"]["p50_ms"], "ms", "<= 5 ms" if backend == "lmdb" else "",
+                   one["index"]["p50_ms"] <= 5 if backend == "lmdb" else None),
+        C.headline("1,000 ids: scan / index (P50)", many["scan_over_index_p50"], "x", ">= 1000",
+                   many["scan_over_index_p50"] >= 1000),
+    ]
+    payload["table"] = {"columns": ["ids", "variant", "P50 ms", "P99 ms"],
+                        "rows": [[k.split("_")[0], v, res[k][v]["p50_ms"], res[k][v]["p99_ms"]]
+                                 for k in ("1_ids", "1000_ids") for v in ("index", "scan")]}
+    return payload
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def main(argv: list[str] | None = None) -> None:
+    def options(p):
+        p.add_argument("--rows", type=int, default=None, help="rows in the table (default 10,000,000; quick 100,000)")
+        p.add_argument("--batch-rows", type=int, default=None, help="rows per ingest batch (default 1,000,000)")
+        p.add_argument("--index", default="lmdb", help="index backend: lmdb (default) or hbase://HOST:PORT")
+        p.add_argument("--start-hbase", action="store_true", help="start a throwaway HBase (tests' server) and use it")
+        p.add_argument("--row-group-rows", type=int, default=None,
+                       help="set write.parquet.row-group-limit on every physical table (default: pyiceberg's)")
+
+    args = C.parse_args("index", __doc__, options, argv)
+    started = time.perf_counter()
+    rows = args.rows or (100_000 if args.quick else 10_000_000)
+    batch_rows = min(rows, args.batch_rows or (50_000 if args.quick else 1_000_000))
+    repeats = args.repeats or (15 if args.quick else 50)
+    server = None
+    spec = args.index
+    if args.start_hbase:
+        from tests.services.hbase import HBaseServer
+
+        server = HBaseServer()
+        server.start()
+        spec = server.spec
+    omni = C.fresh_omni("index")
+    try:
+        from omni_iceberg.index import lookup_rows, open_index, rebuild
+        from omni_iceberg.index.lookup import get_rows
+
+        setup: dict[str, float] = {}
+        scratch = C.scratch_dir("index-input")
+        omni.create_table("syn")
+        if args.row_group_rows:
+            set_row_groups(omni, args.row_group_rows)
+        t0 = time.perf_counter()
+        for n, start in enumerate(range(0, rows, batch_rows)):
+            path = scratch / f"b{n}.jsonl"
+            synthetic_jsonl(path, start, min(batch_rows, rows - start))
+            omni.submit("syn", [str(path)], batch=f"b{n}", progress=False)
+            path.unlink()
+            C.log(f"ingested batch b{n} ({min(batch_rows, rows - start)} rows)")
+        setup["ingest_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        omni.register_features("syn", [ix_len, ix_digits, ix_tag])
+        if args.row_group_rows:
+            set_row_groups(omni, args.row_group_rows)
+        omni.backfill("syn", ["ix_len", "ix_digits", "ix_tag"], isolation="inline", progress=False, has_gpu=False)
+        setup["backfill_s"] = time.perf_counter() - t0
+        state = omni.state("syn")
+        index = open_index(omni.config, state.table.identifier, spec,
+                           presplit=server.presplit if server is not None else None)
+        t0 = time.perf_counter()
+        built = rebuild(omni.catalog, state, index, progress=False)
+        setup["index_build_s"] = time.perf_counter() - t0
+        C.log(f"index built: {built.rows} entries in {setup['index_build_s']:.1f}s at {index.backend.location}")
+        all_ids = omni.read("syn", columns=["_ai_unique_id_"]).column(0).to_pylist()
+        rnd = random.Random(7)
+        results: dict[str, dict[str, list[float]]] = {}
+        for k in (1, 1000):
+            times: dict[str, list[float]] = {"index": [], "scan": []}
+            for trial in range(repeats if k == 1 else max(3, repeats // 5)):
+                ids = rnd.sample(all_ids, k)
+                order = ["index", "scan"] if trial % 2 == 0 else ["scan", "index"]
+                got = {}
+                for variant in order:
+                    t = time.perf_counter()
+                    res = lookup_rows(omni.catalog, state, index, ids, COLUMNS, force_scan=variant == "scan")
+                    times[variant].append(time.perf_counter() - t)
+                    assert all(a.method == variant for a in res.tables), res.explain()
+                    got[variant] = res.rows.to_pylist()
+                assert got["index"] == got["scan"] and all(r["_found"] for r in got["index"])
+            results[f"{k}_ids"] = times
+            C.log(f"{k} id(s): index P50 {statistics.median(times['index']) * 1e3:.2f} ms, "
+                  f"scan P50 {statistics.median(times['scan']) * 1e3:.1f} ms")
+        cli_like = []
+        for _ in range(max(5, repeats // 3)):
+            t = time.perf_counter()
+            get_rows(omni, "syn", rnd.sample(all_ids, 1), columns=COLUMNS, index=index)
+            cli_like.append(time.perf_counter() - t)
+        summary = {}
+        for key, times in results.items():
+            summary[key] = {
+                v: {"p50_ms": round(statistics.median(t) * 1e3, 3), "p99_ms": round(percentile(t, 0.99) * 1e3, 3),
+                    "trials_ms": [round(x * 1e3, 3) for x in t]} for v, t in times.items()}
+            summary[key]["scan_over_index_p50"] = round(statistics.median(times["scan"]) /
+                                                        statistics.median(times["index"]), 1)
+        summary["get_rows_1_id_incl_version_load"] = {"p50_ms": round(statistics.median(cli_like) * 1e3, 3)}
+        payload = {"rows": rows, "batch_rows": batch_rows, "row_group_rows": args.row_group_rows, "index_backend": "hbase" if spec.startswith("hbase") else "lmdb", "synthetic_records": True,
+                   "setup_seconds": {k: round(v, 1) for k, v in setup.items()}, "index_entries": built.rows,
+                   "results": summary, "load_average": C.load_average()}
+        lmdb_result = C.RESULTS / "index.json"
+        kept = lmdb_result.read_bytes() if spec.startswith("hbase") and lmdb_result.exists() else None
+        path = C.write_result(args, add_headlines(payload), started)
+        if spec.startswith("hbase"):  # the HBase run goes to index-hbase.json; the LMDB one stays
+            path = path.rename(path.with_name("index-hbase.json"))
+            if kept is not None:
+                lmdb_result.write_bytes(kept)
+        print(json.dumps({k: v for k, v in payload.items() if k != "results"}, indent=1))
+        for key in results:
+            s = summary[key]
+            print(f"{key}: index P50 {s['index']['p50_ms']} ms / P99 {s['index']['p99_ms']} ms; "
+                  f"scan P50 {s['scan']['p50_ms']} ms / P99 {s['scan']['p99_ms']} ms; "
+                  f"scan/index {s['scan_over_index_p50']}x")
+        print(f"wrote {path}")
+    finally:
+        if server is not None:
+            server.stop()
+        C.remove(C.OUT / "homes" / "index")
+        C.remove(C.OUT / "index-input")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The small protocol every index backend implements, and the records it stores.
+
+A backend is a key-value store with two keyspaces:
+
+* **entries**: ``id (16 bytes) + file key (8 bytes) -> row position``. One id has one
+  entry per data file that ever held it (a compaction adds a second one), so entries
+  are only added, never overwritten: two writers can never clobber each other.
+* **meta**: ``b"F" + file key -> FileRecord`` and ``b"R" + run id -> RunRecord``.
+
+Visibility is NOT a backend concern: the backend stores what writers wrote, and
+:mod:`omni_iceberg.index.visibility` decides which files a reader at a logical version
+may see (see there). That keeps each backend a thin adapter - the same contract suite
+(``tests/test_index_contract.py``) runs against LMDB and HBase.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Iterator, Sequence
+
+FILE_PREFIX = b"F"
+RUN_PREFIX = b"R"
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One data file whose rows are indexed: where it is and which run wrote it."""
+
+    path: str
+    table: str  # physical table identifier (namespace.table): stable, unlike the family's table key
+    run: str
+    batch: str
+    rows: int
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "FileRecord":
+        return cls(**json.loads(data))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What one writer run (an ingest submit, a backfill run, a compaction) did to one table.
+
+    ``complete`` is set only after every entry of every file in ``files`` is durable:
+    an incomplete run - crashed, or still writing - never counts as covered.
+    ``retired`` lists file keys the run removed from the table (a compaction), so
+    readers at versions that include the run stop resolving ids to them.
+    """
+
+    run: str
+    table: str
+    files: tuple[str, ...] = ()  # hex file keys, in the order they were indexed
+    retired: tuple[str, ...] = ()
+    rows: int = 0
+    complete: bool = False
+    source: str = "writer"  # "writer" (write-then-commit) or "rebuild"
+    started_ms: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "RunRecord":
+        d = json.loads(data)
+        d["files"], d["retired"] = tuple(d.get("files", ())), tuple(d.get("retired", ()))
+        return cls(**d)
+
+
+Entry = tuple[bytes, bytes, int]  # (id key, file key, row position in the file)
+
+
+class IndexBackend(ABC):
+    """A key-value store for one logical table's index. See the module docstring."""
+
+    #: human-readable location for messages: a folder, or hbase://host:port/table
+    location: str
+
+    @abstractmethod
+    def put_entries(self, entries: Sequence[Entry]) -> None:
+        """Store entries durably (one batch; the caller bounds its size)."""
+
+    @abstractmethod
+    def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[tuple[bytes, int]]]:
+        """id key -> [(file key, position)] for the ids that have entries; sorted input is fastest."""
+
+    @abstractmethod
+    def delete_entries(self, keys: Sequence[tuple[bytes, bytes]]) -> None:
+        """Remove (id key, file key) entries (garbage of crashed runs, dangling entries)."""
+
+    @abstractmethod
+    def scan_entries(self) -> Iterator[Entry]:
+        """Every entry, in key order (verify)."""
+
+    @abstractmethod
+    def put_meta(self, items: dict[bytes, bytes]) -> None:
+        """Store meta records (file and run records)."""
+
+    @abstractmethod
+    def get_meta(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The meta records that exist among ``keys``."""
+
+    @abstractmethod
+    def scan_meta(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Meta records whose key starts with ``prefix``."""
+
+    @abstractmethod
+    def delete_meta(self, keys: Iterable[bytes]) -> None:
+        """Remove meta records."""
+
+    def write(self, entries: Sequence[Entry], meta: dict[bytes, bytes]) -> None:
+        """Entries, then meta records. Backends with transactions do both in one (LMDB)."""
+        if entries:
+            self.put_entries(entries)
+        self.put_meta(meta)
+
+    def flush(self) -> None:  # noqa: B027 - backends that write through need nothing
+        """Make everything written so far durable (called when a run is finished)."""
+
+    @abstractmethod
+    def drop(self) -> None:
+        """Remove everything this index stores (rebuild from scratch)."""
+
+    def close(self) -> None:  # noqa: B027 - optional for backends without connections
+        """Release connections or handles."""

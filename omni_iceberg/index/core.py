@@ -1,0 +1,244 @@
+"""The id index of one logical table: writing runs, and resolving ids at a logical version.
+
+Write side (:class:`IndexWriter`): a run (an ingest submit, a backfill run, a
+compaction, a rebuild) indexes each data file right after writing it - file record
+first, then its entries, then the run record listing the file - and marks the run
+``complete`` before the logical commit. Entries are therefore durable before the
+commit that makes their rows visible (write-then-commit, like the data files).
+
+Read side (:class:`IndexView`, from :meth:`IdIndex.at`): for each physical table the
+version pins, the runs visible at that snapshot come from the table's history
+(:mod:`omni_iceberg.index.visibility`). If every one of them is a complete run of this
+index, an entry counts exactly when its file was written by a visible run and not
+retired by one; the index is then authoritative, and an id with no such entry is
+absent. Otherwise the index lags for that table (a writer that did not index, a
+crash between files, history it cannot read) and the lookup scans instead - slower,
+never wrong - and says why in its explain info.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Sequence
+
+from catalog_ext.family import FamilyState
+from omni_iceberg.index import visibility
+from omni_iceberg.index.backend import FILE_PREFIX, RUN_PREFIX, FileRecord, IndexBackend, RunRecord
+from omni_iceberg.index.errors import IndexCorruptError
+from omni_iceberg.index.keys import file_key, id_key, id_of
+
+#: entries per backend write: bounds a writer's memory and one LMDB txn / HBase batch
+PUT_BATCH = 50_000
+#: ids per backend read in bulk lookups (contains_many): memory follows the chunk
+GET_BATCH = 10_000
+
+
+def run_key(table: str, run: str) -> bytes:
+    return RUN_PREFIX + table.encode() + b"\x00" + run.encode()
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where one row of one physical table lives."""
+
+    path: str
+    position: int
+    batch: str
+    run: str
+
+
+@dataclass
+class Coverage:
+    """Whether the index can answer for one physical table at one snapshot, and with what."""
+
+    table: str
+    snapshot_id: int | None
+    visible_runs: frozenset[str]
+    retired: frozenset[bytes]
+    lag: list[str] = field(default_factory=list)
+
+    @property
+    def authoritative(self) -> bool:
+        return not self.lag
+
+
+class IdIndex:
+    """The index of one logical table over one backend. Open with :func:`omni_iceberg.index.open_index`."""
+
+    def __init__(self, backend: IndexBackend, logical_identifier: str):
+        self.backend = backend
+        self.logical_identifier = logical_identifier
+        self._files: dict[bytes, FileRecord] = {}  # immutable once written
+        self._complete: dict[bytes, RunRecord] = {}  # a complete run never changes again
+
+    def __repr__(self) -> str:
+        return f"IdIndex({self.logical_identifier} at {self.backend.location})"
+
+    # ---- records ----------------------------------------------------------------------
+    def files(self, fkeys: Iterable[bytes]) -> dict[bytes, FileRecord]:
+        fkeys = list(dict.fromkeys(fkeys))
+        want = [k for k in fkeys if k not in self._files]
+        if want:
+            for k, v in self.backend.get_meta([FILE_PREFIX + k for k in want]).items():
+                self._files[k[len(FILE_PREFIX):]] = FileRecord.from_bytes(v)
+        return {k: self._files[k] for k in fkeys if k in self._files}
+
+    def runs_of(self, table: str, runs: Sequence[str]) -> dict[str, RunRecord]:
+        keys = [run_key(table, r) for r in runs]
+        out = {k: self._complete[k] for k in keys if k in self._complete}
+        missing = [k for k in keys if k not in out]
+        if missing:
+            for k, v in self.backend.get_meta(missing).items():
+                rec = RunRecord.from_bytes(v)
+                if rec.complete:
+                    self._complete[k] = rec
+                out[k] = rec
+        return {rec.run: rec for rec in out.values()}
+
+    def all_runs(self) -> list[RunRecord]:
+        return [RunRecord.from_bytes(v) for _, v in self.backend.scan_meta(RUN_PREFIX)]
+
+    def forget_caches(self) -> None:
+        self._files.clear()
+        self._complete.clear()
+
+    # ---- write ------------------------------------------------------------------------
+    def writer(self, table: str, run: str, *, source: str = "writer") -> "IndexWriter":
+        """Index the files run ``run`` writes to physical table ``table`` (resumes an unfinished run)."""
+        return IndexWriter(self, table, run, source)
+
+    # ---- read -------------------------------------------------------------------------
+    def coverage(self, catalog: Any, identifier: str, snapshot_id: int | None) -> Coverage:
+        hist = visibility.history(catalog, identifier, snapshot_id)
+        lag = list(hist.problems)
+        records = self.runs_of(identifier, hist.runs) if hist.runs else {}
+        unindexed = [r for r in hist.runs if r not in records]
+        unfinished = [r for r in hist.runs if r in records and not records[r].complete]
+        if unindexed:
+            shown = ", ".join(unindexed[:3]) + (f" and {len(unindexed) - 3} more" if len(unindexed) > 3 else "")
+            lag.append(f"{len(unindexed)} of {len(hist.runs)} runs visible in {identifier} are not indexed ({shown})")
+        if unfinished:
+            lag.append(f"runs {', '.join(unfinished[:3])} of {identifier} are only partly indexed")
+        retired = frozenset(bytes.fromhex(f) for r in records.values() if r.complete for f in r.retired)
+        return Coverage(identifier, snapshot_id, frozenset(hist.runs), retired, lag)
+
+    def at(self, catalog: Any, state: FamilyState) -> "IndexView":
+        """This index as seen by a reader at ``state``'s logical version."""
+        return IndexView(self, catalog, state)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class IndexWriter:
+    """Indexes the data files one run writes to one physical table. See :mod:`core` docstring."""
+
+    def __init__(self, index: IdIndex, table: str, run: str, source: str):
+        self.index, self.table, self.run = index, table, run
+        self._key = run_key(table, run)
+        found = index.backend.get_meta([self._key]).get(self._key)
+        self.record = (RunRecord.from_bytes(found) if found is not None else
+                       RunRecord(run=run, table=table, source=source, started_ms=int(time.time() * 1000)))
+
+    @property
+    def done_files(self) -> set[str]:
+        """Hex keys of files already indexed by this run (a resumed run skips them)."""
+        return set(self.record.files)
+
+    def has_file(self, path: str) -> bool:
+        return file_key(path).hex() in self.record.files
+
+    def add_file(self, path: str, *, batch: str, ids: Sequence[str] | None = None) -> int:
+        """Index every row of data file ``path`` (ids in row order; read from the file if None)."""
+        from omni_iceberg.index.parquet_rows import read_ids
+
+        if self.record.complete:
+            raise IndexCorruptError(f"run {self.run} of {self.table} is already complete; start a new run")
+        fkey = file_key(path)
+        if fkey.hex() in self.record.files:
+            return 0  # resumed run: this file is already indexed
+        ids = list(ids) if ids is not None else read_ids(path)
+        known = self.index.files([fkey]).get(fkey)
+        if known is not None and known.path != path:
+            raise IndexCorruptError(f"file key {fkey.hex()} names both {known.path} and {path}; "
+                                    "rebuild the index (`omni index rebuild`)")
+        rec = FileRecord(path=path, table=self.table, run=self.run, batch=batch, rows=len(ids))
+        starts = list(range(0, len(ids), PUT_BATCH)) or [0]
+        for start in starts[:-1]:
+            self.index.backend.put_entries([(id_key(rid), fkey, start + i)
+                                            for i, rid in enumerate(ids[start:start + PUT_BATCH])])
+        # the last chunk goes with the file record and the run record that lists the file:
+        # one transaction where the backend has them (one fsync per file, not three)
+        last = starts[-1]
+        self.record = replace(self.record, files=self.record.files + (fkey.hex(),), rows=self.record.rows + len(ids))
+        self.index.backend.write([(id_key(rid), fkey, last + i) for i, rid in enumerate(ids[last:])],
+                                 {FILE_PREFIX + fkey: rec.to_bytes(), self._key: self.record.to_bytes()})
+        return len(ids)
+
+    def retire_files(self, paths: Iterable[str]) -> None:
+        """Record that this run removes these files from the table (compaction)."""
+        keys = tuple(file_key(p).hex() for p in paths)
+        self._save(retired=tuple(dict.fromkeys(self.record.retired + keys)))
+
+    def finish(self, **extra: str) -> RunRecord:
+        """Mark the run complete. Call after the last file, BEFORE the logical commit."""
+        self._save(complete=True, extra={**self.record.extra, **extra})
+        self.index.backend.flush()  # durable before the logical commit that relies on it
+        return self.record
+
+    def _save(self, **changes: Any) -> None:
+        self.record = replace(self.record, **changes)
+        self.index.backend.put_meta({self._key: self.record.to_bytes()})
+
+
+class IndexView:
+    """Resolve ids at one logical version (see :mod:`core` docstring)."""
+
+    def __init__(self, index: IdIndex, catalog: Any, state: FamilyState):
+        self.index, self.catalog, self.state = index, catalog, state
+        self._coverage: dict[str, Coverage] = {}
+
+    def coverage(self, table_key: str) -> Coverage:
+        if table_key not in self._coverage:
+            t = self.state.physical_table(table_key)
+            self._coverage[table_key] = self.index.coverage(self.catalog, t.identifier, t.snapshot_id)
+        return self._coverage[table_key]
+
+    def locations(self, table_key: str, ids: Sequence[str]) -> dict[str, list[Location]]:
+        """id -> visible locations in one physical table; only meaningful when authoritative."""
+        cov = self.coverage(table_key)
+        entries = self.index.backend.get_entries([id_key(i) for i in ids])
+        files = self.index.files(fk for locs in entries.values() for fk, _ in locs)
+        out: dict[str, list[Location]] = {}
+        for ikey, locs in entries.items():
+            for fk, pos in locs:
+                rec = files.get(fk)
+                if rec is None or rec.table != cov.table or rec.run not in cov.visible_runs or fk in cov.retired:
+                    continue
+                out.setdefault(id_of(ikey), []).append(Location(rec.path, pos, rec.batch, rec.run))
+        return out
+
+    def contains_many(self, table_key: str, sorted_ids: Sequence[str]) -> set[str]:
+        """The ids among ``sorted_ids`` that have a row in ``table_key`` at this version (dedup).
+
+        Reads the backend ``GET_BATCH`` ids at a time: memory follows the caller's chunk,
+        not the table. When the index lags for the table, the same question is answered
+        by a bucket-pruned scan of the pinned snapshot (see :func:`scan_ids`).
+        """
+        if not self.coverage(table_key).authoritative:
+            return scan_ids(self.catalog, self.state, table_key, sorted_ids)
+        found: set[str] = set()
+        for i in range(0, len(sorted_ids), GET_BATCH):
+            found.update(self.locations(table_key, sorted_ids[i:i + GET_BATCH]))
+        return found
+
+
+def scan_ids(catalog: Any, state: FamilyState, table_key: str, ids: Sequence[str]) -> set[str]:
+    """The ids among ``ids`` present in one physical table at its pinned snapshot (the fallback)."""
+    from catalog_ext.contract import ID_COLUMN
+    from omni_iceberg.index.scan import bucket_scan
+
+    if state.physical_table(table_key).snapshot_id is None or not ids:
+        return set()
+    return set(bucket_scan(catalog, state, table_key, ids, [ID_COLUMN]).column(ID_COLUMN).to_pylist())

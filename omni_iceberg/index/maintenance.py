@@ -1,0 +1,220 @@
+"""``omni index verify`` and ``omni index rebuild``: the index is derived state.
+
+``rebuild`` indexes every data-changing snapshot in the history of each physical
+table's pinned snapshot, one run at a time (the run named in the snapshot summary, so
+its entries become visible exactly where that run's rows are). It is resumable: a run
+already complete is skipped, and inside an unfinished run the files already indexed
+are skipped. ``fresh=True`` drops the index first (use it when ``verify`` finds stale
+entries: a complete run is otherwise trusted).
+
+``verify`` compares the index with the tables at one logical version:
+
+* missing - a row in a pinned snapshot that a lookup through the index would not find;
+* stale - an entry a lookup would use that points at a row no longer there (a file
+  removed without the run that removed it saying so, or another row of the file);
+* dangling - entries no version can see: files of runs absent from every pinned
+  history (a crashed or losing writer), or entries whose file record is gone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from catalog_ext.family import FamilyState
+from omni_iceberg.index import visibility
+from omni_iceberg.index.backend import FILE_PREFIX, FileRecord
+from omni_iceberg.index.core import IdIndex
+from omni_iceberg.index.keys import file_key, id_key, id_of
+
+EXAMPLES = 5
+
+
+def _added_and_deleted(table: Any, snapshot_id: int) -> tuple[list[Any], list[Any]]:
+    """Data files a snapshot added and removed (manifest entries it wrote)."""
+    from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
+
+    added, deleted = [], []
+    snapshot = table.snapshot_by_id(snapshot_id)
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            if entry.snapshot_id != snapshot_id or entry.data_file.content != DataFileContent.DATA:
+                continue
+            if entry.status == ManifestEntryStatus.ADDED:
+                added.append(entry.data_file)
+            elif entry.status == ManifestEntryStatus.DELETED:
+                deleted.append(entry.data_file)
+    return added, deleted
+
+
+def _batch_of(data_file: Any) -> str:
+    # every family table is partitioned (identity(batch), bucket(N, id)): field 0 is the batch
+    return str(data_file.partition[0])
+
+
+@dataclass
+class RebuildReport:
+    logical_table: str
+    version: int
+    runs_indexed: int = 0
+    runs_skipped: int = 0
+    files: int = 0
+    rows: int = 0
+    dropped_first: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def rebuild(catalog: Any, state: FamilyState, index: IdIndex, *, fresh: bool = False,
+            progress: bool | None = None) -> RebuildReport:
+    """Index every run visible at ``state`` (see module docstring); returns what it did."""
+    from omni_iceberg.ui.progress import progress_bar
+
+    report = RebuildReport(state.table.identifier, state.version, dropped_first=fresh)
+    if fresh:
+        index.backend.drop()
+        index.forget_caches()
+    plans = []
+    for meta in state.tables:
+        if meta.snapshot_id is None:
+            continue
+        table = catalog.load_table(meta.identifier)
+        runs: dict[str, tuple[list[Any], list[Any]]] = {}
+        snap = table.snapshot_by_id(meta.snapshot_id)
+        chain = []
+        while snap is not None:
+            chain.append(snap)
+            snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        for snap in reversed(chain):
+            if not visibility.changes_data(snap):
+                continue
+            added, deleted = _added_and_deleted(table, snap.snapshot_id)
+            bucket = runs.setdefault(visibility.run_id_of(snap), ([], []))
+            bucket[0].extend(added)
+            bucket[1].extend(deleted)
+        plans.append((meta.identifier, runs))
+    total = sum(len(a) for _, runs in plans for a, _ in runs.values())
+    bar = progress_bar(progress, f"index rebuild {state.table.identifier}", "file", total=total)
+    try:
+        for identifier, runs in plans:
+            for run, (added, deleted) in runs.items():
+                writer = index.writer(identifier, run, source="rebuild")
+                if writer.record.complete:
+                    report.runs_skipped += 1
+                    if bar is not None:
+                        bar.update(len(added))
+                    continue
+                for df in added:
+                    report.rows += writer.add_file(df.file_path, batch=_batch_of(df))
+                    report.files += 1
+                    if bar is not None:
+                        bar.update(1)
+                if deleted:
+                    writer.retire_files(df.file_path for df in deleted)
+                writer.finish()
+                report.runs_indexed += 1
+    finally:
+        if bar is not None:
+            bar.close()
+    return report
+
+
+@dataclass
+class VerifyReport:
+    logical_table: str
+    version: int
+    rows_checked: int = 0
+    missing: int = 0
+    stale: int = 0
+    dangling: int = 0
+    lagging_tables: dict[str, list[str]] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=lambda: {"missing": [], "stale": [], "dangling": []})
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.stale or self.dangling)
+
+    def _example(self, kind: str, text: str) -> None:
+        if len(self.examples[kind]) < EXAMPLES:
+            self.examples[kind].append(text)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "ok": self.ok}
+
+    def text(self) -> str:
+        head = (f"index of {self.logical_table} at version {self.version}: {self.rows_checked} rows checked, "
+                f"{self.missing} missing, {self.stale} stale, {self.dangling} dangling")
+        lines = [head + (" - OK" if self.ok else "")]
+        for table, reasons in self.lagging_tables.items():
+            lines.append(f"  {table}: lookups scan ({'; '.join(reasons)})")
+        for kind, ex in self.examples.items():
+            for e in ex:
+                lines.append(f"  {kind}: {e}")
+        if not self.ok:
+            lines.append(f"  fix: omni index rebuild {self.logical_table}" +
+                         (" --fresh" if self.stale else ""))
+        return "\n".join(lines)
+
+
+def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool | None = None) -> VerifyReport:
+    """Compare the index with every physical table at ``state`` (see module docstring)."""
+    from omni_iceberg.index.parquet_rows import read_ids
+    from omni_iceberg.ui.progress import progress_bar
+
+    report = VerifyReport(state.table.identifier, state.version)
+    view = index.at(catalog, state)
+    files = {k[len(FILE_PREFIX):]: FileRecord.from_bytes(v) for k, v in index.backend.scan_meta(FILE_PREFIX)}
+    visible_runs: dict[str, frozenset[str]] = {}
+    for meta in state.tables:
+        if meta.snapshot_id is None:
+            continue
+        cov = view.coverage(meta.key)
+        visible_runs[meta.identifier] = cov.visible_runs
+        if cov.lag:
+            report.lagging_tables[meta.identifier] = cov.lag
+        table = catalog.load_table(meta.identifier)
+        live = [t.file.file_path for t in table.scan(snapshot_id=meta.snapshot_id).plan_files()]
+        live_keys = {file_key(p) for p in live}
+        bar = progress_bar(progress, f"verify {meta.identifier}", "file", total=len(live))
+        for path in live:
+            ids = read_ids(path)
+            report.rows_checked += len(ids)
+            fkey = file_key(path)
+            usable = fkey in files and files[fkey].run in cov.visible_runs and fkey not in cov.retired
+            entries = index.backend.get_entries([id_key(i) for i in ids]) if usable else {}
+            for pos, rid in enumerate(ids):
+                mine = [p for fk, p in entries.get(id_key(rid), ()) if fk == fkey]
+                if pos in mine:
+                    continue
+                if mine:  # an entry for this file, at another row: a lookup would read a wrong row
+                    report.stale += 1
+                    report._example("stale", f"{rid}: entry says {path} row {mine[0]}, the row is {pos}")
+                else:
+                    report.missing += 1
+                    report._example("missing", f"{rid} ({meta.key} {path} row {pos})")
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        # entries a lookup would use but whose file is not live at this snapshot
+        for fkey, rec in files.items():
+            if (rec.table == meta.identifier and rec.run in cov.visible_runs and fkey not in cov.retired
+                    and fkey not in live_keys):
+                report.stale += rec.rows
+                report._example("stale", f"{rec.rows} entries of {rec.path} (run {rec.run}): file not in "
+                                         f"snapshot {meta.snapshot_id}")
+    # entries of runs no pinned history contains, and entries without a file record
+    for run in index.all_runs():
+        if run.table in visible_runs and run.run not in visible_runs[run.table]:
+            report.dangling += run.rows
+            report._example("dangling", f"{run.rows} entries of run {run.run} on {run.table}: "
+                                        "never committed at this version (crashed, lost a race, or still running)")
+    orphan = 0
+    for rid, fkey, _ in index.backend.scan_entries():
+        if fkey not in files:
+            orphan += 1
+            if orphan <= EXAMPLES:
+                report._example("dangling", f"{id_of(rid)}: entry for unknown file key {fkey.hex()}")
+    report.dangling += orphan
+    return report

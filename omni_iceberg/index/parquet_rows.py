@@ -1,0 +1,123 @@
+"""Read single rows out of data files by position: what the index points at.
+
+Only the row groups holding the wanted positions are read, and only the wanted
+columns (nested fields such as ``RawData.url`` read just that leaf). Parquet footers
+are cached per path (data files are immutable; a footer read and parse was a large
+part of a point lookup); files are opened per read, so the cache holds no handles.
+A row group is the smallest unit pyarrow decodes, so its size (the table's
+``write.parquet.row-group-limit``) bounds the cost of reading one row.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog_ext.contract import ID_COLUMN
+
+_FOOTERS: "OrderedDict[str, tuple[Any, list[int], pa.Schema]]" = OrderedDict()
+#: footers are a few KiB each and hold no file handle: many can stay cached
+_FOOTERS_MAX = 4096
+_LOCK = threading.Lock()
+
+
+def _footer(path: str) -> tuple[Any, list[int], pa.Schema]:
+    """(Parquet FileMetaData, starting row of each row group, Arrow schema), cached."""
+    with _LOCK:
+        hit = _FOOTERS.get(path)
+        if hit is not None:
+            _FOOTERS.move_to_end(path)
+            return hit
+    import pyarrow.parquet as pq
+
+    filesystem, inner = _filesystem(path)
+    with filesystem.open_input_file(inner) as f:
+        pf = pq.ParquetFile(f)
+        meta, schema = pf.metadata, pf.schema_arrow
+    starts, total = [], 0
+    for i in range(meta.num_row_groups):
+        starts.append(total)
+        total += meta.row_group(i).num_rows
+    entry = (meta, starts, schema)
+    with _LOCK:
+        _FOOTERS[path] = entry
+        while len(_FOOTERS) > _FOOTERS_MAX:
+            _FOOTERS.popitem(last=False)
+    return entry
+
+
+def read_ids(path: str) -> list[str]:
+    """The id column of a data file, in row order (what a writer or rebuild indexes).
+
+    Not through the footer cache: a rebuild reads every file once, and would only push
+    out the footers that lookups reuse.
+    """
+    import pyarrow.parquet as pq
+
+    filesystem, inner = _filesystem(path)
+    with filesystem.open_input_file(inner) as f:
+        return pq.ParquetFile(f).read(columns=[ID_COLUMN]).column(0).to_pylist()
+
+
+def _filesystem(path: str) -> tuple[Any, str]:
+    from pyarrow import fs as pafs
+
+    return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+
+
+def _has_path(schema: pa.Schema, dotted: str) -> bool:
+    parts = dotted.split(".")
+    if parts[0] not in schema.names:
+        return False
+    t = schema.field(parts[0]).type
+    for sub in parts[1:]:
+        if not pa.types.is_struct(t) or t.get_field_index(sub) < 0:
+            return False
+        t = t.field(sub).type
+    return True
+
+
+def read_positions(path: str, positions: list[int], columns: list[str]) -> dict[str, pa.Array]:
+    """Values of ``columns`` (top-level or dotted nested names) at ``positions``, in that order.
+
+    A column the file does not have (added to the table after the file was written)
+    comes back missing from the dict; the caller fills nulls of the logical type.
+    """
+    import pyarrow.parquet as pq
+
+    meta, starts, schema = _footer(path)
+    present = [c for c in columns if _has_path(schema, c)]
+    by_group: dict[int, list[tuple[int, int]]] = {}
+    for i, pos in enumerate(positions):
+        g = bisect.bisect_right(starts, pos) - 1
+        by_group.setdefault(g, []).append((i, pos - starts[g]))
+    order: list[int] = []
+    parts: dict[str, list[pa.Array]] = {c: [] for c in present}
+    filesystem, inner = _filesystem(path)
+    with filesystem.open_input_file(inner) as f:
+        pf = pq.ParquetFile(f, metadata=meta)  # the cached footer: no footer read or parse
+        groups = {g: pf.read_row_group(g, columns=present) for g in sorted(by_group)}
+    for g, wanted in sorted(by_group.items()):
+        data = groups[g]
+        take = pa.array([local for _, local in wanted], pa.int64())
+        for c in present:
+            head, *rest = c.split(".")
+            arr = data.column(head)
+            for sub in rest:
+                arr = pc.struct_field(arr, sub)
+            parts[c].append(pc.take(arr, take).combine_chunks() if isinstance(arr, pa.ChunkedArray)
+                            else pc.take(arr, take))
+        order += [i for i, _ in wanted]
+    inverse = pa.array(sorted(range(len(order)), key=order.__getitem__), pa.int64())
+    out = {}
+    for c, arrays in parts.items():
+        arr = pa.concat_arrays(arrays) if arrays else pa.array([], pa.null())
+        if pa.types.is_large_string(arr.type):
+            arr = arr.cast(pa.string())
+        out[c] = pc.take(arr, inverse)
+    return out

@@ -1,0 +1,130 @@
+"""Pick the index backend from configuration.
+
+``OMNI_INDEX``, the ``spec`` argument of the Python API, or ``.pyiceberg.yaml``::
+
+    omni:
+      index: hbase://hbase-thrift.example:9090
+      index-timeout-ms: 3000
+
+Values:
+
+* ``lmdb`` (default): embedded LMDB under ``$OMNI_HOME/index/<namespace>.<name>``;
+* ``lmdb:///some/folder``: embedded LMDB under that folder instead;
+* ``hbase://host:port``: a real HBase through its Thrift 1 server.
+
+``OMNI_INDEX_TIMEOUT_MS`` (default 5000) bounds every HBase connect and call.
+``OMNI_HBASE_CONF``, a folder holding the cluster's ``hbase-site.xml``, lets a new
+entries table be created pre-split (HBase's RegionSplitter runs locally with the jars
+from :mod:`omni_iceberg.toolchain.hbase`); without it the table starts as one region.
+Opened indexes are kept per (backend, table) for the life of the process: they hold
+caches of immutable records and, for HBase, a connection.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+from catalog_ext.config import OmniConfig
+from catalog_ext.errors import ConfigError
+from omni_iceberg.index.core import IdIndex
+
+DEFAULT_TIMEOUT_MS = 5000
+_OPEN: dict[tuple[str, str], IdIndex] = {}
+_LOCK = threading.Lock()
+
+
+def _yaml_setting(key: str) -> str | None:
+    """``omni: {key: ...}`` from ``.pyiceberg.yaml`` (found the way pyiceberg finds it)."""
+    try:
+        from pyiceberg.utils.config import Config
+
+        section = Config().config.get("omni") or {}
+    except Exception as e:  # noqa: BLE001 - a malformed yaml
+        raise ConfigError(f"cannot read .pyiceberg.yaml for omni.{key}: {e}") from e
+    value = section.get(key) if isinstance(section, dict) else None
+    return None if value is None else str(value)
+
+
+def index_spec(spec: str | None = None) -> str:
+    """Argument, else ``OMNI_INDEX``, else ``omni.index`` in ``.pyiceberg.yaml``, else ``lmdb``."""
+    return (spec or os.environ.get("OMNI_INDEX") or _yaml_setting("index") or "lmdb").strip()
+
+
+def index_timeout_ms(timeout_ms: int | None = None) -> int:
+    """Argument, else ``OMNI_INDEX_TIMEOUT_MS``, else ``omni.index-timeout-ms`` in ``.pyiceberg.yaml``, else 5000."""
+    raw = (timeout_ms if timeout_ms is not None else os.environ.get("OMNI_INDEX_TIMEOUT_MS")
+           or _yaml_setting("index-timeout-ms") or DEFAULT_TIMEOUT_MS)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"OMNI_INDEX_TIMEOUT_MS={raw!r} is not a whole number of milliseconds") from None
+    if value <= 0:
+        raise ConfigError(f"index timeout must be positive, got {value} ms")
+    return value
+
+
+def open_index(config: OmniConfig, logical_identifier: str, spec: str | None = None, *,
+               timeout_ms: int | None = None, presplit: Callable[[str, str, int], None] | None = None) -> IdIndex:
+    """The index of ``logical_identifier`` (``namespace.name``) on the configured backend."""
+    spec = index_spec(spec)
+    parsed = urlparse(spec if "://" in spec else f"{spec}://")  # bare "lmdb" names no folder
+    scheme = parsed.scheme
+    if scheme == "lmdb":
+        folder = Path(parsed.path) if parsed.path else Path(config.home) / "index"
+        cache_key = (f"lmdb:{folder.resolve()}", logical_identifier)
+        factory: Callable[[], Any] = lambda: _lmdb(folder / logical_identifier)  # noqa: E731
+    elif scheme == "hbase":
+        if not parsed.hostname or not parsed.port:
+            raise ConfigError(f"OMNI_INDEX={spec!r}: an HBase index is hbase://HOST:PORT (its Thrift server)")
+        timeout = index_timeout_ms(timeout_ms)
+        presplit = presplit or _presplit_from_env()
+        cache_key = (f"hbase:{parsed.hostname}:{parsed.port}", logical_identifier)
+        factory = lambda: _hbase(parsed.hostname, parsed.port, logical_identifier, timeout, presplit)  # noqa: E731
+    else:
+        raise ConfigError(f"OMNI_INDEX={spec!r}: use lmdb, lmdb:///FOLDER or hbase://HOST:PORT")
+    with _LOCK:
+        hit = _OPEN.get(cache_key)
+    if hit is not None:
+        return hit
+    index = IdIndex(factory(), logical_identifier)
+    with _LOCK:
+        return _OPEN.setdefault(cache_key, index)
+
+
+def forget(index: IdIndex) -> None:
+    """Drop an index from the process cache (after it was dropped or its server went away)."""
+    with _LOCK:
+        for k, v in list(_OPEN.items()):
+            if v is index:
+                del _OPEN[k]
+
+
+def _presplit_from_env() -> Callable[[str, str, int], None] | None:
+    conf = os.environ.get("OMNI_HBASE_CONF")
+    if not conf:
+        return None
+    if not (Path(conf) / "hbase-site.xml").is_file():
+        raise ConfigError(f"OMNI_HBASE_CONF={conf!r} has no hbase-site.xml; point it at the cluster's conf folder")
+
+    def presplit(table: str, family: str, regions: int) -> None:
+        from omni_iceberg.toolchain.hbase import ensure_hbase_jars, presplit_table
+
+        presplit_table(conf, ensure_hbase_jars(), table, family, regions)
+
+    return presplit
+
+
+def _lmdb(path: Path):
+    from omni_iceberg.index.lmdb_backend import LmdbBackend
+
+    return LmdbBackend(path)
+
+
+def _hbase(host: str, port: int, ident: str, timeout_ms: int, presplit):
+    from omni_iceberg.index.hbase_backend import HBaseBackend
+
+    return HBaseBackend(host, port, ident, timeout_ms=timeout_ms, presplit=presplit)

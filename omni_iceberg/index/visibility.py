@@ -1,0 +1,99 @@
+"""Which writer runs a reader at one logical version may see, from the family's pins.
+
+Index entries are written BEFORE the logical commit, so the index always holds some
+entries no reader may see yet (a run in progress) or ever (a crashed run, the loser
+of a race). They are told apart without any "activation" write after the commit - a
+step a crash could skip - by the physical tables themselves:
+
+* every data file an omni writer adds is committed in a snapshot whose summary names
+  its run (``omni.submit-id`` for ingest, ``omni.run-id`` for backfill and governance;
+  a rebase after a lost race re-commits the same files with the same summary);
+* a logical version pins one snapshot per physical table;
+* so the runs visible at that version are exactly the runs named along the ancestry of
+  the pinned snapshot. A crashed or losing writer's snapshot is never pinned, hence
+  never in any pinned ancestry: its entries stay invisible forever (``verify`` reports
+  them as dangling, ``rebuild`` drops them).
+
+Snapshot metadata is immutable, so the answer for (table, snapshot) is cached for the
+life of the process.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+RUN_PROPERTIES = ("omni.run-id", "omni.submit-id")
+_CACHE: dict[tuple[str, int], "TableHistory"] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class TableHistory:
+    """The data-changing runs in the ancestry of one pinned snapshot, oldest first."""
+
+    table: str
+    snapshot_id: int | None
+    runs: tuple[str, ...]
+    #: reasons the index cannot describe this snapshot at all (then lookups scan)
+    problems: tuple[str, ...] = ()
+
+
+def run_id_of(snapshot: Any) -> str:
+    """The run that made ``snapshot``: its omni run property, else ``snapshot-<id>``.
+
+    Snapshots written by other tools (Spark jobs, maintenance procedures) carry no
+    omni property; they are their own run, which only a rebuild can cover.
+    """
+    props = snapshot.summary.additional_properties if snapshot.summary else {}
+    for key in RUN_PROPERTIES:
+        if props.get(key):
+            return str(props[key])
+    return f"snapshot-{snapshot.snapshot_id}"
+
+
+def _count(props: dict[str, str], key: str) -> int:
+    try:
+        return int(props.get(key, "0"))
+    except ValueError:
+        return 0
+
+
+def changes_data(snapshot: Any) -> bool:
+    props = snapshot.summary.additional_properties if snapshot.summary else {}
+    return any(_count(props, k) for k in ("added-data-files", "deleted-data-files", "added-delete-files",
+                                          "removed-delete-files"))
+
+
+def history(catalog: Any, identifier: str, snapshot_id: int | None, table: Any = None) -> TableHistory:
+    """Runs visible in ``identifier`` at ``snapshot_id`` (cached; ``table`` saves a load)."""
+    if snapshot_id is None:
+        return TableHistory(identifier, None, ())
+    key = (identifier, snapshot_id)
+    with _LOCK:
+        hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    table = table if table is not None else catalog.load_table(identifier)
+    runs: list[str] = []
+    problems: list[str] = []
+    snap = table.snapshot_by_id(snapshot_id)
+    if snap is None:
+        problems.append(f"snapshot {snapshot_id} of {identifier} is gone (expired)")
+    while snap is not None:
+        props = snap.summary.additional_properties if snap.summary else {}
+        if changes_data(snap):
+            runs.append(run_id_of(snap))
+            if _count(props, "added-delete-files"):
+                problems.append(f"snapshot {snap.snapshot_id} of {identifier} added row-level delete files, "
+                                "which the index does not model")
+        parent = snap.parent_snapshot_id
+        snap = table.snapshot_by_id(parent) if parent is not None else None
+        if parent is not None and snap is None:
+            problems.append(f"the history of {identifier} before snapshot {parent} was expired, so the runs "
+                            "that wrote its oldest files cannot be named")
+    result = TableHistory(identifier, snapshot_id, tuple(dict.fromkeys(reversed(runs))), tuple(problems))
+    with _LOCK:
+        _CACHE[key] = result
+    return result

@@ -1,0 +1,331 @@
+"""The id index end to end on a real catalog: lookups, visibility, fallback, verify, rebuild.
+
+Ingest and backfill are not wired to the index yet (that is the next phase), so the
+``indexed_writes`` fixture wires them here exactly as planned: every data file a
+:class:`StagedWrite` checkpoints to its branch is indexed under the writer's run id,
+and the run is finished right before the logical commit. Everything else is the real
+pipeline: real pyiceberg catalog, real Parquet files, real LMDB / HBase.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+
+import pytest
+
+from catalog_ext.contract import ID_COLUMN
+from catalog_ext.physical import StagedWrite
+from catalog_ext.store import FamilyStore
+from omni_iceberg.api import Omni
+from omni_iceberg.index import (
+    FOUND_COLUMN, IndexUnavailableError, MalformedIdError, get_rows, open_index, rebuild, verify,
+)
+from omni_iceberg.index.backend import RUN_PREFIX, RunRecord
+
+
+class CrashBeforeCommit(RuntimeError):
+    pass
+
+
+@pytest.fixture(params=["lmdb", pytest.param("hbase", marks=pytest.mark.hbase)])
+def spec(request):
+    if request.param == "lmdb":
+        return "lmdb"
+    from tests.services.hbase import shared_server
+
+    return shared_server().spec
+
+
+@pytest.fixture
+def omni(omni_home):
+    return Omni(config=omni_home)
+
+
+@pytest.fixture
+def name():
+    return f"web_{uuid.uuid4().hex[:8]}"  # HBase tables outlive a test: one name per test
+
+
+def _index(omni, name, spec):
+    return open_index(omni.config, f"aidata.{name}", spec, timeout_ms=20000)
+
+
+@pytest.fixture
+def indexed_writes(monkeypatch, omni, spec):
+    """Wire StagedWrite -> index as ingest/backfill will be; ``crash`` makes the next commit fail after it."""
+    control = {"crash": False}
+    writers = {}
+    original_checkpoint, original_commit = StagedWrite.checkpoint, FamilyStore.commit
+
+    def run_of(sw):
+        return sw.properties.get("omni.run-id") or sw.properties["omni.submit-id"]
+
+    def checkpoint(self, properties=None):
+        files = list(self.pending_files)
+        snapshot = original_checkpoint(self, properties)
+        idx = _index(omni, self.identifier.split(".")[1].split("__")[0], spec)
+        w = writers.setdefault((self.identifier, run_of(self)), idx.writer(self.identifier, run_of(self)))
+        for df in files:  # written and on the branch, not yet visible: write-then-commit
+            w.add_file(df.file_path, batch=str(df.partition[0]))
+        return snapshot
+
+    def commit(self, namespace, table, updates, **kw):
+        for sw in kw.get("staged", ()):
+            writers.pop((sw.identifier, run_of(sw))).finish()
+        if control["crash"]:
+            control["crash"] = False
+            raise CrashBeforeCommit("the process died between indexing and the logical commit")
+        return original_commit(self, namespace, table, updates, **kw)
+
+    monkeypatch.setattr(StagedWrite, "checkpoint", checkpoint)
+    monkeypatch.setattr(FamilyStore, "commit", commit)
+    return control
+
+
+def _jsonl(tmp_path, tag, n, start=0):
+    path = tmp_path / f"{tag}.jsonl"
+    with open(path, "w") as f:
+        for i in range(start, start + n):
+            f.write(json.dumps({"raw_data": f"<p>page {i} of {tag}: the text {i * 7}</p>",
+                                "url": f"https://example.org/{tag}/{i}", "lang": "en" if i % 2 else "de"}) + "\n")
+    return str(path)
+
+
+def _ids(omni, name, batch=None, as_of=None):
+    data = omni.read(name, columns=[ID_COLUMN, "_ai_append_name_"], as_of=as_of)
+    return [r[ID_COLUMN] for r in data.to_pylist() if batch is None or r["_ai_append_name_"] == batch]
+
+
+def test_lookup_reads_only_the_indexed_rows_with_nested_fields(omni, name, spec, indexed_writes, tmp_path):
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 30)], batch="a")
+    omni.submit(name, [_jsonl(tmp_path, "b", 30)], batch="b")
+    full = {r[ID_COLUMN]: r for r in omni.read(name, columns=[ID_COLUMN, "_ai_append_name_", "RawData.url",
+                                                              "RawData.lang"]).to_pylist()}
+    ask = sorted(full)[::7]
+    lookup = get_rows(omni, name, ask, columns=["RawData.url", "RawData.lang", "_ai_append_name_"],
+                      explain=True, index=spec)
+    rows = lookup.rows.to_pylist()
+    assert [r[ID_COLUMN] for r in rows] == ask and all(r[FOUND_COLUMN] for r in rows)
+    for r in rows:
+        expect = full[r[ID_COLUMN]]
+        assert (r["RawData.url"], r["RawData.lang"], r["_ai_append_name_"]) == (
+            expect["RawData.url"], expect["RawData.lang"], expect["_ai_append_name_"])
+    [base] = lookup.tables
+    assert base.method == "index" and base.reason == ""
+    assert 0 < base.files_read <= len(ask)
+    whole = get_rows(omni, name, ask[:2], index=spec)  # default: the whole logical row, stages as structs
+    assert whole.column("RawData").to_pylist()[0]["url"] == full[ask[0]]["RawData.url"]
+
+
+def test_unknown_ids_are_not_found_rows_and_malformed_ids_are_named(omni, name, spec, indexed_writes, tmp_path):
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 5)], batch="a")
+    known = _ids(omni, name)[0]
+    unknown = "0" * 32
+    rows = get_rows(omni, name, [unknown, known.upper(), known], columns=["RawData.url"], index=spec).to_pylist()
+    assert [(r[ID_COLUMN], r[FOUND_COLUMN]) for r in rows] == [(unknown, False), (known, True)]
+    assert rows[0]["RawData.url"] is None and rows[1]["RawData.url"].startswith("https://example.org/a/")
+    with pytest.raises(MalformedIdError, match="'not-an-id'.*32 hex"):
+        get_rows(omni, name, [known, "not-an-id"], index=spec)
+
+
+def test_a_crash_before_the_logical_commit_leaves_no_visible_entry(omni, name, spec, indexed_writes, tmp_path):
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 10)], batch="a")
+    indexed_writes["crash"] = True
+    with pytest.raises(CrashBeforeCommit):
+        omni.submit(name, [_jsonl(tmp_path, "b", 10)], batch="b")
+    idx = _index(omni, name, spec)
+    assert [r.complete for r in idx.all_runs()] == [True, True]  # both indexed fully before committing
+    from omni_iceberg.ingest.identity import content_id
+
+    lost = [content_id(f"<p>page {i} of b: the text {i * 7}</p>") for i in range(10)]
+    assert idx.backend.get_entries([bytes.fromhex(i) for i in lost])  # the entries are there...
+    lookup = get_rows(omni, name, lost, columns=["RawData.url"], explain=True, index=spec)
+    assert not any(lookup.rows.column(FOUND_COLUMN).to_pylist())  # ...and nobody can see them
+    assert lookup.tables[0].method == "index"
+    view = idx.at(omni.catalog, omni.state(name))
+    assert view.contains_many("base", sorted(lost + _ids(omni, name))) == set(_ids(omni, name))
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert report.dangling == 10 and report.missing == 0 and report.stale == 0
+
+
+def test_a_reader_at_an_older_version_sees_only_that_version(omni, name, spec, indexed_writes, tmp_path):
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 8)], batch="a")
+    v_a = omni.state(name).version
+    omni.submit(name, [_jsonl(tmp_path, "b", 8)], batch="b")
+    a_id, b_id = _ids(omni, name, "a")[0], _ids(omni, name, "b")[0]
+    old = get_rows(omni, name, [a_id, b_id], columns=["RawData.url"], as_of=v_a, index=spec)
+    assert old.column(FOUND_COLUMN).to_pylist() == [True, False]
+    new = get_rows(omni, name, [a_id, b_id], columns=["RawData.url"], index=spec)
+    assert new.column(FOUND_COLUMN).to_pylist() == [True, True]
+
+
+def test_unindexed_writes_fall_back_to_the_scan_until_rebuilt(omni, name, spec, tmp_path):
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 12)], batch="a")  # no index wiring: the index lags
+    ids = _ids(omni, name)[:4] + ["f" * 32]
+    lookup = get_rows(omni, name, ids, columns=["RawData.url"], explain=True, index=spec)
+    assert lookup.tables[0].method == "scan" and "not indexed" in lookup.tables[0].reason
+    assert lookup.rows.column(FOUND_COLUMN).to_pylist() == [True] * 4 + [False]
+    idx = _index(omni, name, spec)
+    assert idx.at(omni.catalog, omni.state(name)).contains_many("base", sorted(ids)) == set(ids[:4])
+    assert verify(omni.catalog, omni.state(name), idx).missing == 12
+    report = rebuild(omni.catalog, omni.state(name), idx)
+    assert report.runs_indexed == 1 and report.rows == 12
+    again = get_rows(omni, name, ids, columns=["RawData.url"], explain=True, index=spec)
+    assert again.tables[0].method == "index"
+    assert again.rows.to_pylist() == lookup.rows.to_pylist()
+    assert verify(omni.catalog, omni.state(name), idx).ok
+
+
+def test_rebuild_resumes_after_an_interruption(omni, name, spec, tmp_path, monkeypatch):
+    from omni_iceberg.index.core import IndexWriter
+
+    omni.create_table(name)
+    for b in ("a", "b", "c"):
+        omni.submit(name, [_jsonl(tmp_path, b, 40)], batch=b)
+    idx = _index(omni, name, spec)
+    original, calls = IndexWriter.add_file, {"n": 0}
+
+    def flaky(self, path, **kw):
+        calls["n"] += 1
+        if calls["n"] == 20:
+            raise KeyboardInterrupt
+        return original(self, path, **kw)
+
+    monkeypatch.setattr(IndexWriter, "add_file", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        rebuild(omni.catalog, omni.state(name), idx)
+    monkeypatch.setattr(IndexWriter, "add_file", original)
+    assert not get_rows(omni, name, _ids(omni, name)[:1], explain=True, index=spec).tables[0].method == "index"
+    report = rebuild(omni.catalog, omni.state(name), idx)
+    assert report.runs_skipped >= 1 and report.runs_indexed + report.runs_skipped == 3
+    assert verify(omni.catalog, omni.state(name), idx).ok
+    assert get_rows(omni, name, _ids(omni, name)[:1], explain=True, index=spec).tables[0].method == "index"
+
+
+def test_compaction_keeps_old_versions_resolvable_and_verify_finds_stale_entries(omni, name, spec, tmp_path):
+    from governance.compaction import compact
+
+    omni.create_table(name)
+    for b in ("a", "a2"):
+        omni.submit(name, [_jsonl(tmp_path, b, 20)], batch="a" if b == "a" else "b")
+    omni.submit(name, [_jsonl(tmp_path, "a3", 20, start=100)], batch="c")
+    idx = _index(omni, name, spec)
+    rebuild(omni.catalog, omni.state(name), idx)
+    v_before = omni.state(name).version
+    compact(omni, name, min_files=1)
+    ids = _ids(omni, name)[::9]
+    lag = get_rows(omni, name, ids, columns=["RawData.url"], explain=True, index=spec)
+    assert lag.tables[0].method == "scan"  # compaction is not wired yet: its run is unknown
+    rebuild(omni.catalog, omni.state(name), idx)
+    now = get_rows(omni, name, ids, columns=["RawData.url"], explain=True, index=spec)
+    old = get_rows(omni, name, ids, columns=["RawData.url"], as_of=v_before, explain=True, index=spec)
+    assert now.tables[0].method == old.tables[0].method == "index"
+    assert now.rows.to_pylist() == old.rows.to_pylist() == lag.rows.to_pylist()
+    assert all(now.rows.column(FOUND_COLUMN).to_pylist())
+    assert verify(omni.catalog, omni.state(name), idx).ok
+    # corrupt the index: forget which files the compaction retired -> their entries are stale
+    for key, value in list(idx.backend.scan_meta(RUN_PREFIX)):
+        rec = RunRecord.from_bytes(value)
+        if rec.retired:
+            idx.backend.put_meta({key: RunRecord(**{**rec.__dict__, "retired": ()}).to_bytes()})
+    idx.forget_caches()
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert report.stale > 0 and not report.ok and "--fresh" in report.text()
+
+
+def test_a_wrong_position_is_never_returned_and_verify_calls_it_stale(omni, name, spec, indexed_writes, tmp_path):
+    from omni_iceberg.index.keys import file_key
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 40)], batch="a")
+    idx = _index(omni, name, spec)
+    view = idx.at(omni.catalog, omni.state(name))
+    ids = _ids(omni, name)
+    loc = {i: view.locations("base", [i])[i][0] for i in ids}
+    a, b = next((x, y) for x in ids for y in ids if x != y and loc[x].path == loc[y].path)
+    # corrupt: a's entry now points at b's row of the same file
+    idx.backend.delete_entries([(bytes.fromhex(a), file_key(loc[a].path))])
+    idx.backend.put_entries([(bytes.fromhex(a), file_key(loc[a].path), loc[b].position)])
+    lookup = get_rows(omni, name, [a], columns=["RawData.url"], explain=True, index=spec)
+    assert lookup.tables[0].method == "scan" and "other ids" in lookup.tables[0].reason
+    assert lookup.rows.to_pylist()[0]["RawData.url"] == omni.read(name, columns=[ID_COLUMN, "RawData.url"]
+                                                                  ).to_pylist()[ids.index(a)]["RawData.url"]
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert report.stale == 1 and a in report.examples["stale"][0]
+
+
+def test_feature_columns_join_from_their_own_tables(omni, name, spec, indexed_writes, tmp_path):
+    from tests import feature_udfs as U
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 6)], batch="a")
+    omni.register_features(name, [U.t_parse, U.t_len])
+    omni.backfill(name, ["t_len"], isolation="inline")
+    omni.submit(name, [_jsonl(tmp_path, "b", 4)], batch="b")  # no feature values yet: nulls
+    cols = ["RawData.url", "ProcessedData.parsed_text", "t_len"]
+    expected = {r[ID_COLUMN]: r for r in omni.read(name, columns=[ID_COLUMN] + cols).to_pylist()}
+    ask = sorted(expected)
+    lookup = get_rows(omni, name, ask, columns=cols, explain=True, index=spec)
+    assert [t.method for t in lookup.tables] == ["index"] * len(lookup.tables) and len(lookup.tables) == 3
+    for r in lookup.rows.to_pylist():
+        assert {c: r[c] for c in cols} == {c: expected[r[ID_COLUMN]][c] for c in cols}
+    assert sum(r["t_len"] is None for r in lookup.rows.to_pylist()) == 4
+
+
+def test_cli_get_and_index_commands(omni, name, tmp_path, monkeypatch):
+    from omni_iceberg.index.cli_get import get_command, index_command
+
+    monkeypatch.setenv("OMNI_INDEX", "lmdb")
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 5)], batch="a")
+    out = io.StringIO()
+    assert index_command(omni, "verify", name, out=out) == 1 and "5 missing" in out.getvalue()
+    out = io.StringIO()
+    assert index_command(omni, "rebuild", name, progress=False, out=out) == 0 and "5 row(s)" in out.getvalue()
+    some = _ids(omni, name)[0]
+    out = io.StringIO()
+    get_command(omni, name, [some, "1" * 32], columns=["RawData.url"], as_json=True, explain=True, out=out)
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert lines[0][ID_COLUMN] == some and lines[0][FOUND_COLUMN] and not lines[1][FOUND_COLUMN]
+    assert lines[2]["explain"]["tables"][0]["method"] == "index"
+    out = io.StringIO()
+    get_command(omni, name, [some], explain=True, out=out)
+    assert "index -> 1 data file(s)" in out.getvalue()
+
+
+def test_unreachable_hbase_names_host_and_port(omni, name, tmp_path):
+    import socket
+
+    omni.create_table(name)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(IndexUnavailableError, match=f"127.0.0.1:{port}"):
+        get_rows(omni, name, ["a" * 32], index=f"hbase://127.0.0.1:{port}")
+
+
+def test_backend_selection_by_config(omni, name, tmp_path, monkeypatch):
+    from catalog_ext.errors import ConfigError
+
+    monkeypatch.delenv("OMNI_INDEX", raising=False)
+    default = open_index(omni.config, f"aidata.{name}")
+    assert default.backend.location == str(omni.config.home / "index" / f"aidata.{name}")
+    monkeypatch.setenv("OMNI_INDEX", f"lmdb://{tmp_path}/elsewhere")
+    assert open_index(omni.config, f"aidata.{name}").backend.location == f"{tmp_path}/elsewhere/aidata.{name}"
+    for bad in ("redis://h:1", "hbase://nohost"):
+        with pytest.raises(ConfigError, match="OMNI_INDEX"):
+            open_index(omni.config, f"aidata.{name}", bad)
+    monkeypatch.delenv("OMNI_INDEX")
+    (tmp_path / ".pyiceberg.yaml").write_text(f"omni:\n  index: lmdb://{tmp_path}/from-yaml\n")
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    assert open_index(omni.config, f"aidata.{name}").backend.location == f"{tmp_path}/from-yaml/aidata.{name}"
+    monkeypatch.setenv("OMNI_INDEX_TIMEOUT_MS", "soon")
+    with pytest.raises(ConfigError, match="OMNI_INDEX_TIMEOUT_MS='soon'"):
+        open_index(omni.config, f"aidata.{name}", "hbase://127.0.0.1:1")

@@ -1,0 +1,158 @@
+"""One contract, every index backend: embedded LMDB and a real HBase (started by the test).
+
+The backend is a thin key-value adapter (``omni_iceberg.index.backend``); these tests
+pin what the rest of the index relies on, so a new backend passes them or is wrong.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+
+import pytest
+
+from omni_iceberg.index.backend import FILE_PREFIX, RUN_PREFIX, FileRecord
+from omni_iceberg.index.core import IdIndex
+from omni_iceberg.index.errors import IndexUnavailableError
+from omni_iceberg.index.keys import file_key, id_key
+
+
+def _ident() -> str:
+    return f"idx_{uuid.uuid4().hex[:8]}.web"  # unique per test: HBase tables outlive a test
+
+
+@pytest.fixture(params=["lmdb", pytest.param("hbase", marks=pytest.mark.hbase)])
+def open_backend(request, tmp_path):
+    """A factory: each call is a new client (connection) on the same index, like another process."""
+    opened = []
+    ident = _ident()
+
+    def make():
+        if request.param == "lmdb":
+            from omni_iceberg.index.lmdb_backend import LmdbBackend
+
+            b = LmdbBackend(tmp_path / "idx")
+        else:
+            from omni_iceberg.index.hbase_backend import HBaseBackend
+            from tests.services.hbase import shared_server
+
+            server = shared_server()
+            b = HBaseBackend(server.host, server.thrift_port, ident, timeout_ms=20000)
+        opened.append(b)
+        return b
+
+    yield make
+    for b in opened:
+        b.close()
+
+
+@pytest.fixture
+def backend(open_backend):
+    return open_backend()
+
+
+def _id(n: int) -> bytes:
+    return id_key(f"{n:032x}")
+
+
+def test_entries_round_trip_several_files_per_id(backend):
+    f1, f2 = file_key("file:///a.parquet"), file_key("file:///b.parquet")
+    backend.put_entries([(_id(1), f1, 0), (_id(2), f1, 1), (_id(1), f2, 7)])
+    got = backend.get_entries([_id(2), _id(1), _id(3)])
+    assert sorted(got[_id(1)]) == sorted([(f1, 0), (f2, 7)])
+    assert got[_id(2)] == [(f1, 1)]
+    assert _id(3) not in got
+    assert sorted(backend.scan_entries()) == sorted([(_id(1), f1, 0), (_id(1), f2, 7), (_id(2), f1, 1)])
+
+
+def test_entries_of_two_writers_never_overwrite_each_other(open_backend):
+    backend, other = open_backend(), open_backend()
+    f1, f2 = file_key("file:///w1.parquet"), file_key("file:///w2.parquet")
+    ids = [_id(n) for n in range(200)]
+    t1 = threading.Thread(target=other.put_entries, args=([(i, f1, n) for n, i in enumerate(ids)],))
+    t1.start()
+    backend.put_entries([(i, f2, n + 1000) for n, i in enumerate(ids)])
+    t1.join()
+    got = backend.get_entries(ids)
+    assert all(sorted(got[i]) == sorted([(f1, n), (f2, n + 1000)]) for n, i in enumerate(ids))
+
+
+def test_delete_entries_and_bulk_get_beyond_one_request(backend):
+    f = file_key("file:///c.parquet")
+    ids = [_id(n) for n in range(2500)]  # more than one HBase multi-get chunk
+    backend.put_entries([(i, f, n) for n, i in enumerate(ids)])
+    backend.delete_entries([(ids[0], f), (ids[-1], f)])
+    got = backend.get_entries(ids)
+    assert len(got) == 2498 and ids[0] not in got and got[ids[1]] == [(f, 1)]
+
+
+def test_meta_records_by_key_and_prefix(backend):
+    rec = FileRecord(path="file:///x.parquet", table="ns.t__base", run="r1", batch="b", rows=3)
+    backend.put_meta({FILE_PREFIX + b"k1": rec.to_bytes(), RUN_PREFIX + b"ns.t\x00r1": b"{}",
+                      RUN_PREFIX + b"ns.t\x00r2": b"{}"})
+    assert FileRecord.from_bytes(backend.get_meta([FILE_PREFIX + b"k1"])[FILE_PREFIX + b"k1"]) == rec
+    assert backend.get_meta([FILE_PREFIX + b"nope"]) == {}
+    assert [k for k, _ in backend.scan_meta(RUN_PREFIX)] == [RUN_PREFIX + b"ns.t\x00r1", RUN_PREFIX + b"ns.t\x00r2"]
+    backend.delete_meta([RUN_PREFIX + b"ns.t\x00r1"])
+    assert [k for k, _ in backend.scan_meta(RUN_PREFIX)] == [RUN_PREFIX + b"ns.t\x00r2"]
+
+
+def test_drop_empties_the_index_and_it_stays_usable(backend):
+    f = file_key("file:///d.parquet")
+    backend.put_entries([(_id(5), f, 0)])
+    backend.put_meta({FILE_PREFIX + f: b"{}"})
+    backend.drop()
+    assert backend.get_entries([_id(5)]) == {} and list(backend.scan_meta(b"")) == []
+    backend.put_entries([(_id(6), f, 1)])
+    assert backend.get_entries([_id(6)]) == {_id(6): [(f, 1)]}
+
+
+def test_writer_resumes_an_unfinished_run_without_duplicating(backend):
+    index = IdIndex(backend, "ns.t")
+    w = index.writer("ns.t__base", "run-1")
+    w.add_file("file:///e1.parquet", batch="b", ids=[f"{n:032x}" for n in range(3)])
+    again = IdIndex(backend, "ns.t").writer("ns.t__base", "run-1")  # a new process after a crash
+    assert again.has_file("file:///e1.parquet") and not again.record.complete
+    assert again.add_file("file:///e1.parquet", batch="b", ids=[f"{n:032x}" for n in range(3)]) == 0
+    again.add_file("file:///e2.parquet", batch="b", ids=[f"{n:032x}" for n in range(3, 5)])
+    rec = again.finish()
+    assert rec.complete and rec.rows == 5 and len(rec.files) == 2
+
+
+@pytest.mark.hbase
+def test_hbase_entries_table_is_presplit_on_the_id_space():
+    from omni_iceberg.index.hbase_backend import PRESPLIT_REGIONS, HBaseBackend
+    from tests.services.hbase import shared_server
+
+    server = shared_server()
+    b = HBaseBackend(server.host, server.thrift_port, _ident(), timeout_ms=20000, presplit=server.presplit)
+    regions = b._conn.table(b.entries_name).regions()
+    assert len(regions) == PRESPLIT_REGIONS
+    starts = sorted(r["start_key"] for r in regions)
+    assert starts[0] == b"" and starts[1][:1] == bytes([256 // PRESPLIT_REGIONS])
+    b.put_entries([(_id(1), file_key("file:///p.parquet"), 3)])
+    assert b.get_entries([_id(1)]) == {_id(1): [(file_key("file:///p.parquet"), 3)]}
+    b.close()
+
+
+def test_unreachable_hbase_is_a_clear_error_naming_host_and_port():
+    from omni_iceberg.index.hbase_backend import HBaseBackend
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(IndexUnavailableError, match=f"127.0.0.1:{port}.*OMNI_INDEX_TIMEOUT_MS"):
+        HBaseBackend("127.0.0.1", port, "ns.t", timeout_ms=500)
+
+
+def test_hung_hbase_fails_within_the_configured_timeout_not_forever():
+    from omni_iceberg.index.hbase_backend import HBaseBackend
+
+    # accepts connections (the kernel does, via the backlog) but never answers a call
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        port = s.getsockname()[1]
+        with pytest.raises(IndexUnavailableError, match=f"127.0.0.1:{port} did not answer within 300 ms"):
+            HBaseBackend("127.0.0.1", port, "ns.t", timeout_ms=300)
