@@ -428,6 +428,41 @@ class Omni:
 
         return plan_query(self, sql, self._query_version(as_of)).sql(dialect)
 
+    # ---- point lookups (the id index) -----------------------------------------------------
+    def get(self, name: str, ids: list[str], columns: list[str] | None = None, as_of: int | str | None = None,
+            explain: bool = False, index: str | None = None) -> Any:
+        """Logical rows by ``_ai_unique_id_`` through the id index (LMDB by default, ``hbase://`` too).
+
+        One row per distinct id in the order asked, with ``_found`` False for ids the table
+        does not hold; where the index lags the version asked for, the physical table is read
+        by a bucket-pruned scan instead (``explain=True`` returns a lookup that says which).
+
+        >>> omni.get("web", ["9e107d9d372bb6826bd81d3542a419d6"], columns=["RawData.url"])  # doctest: +SKIP
+        """
+        from omni_iceberg.index.lookup import get_rows
+
+        return get_rows(self, name, ids, columns=columns, as_of=self.version_of(name, as_of),
+                        explain=explain, index=index)
+
+    def verify_index(self, name: str, as_of: int | str | None = None, index: str | None = None,
+                     progress: bool | None = None) -> Any:
+        """Compare the id index with the tables: missing, stale and dangling entries (nothing changes)."""
+        from omni_iceberg.index.maintenance import verify
+        from omni_iceberg.index.select import open_index
+
+        state = self.state(name, as_of)
+        return verify(self.catalog, state, open_index(self.config, state.table.identifier, index), progress=progress)
+
+    def rebuild_index(self, name: str, fresh: bool = False, index: str | None = None,
+                      progress: bool | None = None) -> Any:
+        """Index every row of every version still in the tables' history (resumable; ``fresh`` starts over)."""
+        from omni_iceberg.index.maintenance import rebuild
+        from omni_iceberg.index.select import open_index
+
+        state = self.state(name)
+        return rebuild(self.catalog, state, open_index(self.config, state.table.identifier, index), fresh=fresh,
+                       progress=progress)
+
     # ---- govern -------------------------------------------------------------------------
     def plan_compaction(self, name: str, min_files: int = 2) -> Any:
         """Which partitions of which physical tables :meth:`compact` would rewrite (nothing runs)."""

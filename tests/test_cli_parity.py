@@ -17,6 +17,8 @@ RENAMED = {
     ("feature", "udfs"): "udfs",
     ("trino-config",): "trino_config",
     ("corpus",): "fetch_corpora",
+    ("index", "verify"): "verify_index",
+    ("index", "rebuild"): "rebuild_index",
 }
 
 

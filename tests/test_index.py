@@ -9,7 +9,6 @@ pipeline: real pyiceberg catalog, real Parquet files, real LMDB / HBase.
 
 from __future__ import annotations
 
-import io
 import json
 import uuid
 
@@ -219,7 +218,7 @@ def test_compaction_keeps_old_versions_resolvable_and_verify_finds_stale_entries
     idx = _index(omni, name, spec)
     rebuild(omni.catalog, omni.state(name), idx)
     v_before = omni.state(name).version
-    compact(omni, name, min_files=1)
+    compact(omni.store, name, min_files=1)
     ids = _ids(omni, name)[::9]
     lag = get_rows(omni, name, ids, columns=["RawData.url"], explain=True, index=spec)
     assert lag.tables[0].method == "scan"  # compaction is not wired yet: its run is unknown
@@ -279,25 +278,27 @@ def test_feature_columns_join_from_their_own_tables(omni, name, spec, indexed_wr
     assert sum(r["t_len"] is None for r in lookup.rows.to_pylist()) == 4
 
 
-def test_cli_get_and_index_commands(omni, name, tmp_path, monkeypatch):
-    from omni_iceberg.index.cli_get import get_command, index_command
+def test_cli_get_and_index_commands(omni, name, tmp_path, monkeypatch, capsys):
+    from omni_iceberg.cli import main
 
     monkeypatch.setenv("OMNI_INDEX", "lmdb")
     omni.create_table(name)
     omni.submit(name, [_jsonl(tmp_path, "a", 5)], batch="a")
-    out = io.StringIO()
-    assert index_command(omni, "verify", name, out=out) == 1 and "5 missing" in out.getvalue()
-    out = io.StringIO()
-    assert index_command(omni, "rebuild", name, progress=False, out=out) == 0 and "5 row(s)" in out.getvalue()
+    home = ["--home", str(omni.config.home)]
+    capsys.readouterr()
+    assert main(home + ["index", "verify", name]) == 1 and "5 missing" in capsys.readouterr().out
+    assert main(home + ["index", "rebuild", name, "--no-progress"]) == 0 and "5 row(s)" in capsys.readouterr().out
+    assert main(home + ["index", "verify", name]) == 0
+    capsys.readouterr()
     some = _ids(omni, name)[0]
-    out = io.StringIO()
-    get_command(omni, name, [some, "1" * 32], columns=["RawData.url"], as_json=True, explain=True, out=out)
-    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert main(home + ["get", name, some, "1" * 32, "--columns", "RawData.url", "--json", "--explain"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert lines[0][ID_COLUMN] == some and lines[0][FOUND_COLUMN] and not lines[1][FOUND_COLUMN]
     assert lines[2]["explain"]["tables"][0]["method"] == "index"
-    out = io.StringIO()
-    get_command(omni, name, [some], explain=True, out=out)
-    assert "index -> 1 data file(s)" in out.getvalue()
+    assert main(home + ["get", name, some, "--explain"]) == 0
+    assert "index -> 1 data file(s)" in capsys.readouterr().out
+    assert main(home + ["get", name, "not-an-id"]) == 2
+    assert "not-an-id" in capsys.readouterr().err
 
 
 def test_unreachable_hbase_names_host_and_port(omni, name, tmp_path):

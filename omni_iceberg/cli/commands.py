@@ -280,8 +280,31 @@ def backfill(args, omni, command_line: str) -> int:
     return 0
 
 
+# ---- point lookups ---------------------------------------------------------------------------
+def get(args, omni, command_line: str) -> int:
+    from omni_iceberg.index.render import print_lookup
+
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    lookup = omni.get(args.name, args.ids, columns=columns, as_of=args.as_of, explain=True, index=args.index)
+    print_lookup(lookup, as_json=args.json, explain=args.explain)
+    return 0
+
+
+def index(args, omni, command_line: str) -> int:
+    progress = False if args.no_progress or args.json else None
+    if args.index_command == "rebuild":
+        d = omni.rebuild_index(args.name, fresh=args.fresh, index=args.index, progress=progress).to_dict()
+        emit(args, d, lambda: (
+            f"rebuilt the index of {d['logical_table']} at version {d['version']}: {d['runs_indexed']} run(s), "
+            f"{d['files']} file(s), {d['rows']} row(s) indexed; {d['runs_skipped']} run(s) already indexed"))
+        return 0
+    report = omni.verify_index(args.name, as_of=args.as_of, index=args.index, progress=progress)
+    emit(args, report.to_dict(), report.text)
+    return 0 if report.ok else 1
+
+
 _HANDLERS = {
     "table": table, "tag": tag, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
     "export": export, "errors": errors, "lineage": lineage, "compact": compact, "trino-config": trino_config,
-    "feature": feature, "backfill": backfill,
+    "feature": feature, "backfill": backfill, "get": get, "index": index,
 }

@@ -44,6 +44,34 @@ def build_parser() -> argparse.ArgumentParser:
         return parent.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", parents=[common],
                                  formatter_class=_FORMATTER, epilog=_examples(*examples))
 
+    # ---- point lookups ----------------------------------------------------------------------
+    g = command(sub, "get", "logical rows by _ai_unique_id_, through the id index",
+                "omni get web 9e107d9d372bb6826bd81d3542a419d6 --columns RawData.url,quality_score",
+                "omni get web ID1 ID2 --as-of 12 --explain --json")
+    g.add_argument("name", help="logical table")
+    g.add_argument("ids", nargs="+", metavar="ID", help="ids (32 hex characters in md5 mode); unknown ids are "
+                                                        "rows with _found false")
+    g.add_argument("--columns", help="comma-separated logical columns (nested: RawData.url); default: all")
+    g.add_argument("--as-of", help=AS_OF_HELP)
+    g.add_argument("--explain", action="store_true",
+                   help="say per physical table whether the index or a scan answered, and why")
+    g.add_argument("--index", help="index backend: lmdb, lmdb:///FOLDER or hbase://HOST:PORT (env OMNI_INDEX)")
+    ix = command(sub, "index", "verify or rebuild the id index of a logical table", "omni index verify web",
+                 "omni index rebuild web --fresh")
+    ixsub = ix.add_subparsers(dest="index_command", required=True, metavar="ACTION", help="verify or rebuild")
+    iv = command(ixsub, "verify", "report missing, stale and dangling index entries (exit 1 if any)",
+                 "omni index verify web --as-of 12")
+    iv.add_argument("name", help="logical table")
+    iv.add_argument("--as-of", help=AS_OF_HELP)
+    iv.add_argument("--index", help="index backend (env OMNI_INDEX)")
+    iv.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+    ir = command(ixsub, "rebuild", "index every row still in the tables' history (resumable)",
+                 "omni index rebuild web", "omni index rebuild web --fresh --index hbase://127.0.0.1:9090")
+    ir.add_argument("name", help="logical table")
+    ir.add_argument("--fresh", action="store_true", help="drop the index first instead of resuming")
+    ir.add_argument("--index", help="index backend (env OMNI_INDEX)")
+    ir.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+
     # ---- tables ----------------------------------------------------------------------------
     t = command(sub, "table", "create, list and drop logical tables", "omni table create web", "omni table list",
                 "omni table drop web --purge")
