@@ -10,12 +10,12 @@ PY := $(VENV)/bin/python
 export OMNI_CACHE ?= $(CURDIR)/.cache
 EXTRAS := spark,test,viz,models,trino,kv
 
-.PHONY: demo test install system-deps jars trino corpora clean
+.PHONY: demo test install system-deps jars trino hbase corpora clean
 
 demo: install
 	$(VENV)/bin/omni demo
 
-test: install system-deps jars trino corpora
+test: install system-deps jars trino hbase corpora
 	$(PY) -m pytest -q tests
 
 install: $(VENV)/.installed
@@ -45,6 +45,10 @@ jars: install
 
 trino: install
 	$(PY) -m omni_iceberg.toolchain.trino
+
+# HBase 2.6.1 (standalone master + Thrift) for the id index's cluster backend, jars from Maven Central
+hbase: install
+	$(PY) -m omni_iceberg.toolchain.hbase
 
 corpora: install
 	$(VENV)/bin/omni corpus

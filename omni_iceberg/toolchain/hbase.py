@@ -420,5 +420,5 @@ def presplit_table(conf_dir: str | os.PathLike[str], jars: list[Path], table: st
 
 
 if __name__ == "__main__":  # pragma: no cover - set-up scripts
-    for p in ensure_hbase_jars(progress=True):
-        print(p)
+    jars = ensure_hbase_jars(progress=True)
+    print(f"HBase jars: {len(jars)} in {jars[0].parent if jars else '-'}")
