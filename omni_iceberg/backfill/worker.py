@@ -136,7 +136,10 @@ def holds_models(definitions: list[FeatureDefinition], specs: dict[str, UdfSpec]
     Class UDFs load a model in ``setup()`` (memory, a GPU); row, batch and pandas
     functions hold nothing. Only a worker that held none is handed to the next stage.
     """
-    return any(specs[d.name].form == "class" or d.engine == "gpu" for d in definitions)
+    import inspect
+
+    return any(specs[d.name].form == "class" or inspect.isclass(specs[d.name].target) or d.engine == "gpu"
+               for d in definitions)
 
 
 def _send(stream: Any, obj: Any) -> None:
