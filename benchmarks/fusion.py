@@ -192,17 +192,19 @@ def main(argv: list[str] | None = None) -> None:
          "pages), and at 04b3bc2 this benchmark measured 8.24 s fused vs 5.37 s diagnostic (2.10x vs 3.22x "
          "speed-up)."),
         f"{repeats} repeat(s), variant order rotating; each trial on a fresh catalog.",
-        (f"Phases (table below): read and compute are what fusion shares ({shared_s / shared_f:.2f}x less on the "
+        (f"Phases (the per-phase table): read and compute are what fusion shares ({shared_s / shared_f:.2f}x less on the "
          f"fused side); every other phase is paid per backfill or per feature table: {fixed_s / len(names):.2f} s "
          f"per separate backfill (median), {fixed_f:.2f} s for the fused one. A cost paid once per backfill counts "
          f"{len(names)} times on the separate side and once on the fused side, so cutting it makes each backfill "
          "faster but moves the speed-up towards the read + compute ratio; a cost paid per feature table (writes, "
          "checkpoints, pins) counts the same on both sides, and cutting it raises the speed-up."),
-        ("Measured before the fixed-cost cuts (commit b7cfebc, same command, 2026-11-30 06:29 UTC, load average "
-         "5-8 on 2 cores): 2.47x wall (23.35 s fused vs 57.65 s separate, medians), CPU ratio 3.40x (10.29 s vs "
-         "34.97 s). The cuts: the worker starts when the stage opens (its imports overlap the first read) and "
-         "exits without interpreter teardown; one worker serves consecutive stages of plain-function UDFs; a "
-         "checkpoint creates its staging branch and snapshot in one catalog commit."),
+        ("Measured before the fixed-cost cuts (commit b7cfebc, same command, two runs between 06:17 and 06:45 UTC "
+         "on 2026-11-30 while the load average on the 2 cores swung between 2.4 and 10): wall medians followed the "
+         "load (2.47x and 6.59x); the CPU ratio was 3.40x and 3.64x; the one round at low load (2.4-2.5) took "
+         "10.49 s fused vs 33.56 s separate = 3.20x. The cuts: the worker starts when the stage opens (its "
+         "imports overlap the first read) and exits without interpreter teardown; one worker serves consecutive "
+         "stages of plain-function UDFs; a checkpoint creates its staging branch and snapshot in one catalog "
+         "commit."),
     ]
     payload = {
         "title": f"Fusion: one fused backfill of {len(names)} features vs {len(names)} separate backfills",
