@@ -108,6 +108,10 @@ def render(results: list[dict]) -> str:
         if table:
             lines += _table(table["columns"], table["rows"])
             lines.append("")
+        for extra in doc.get("tables", []):  # further tables a benchmark wrote, each with a title
+            lines += [f"*{extra['title']}*", ""] if extra.get("title") else []
+            lines += _table(extra["columns"], extra["rows"])
+            lines.append("")
         for note in doc.get("notes", []):
             lines.append(f"- {note}")
         png = RESULTS / f"{doc['benchmark']}.png"

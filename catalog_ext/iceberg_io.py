@@ -40,6 +40,24 @@ def commit_data_files(table: Any, data_files: Iterable[Any], branch: str, proper
     return table
 
 
+def commit_data_files_on_new_branch(table: Any, data_files: Iterable[Any], branch: str, base_snapshot_id: int,
+                                    properties: dict[str, str]) -> Any:
+    """Create ``branch`` at ``base_snapshot_id`` and append ``data_files`` on it, as one commit.
+
+    Saves a catalog commit per staged table. If another writer created ``branch`` in
+    between, pyiceberg's own retry re-applies only the append, on the branch as found -
+    what the two-commit path did too (its branch creation lost, then it appended).
+    """
+    from pyiceberg.table.update.snapshot import ManageSnapshots
+
+    with table.transaction() as tx:
+        ManageSnapshots(tx).create_branch(base_snapshot_id, branch).commit()
+        with tx.update_snapshot(snapshot_properties=properties, branch=branch).fast_append() as append:
+            for data_file in data_files:
+                append.append_data_file(data_file)
+    return table
+
+
 def added_data_files(table: Any, snapshot_id: int) -> list[Any]:
     """The data files a snapshot added (what a rebase re-commits)."""
     snapshot = table.snapshot_by_id(snapshot_id)

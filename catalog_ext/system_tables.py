@@ -165,10 +165,16 @@ def system_table(catalog: Any, name: str) -> Any:
 PARTITION_BY = {FEATURE_VALUES: "feature"}
 
 
-def append_rows(catalog: Any, name: str, rows: list[dict[str, Any]], attempts: int = 10) -> None:
-    """Append rows to a system table, retrying when another writer committed first."""
+def append_rows(catalog: Any, name: str, rows: list[dict[str, Any]], attempts: int = 10, *,
+                compact: bool = True) -> Any | None:
+    """Append rows to a system table, retrying when another writer committed first.
+
+    Returns the table as committed (``None`` when there was nothing to append: an
+    empty append would still cost a snapshot). With ``compact=False`` the caller runs
+    :func:`maybe_compact` itself (to time it apart from the append).
+    """
     if not rows:
-        return
+        return None
     from catalog_ext.iceberg_io import is_commit_race
     from catalog_ext.retry import retry
 
@@ -183,8 +189,16 @@ def append_rows(catalog: Any, name: str, rows: list[dict[str, Any]], attempts: i
                   exhausted=lambda e: CommitConflictError(
                       f"could not append to {SYSTEM_NAMESPACE}.{name} after {attempts} attempts "
                       f"(last: {e}); other writers keep winning - retry later"))
+    if compact:
+        maybe_compact(table)
+    return table
+
+
+def maybe_compact(table: Any) -> bool:
+    """Compact a system table once appends left it :data:`COMPACT_AFTER_SNAPSHOTS` snapshots or more."""
     if len(table.metadata.snapshots) >= COMPACT_AFTER_SNAPSHOTS:
-        compact_system_table(table)
+        return compact_system_table(table)
+    return False
 
 
 #: one append per query or run makes many small files and snapshots; past this many

@@ -469,3 +469,89 @@ def test_the_spark_plugin_registers_without_importing_pyspark(tmp_path):
     from spark_udfs.plugin import unavailable
 
     assert "embedded SQLite" in unavailable(Omni(home=tmp_path / "h").config)
+
+
+# ---- fixed cost of a run: phases, one worker across stages, one commit per checkpoint ----------
+@feature(outputs={"w_pid": "long"}, inputs=["RawData.raw_data"], name="w_pid")
+def w_pid(raw_data):
+    """The id of the process computing the record: tells which worker ran a stage."""
+    return os.getpid()
+
+
+@feature(outputs={"w_pid_next": "long"}, inputs=["w_pid"], name="w_pid_next")
+def w_pid_next(w_pid):
+    """Stage 2 (reads stage 1's output): same process as ``w_pid`` when the worker was handed on."""
+    return os.getpid()
+
+
+@feature(outputs={"w_model_pid": "long"}, inputs=["RawData.raw_data"], name="w_model_pid", form="class")
+class WModelPid:
+    """A class UDF: holds a 'model' (here a byte buffer), so its worker ends with its stage."""
+
+    def setup(self):
+        self.model = bytearray(1 << 20)
+
+    def __call__(self, raw_data):  # a batch of records in, one value per record out
+        return [os.getpid()] * len(raw_data)
+
+
+@feature(outputs={"w_after_model": "long"}, inputs=["w_model_pid"], name="w_after_model")
+def w_after_model(w_model_pid):
+    return os.getpid()
+
+
+@pytest.fixture
+def small(tmp_path):
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"doc {i}"}) + "\n" for i in range(12)))
+    o.submit("web", [str(src)], batch="b")
+    return o
+
+
+def test_report_phases_account_for_the_run(small, capsys):
+    small.register_features("web", [w_pid])
+    report = small.backfill("web", ["w_pid"], isolation="process", progress=False)
+    phases = report.phases
+    for name in ("plan_s", "setup_s", "worker_start_s", "read_s", "compute_s", "write_s", "checkpoint_s",
+                 "worker_stop_s", "commit_s", "lineage_append_s", "runs_append_s", "other_s"):
+        assert name in phases and phases[name] >= 0, name
+    assert "errors_append_s" not in phases  # no record failed: no append to omni_sys.errors at all
+    # the phases do not overlap: with other_s they add up to the run's seconds (rounding aside)
+    assert abs(sum(phases.values()) - report.seconds) < 0.01 * len(phases)
+    from omni_iceberg.cli import main
+
+    small.register_features("web", [w_pid_next])
+    capsys.readouterr()
+    assert main(["--home", str(small.config.home), "backfill", "web", "--features", "w_pid_next", "--json"]) == 0
+    assert {"compute_s", "commit_s", "other_s"} <= set(json.loads(capsys.readouterr().out)["phases"])
+
+
+def test_one_worker_process_serves_stages_of_plain_functions(small):
+    small.register_features("web", [w_pid, w_pid_next])
+    report = small.backfill("web", ["w_pid_next"], isolation="process", progress=False)
+    assert len(report.plan["stages"]) == 2
+    data = small.read("web", columns=["w_pid", "w_pid_next"])
+    pids = set(data.column("w_pid").to_pylist()) | set(data.column("w_pid_next").to_pylist())
+    assert len(pids) == 1 and os.getpid() not in pids  # one child, both stages
+
+
+def test_a_worker_that_loaded_a_model_ends_with_its_stage(small):
+    small.register_features("web", [WModelPid, w_after_model])
+    small.backfill("web", ["w_after_model"], isolation="process", progress=False)
+    data = small.read("web", columns=["w_model_pid", "w_after_model"])
+    first, second = set(data.column("w_model_pid").to_pylist()), set(data.column("w_after_model").to_pylist())
+    assert len(first) == 1 and len(second) == 1 and first != second
+
+
+def test_a_checkpoint_creates_its_branch_and_snapshot_in_one_commit(small):
+    small.register_features("web", [w_pid])
+    state = small.state("web")
+    ident = state.physical_table(state.feature("w_pid").table_key).identifier
+    before = len(small.catalog.load_table(ident).metadata.metadata_log)
+    small.backfill("web", ["w_pid"], isolation="inline", progress=False)
+    table = small.catalog.load_table(ident)
+    # one metadata version for the checkpoint (branch + snapshot), one for publishing main
+    assert len(table.metadata.metadata_log) - before == 2
+    assert table.scan().to_arrow().num_rows == 12 and not [r for r in table.metadata.refs if r != "main"]

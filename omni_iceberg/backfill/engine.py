@@ -10,7 +10,8 @@ exact snapshots the run sees: the pinned logical version plus the outputs of ear
 stages of this same run. Each (stage, batch) unit ends with a checkpoint - one
 snapshot per feature table on the run's staging branch - so a killed run resumes
 where it stopped. Record failures go to ``omni_sys.errors``; lineage and the run
-report go to ``omni_sys.lineage`` and ``omni_sys.runs``.
+report go to ``omni_sys.lineage`` and ``omni_sys.runs``. Where the run's time went is
+in ``BackfillReport.phases`` (see :mod:`omni_iceberg.backfill.phases`).
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from catalog_ext.physical import StagedWrite, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, PinSnapshot
 from catalog_ext.errors import ConfigError, OmniError
 from omni_iceberg.backfill.bookkeeping import UNIT_PROPERTY, checkpoint_properties, error_row, unit_label
+from omni_iceberg.backfill.phases import PhaseClock
 from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, plan_backfill
 from omni_iceberg.backfill.protocol import Unit, UnitExecutor
 from omni_iceberg.backfill.reuse import ReuseIndex
-from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult
+from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult, holds_models
 from omni_iceberg.features.registry import physical_column_name
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import get_udf
@@ -83,6 +85,9 @@ class BackfillReport:
     seconds: float = 0.0
     #: ``feature/batch`` units a concurrent run committed first; this run did not append them again
     raced_units: list[str] = field(default_factory=list)
+    #: wall seconds per phase of the run (``plan_s``, ``worker_start_s``, ``read_s``, ``compute_s``,
+    #: ``checkpoint_s``, ``commit_s``, ...; ``other_s`` is the rest): see :mod:`omni_iceberg.backfill.phases`
+    phases: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,8 +208,12 @@ class BackfillRun:
     """
 
     def __init__(self, omni: Any, state: FamilyState, plan: BackfillPlan, report: BackfillReport,
-                 executor: UnitExecutor, *, max_error_ratio: float | None = None, progress: bool | None = None):
+                 executor: UnitExecutor, *, max_error_ratio: float | None = None, progress: bool | None = None,
+                 clock: PhaseClock | None = None):
         self.omni, self.store, self.state, self.plan, self.report = omni, omni.store, state, plan, report
+        #: phase timings; engines add their own phases (worker start, read, compute) to it
+        self.clock = clock or PhaseClock()
+        setup_started = time.perf_counter()
         self.executor = executor
         report.engine = executor.name
         self.max_error_ratio = max_error_ratio
@@ -234,6 +243,7 @@ class BackfillRun:
             self.writers[f] = w
         report.resumed_units = len(self.done)
         self.reuse = ReuseIndex.build(self.store, state, list(self.bindings.values()))
+        self.clock.add("setup_s", time.perf_counter() - setup_started)
 
     def run_to_commit(self, command: str = "", started: float | None = None) -> BackfillReport:
         """Execute every unit, make the one logical commit, record lineage; on failure record that."""
@@ -247,8 +257,10 @@ class BackfillRun:
             raise
         self.report.status = "succeeded"
         self.report.logical_version = new_state.version
-        self.report.seconds = round(time.perf_counter() - started, 3)
         self.record(new_state)
+        # after the lineage and run rows: they are part of what a backfill call costs
+        self.report.seconds = round(time.perf_counter() - started, 3)
+        self.report.phases = self.clock.as_dict(time.perf_counter() - started)
         return self.report
 
     # ---- execution -----------------------------------------------------------------------
@@ -273,6 +285,16 @@ class BackfillRun:
             yield Unit(stage, batch, todo, retry)
 
     def execute(self) -> None:
+        try:
+            self._execute_stages()
+        finally:
+            # an executor may keep one worker across stages (LocalExecutor): it ends here, also on failure
+            end = getattr(self.executor, "end_run", None)  # optional: not part of UnitExecutor
+            if end is not None:
+                with self.clock.span("worker_stop_s"):
+                    end(self)
+
+    def _execute_stages(self) -> None:
         for stage in self.plan.stages:
             opened = False
             bar = progress_bar(self.progress, unit="batch", total=len(stage.batches), label=
@@ -291,7 +313,8 @@ class BackfillRun:
                     bar.update(len(stage.batches) - finished)  # units resumed from checkpoints
             finally:
                 if opened:
-                    self.executor.close_stage(self, stage)
+                    with self.clock.span("worker_stop_s"):
+                        self.executor.close_stage(self, stage)
                 if bar is not None:
                     bar.close()
 
@@ -312,16 +335,18 @@ class BackfillRun:
         ``checkpoint(feature, properties)`` is the engine's own (default: the staged
         writer commits its pending files as the labelled snapshot).
         """
-        system_tables.append_rows(self.store.catalog, system_tables.ERRORS, error_rows)
+        if error_rows:
+            self._append_system_rows(system_tables.ERRORS, error_rows, "errors_append_s")
         self.check_budget(stats)
         for f in unit.features:
             s = stats[f]
             s.finished_ms = now_ms()
             props = checkpoint_properties(s)
-            if checkpoint is None:
-                self.writers[f].checkpoint(props)
-            else:
-                checkpoint(f, props)
+            with self.clock.span("checkpoint_s"):
+                if checkpoint is None:
+                    self.writers[f].checkpoint(props)
+                else:
+                    checkpoint(f, props)
             self.stats[(f, unit.batch)] = s
             self.done.add(unit_label(f, unit.batch))
 
@@ -339,7 +364,16 @@ class BackfillRun:
         d = self.defs[f]
         schema = pa.schema(key_arrow_fields() + [
             pa.field(physical_column_name(o.name), arrow_type(o.type)) for o in d.outputs])
-        self.writers[f].write(data.select(schema.names).cast(schema))
+        with self.clock.span("write_s"):
+            self.writers[f].write(data.select(schema.names).cast(schema))
+
+    def _append_system_rows(self, name: str, rows: list[dict[str, Any]], phase: str) -> None:
+        """One append to ``omni_sys.<name>`` timed as ``phase``; its occasional compaction as a phase of its own."""
+        with self.clock.span(phase):
+            table = system_tables.append_rows(self.store.catalog, name, rows, compact=False)
+        if table is not None:
+            with self.clock.span("system_compaction_s"):
+                system_tables.maybe_compact(table)
 
     def check_budget(self, stats: dict[str, UnitStats]) -> None:
         if self.max_error_ratio is None:
@@ -390,8 +424,9 @@ class BackfillRun:
 
         summary = {"omni.run-id": self.report.run_id,
                    "omni.features": ",".join(sorted({f for f, _ in self.stats}))}
-        new_state = self.store.commit(ns, table, updates, operation="backfill", command=command,
-                                      summary=lambda _: summary, staged=list(writers.values()))
+        with self.clock.span("commit_s"):
+            new_state = self.store.commit(ns, table, updates, operation="backfill", command=command,
+                                          summary=lambda _: summary, staged=list(writers.values()))
         self.report.raced_units = sorted(unit_label(f, b) for f, b in self.raced)
         return new_state
 
@@ -433,7 +468,7 @@ class BackfillRun:
                     "engine": f"{self.report.engine}:{self.plan.features[f].engine}",
                     "started_at": _ts(s.started_ms or self.started_ms), "finished_at": _ts(s.finished_ms or now_ms()),
                     "rows": s.rows, "errors": s.errors, "reused": s.reused})
-        system_tables.append_rows(self.store.catalog, system_tables.LINEAGE, lineage)
+        self._append_system_rows(system_tables.LINEAGE, lineage, "lineage_append_s")
         message = (f"units committed first by a concurrent run, not appended again: "
                    f"{', '.join(self.report.raced_units)}" if self.raced else "")
         self._record_run("succeeded", new_state.version, message)
@@ -441,13 +476,14 @@ class BackfillRun:
     def _record_run(self, status: str, version: int | None, message: str) -> None:
         kept = [s for k, s in self.stats.items() if k not in self.raced]
         try:
-            system_tables.append_rows(self.store.catalog, system_tables.RUNS, [{
+            self._append_system_rows(system_tables.RUNS, [{
                 "run_id": self.report.run_id, "logical_table": self.state.table.identifier,
                 "features": ",".join(sorted(self.bindings)), "batches": ",".join(self.plan.batches),
                 "engine": self.report.engine, "status": status, "plan": json.dumps(self.report.plan, default=str),
                 "rows": sum(s.rows for s in kept), "errors": sum(s.errors for s in kept),
                 "reused": sum(s.reused for s in kept), "logical_version": version,
-                "started_at": _ts(self.started_ms), "finished_at": datetime.now(timezone.utc), "message": message}])
+                "started_at": _ts(self.started_ms), "finished_at": datetime.now(timezone.utc),
+                "message": message}], "runs_append_s")
         except Exception:  # noqa: BLE001 - never hide the run's own outcome behind bookkeeping
             if status == "succeeded":
                 raise
@@ -471,20 +507,47 @@ class LocalExecutor:
         self._stage: Stage | None = None
 
     def open_stage(self, run: BackfillRun, stage: Stage) -> None:
-        self._stage = stage  # the worker starts with the first unit that computes something
-
-    def _worker_for(self, run: BackfillRun, stage: Stage) -> Any:
-        if self._worker is None:
+        # Called only for a stage with units to do. The worker starts now, not at the first
+        # compute: the child imports while this process reads the first unit's inputs.
+        with run.clock.span("worker_start_s"):
             defs = [run.defs[f] for f in stage.features]
             specs = {d.name: get_udf(d.udf) for d in defs}
-            self._worker = (ProcessWorker(defs, specs, f"stage {stage.index}") if self.isolation == "process"
-                            else InlineWorker(defs, specs))
-        return self._worker
+            label = f"stage {stage.index}"
+            if self._worker is not None:  # kept from the previous stage (see close_stage)
+                self._worker.load(defs, specs, label)
+            elif self.isolation == "process":
+                self._worker = ProcessWorker(defs, specs, label)
+            else:
+                self._worker = InlineWorker(defs, specs)
+        self._stage = stage
 
     def close_stage(self, run: BackfillRun, stage: Stage) -> None:
+        """End the stage's worker, or keep it for the next stage when neither holds a model.
+
+        A process costs its start (interpreter, imports) every time; a worker whose
+        UDFs are plain functions is as good as new for the next stage. One that
+        loaded a model (class UDFs, GPU stages) ends, so its memory goes back.
+        """
+        if self._worker is None:
+            return
+        nxt = self._next_stage(run, stage)
+        if nxt is not None and not holds_models(self._worker.definitions, self._worker.specs):
+            nxt_defs = [run.defs[f] for f in nxt.features]
+            if not holds_models(nxt_defs, {d.name: get_udf(d.udf) for d in nxt_defs}):
+                return
+        self.end_run(run)
+
+    @staticmethod
+    def _next_stage(run: BackfillRun, stage: Stage) -> Stage | None:
+        stages = run.plan.stages
+        at = next((i for i, s in enumerate(stages) if s is stage), None)
+        return stages[at + 1] if at is not None and at + 1 < len(stages) else None
+
+    def end_run(self, run: BackfillRun) -> None:
+        """End the worker if one is running (the run calls this when it ends, failed or not)."""
         if self._worker is not None:
-            self._worker.close()
-            self._worker = None
+            worker, self._worker = self._worker, None
+            worker.close()
 
     def before_commit(self, run: BackfillRun) -> None:
         pass  # every write went through the staged writers
@@ -494,10 +557,16 @@ class LocalExecutor:
         inputs = list(dict.fromkeys(p for f in todo for p in run.defs[f].inputs))
         stats = {f: UnitStats(f, batch, started_ms=now_ms()) for f in todo}
         error_rows: list[dict[str, Any]] = []
-        for part in _rebatch(iter_logical_slices(run.store.catalog, run.working_state(), inputs, batch),
-                             SLICE_ROWS, unit.retry_ids):
-            computed_here = self._reuse(run, todo, part)
-            result: SliceResult = self._worker_for(run, unit.stage).compute(todo, part)
+        clock = run.clock
+        parts = _rebatch(iter_logical_slices(run.store.catalog, run.working_state(), inputs, batch),
+                         SLICE_ROWS, unit.retry_ids)
+        for part in clock.timed_iter("read_s", parts):
+            with clock.span("read_s"):
+                computed_here = self._reuse(run, todo, part)
+            with clock.span("worker_start_s"):
+                self._worker.wait_ready()
+            with clock.span("compute_s"):
+                result: SliceResult = self._worker.compute(todo, part)
             for f in todo:
                 self._write(run, f, result, computed_here.get(f), stats[f], batch, error_rows)
             if bar is not None:
@@ -576,15 +645,17 @@ class LocalBackfill:
             ) -> BackfillReport:
         """Plan (unless ``plan`` is given) and run on this machine; ONE logical commit."""
         started = time.perf_counter()
-        ns, table = split_qualified(name)
-        state = self.omni.store.load(ns, table)
-        plan = plan or plan_backfill(state, features, batches, has_gpu)
-        report = start_report(state, plan, self.name, engine_reason)
+        clock = PhaseClock()
+        with clock.span("plan_s"):
+            ns, table = split_qualified(name)
+            state = self.omni.store.load(ns, table)
+            plan = plan or plan_backfill(state, features, batches, has_gpu)
+            report = start_report(state, plan, self.name, engine_reason)
         if plan.empty or dry_run:
             report.status = "nothing to do" if plan.empty else "dry run"
             return report
         run = BackfillRun(self.omni, state, plan, report, LocalExecutor(self.isolation),
-                          max_error_ratio=max_error_ratio, progress=progress)
+                          max_error_ratio=max_error_ratio, progress=progress, clock=clock)
         return run.run_to_commit(command, started)
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None,

@@ -17,7 +17,9 @@ from typing import Any
 import pyarrow as pa
 
 from catalog_ext.errors import ConfigError
-from catalog_ext.physical import arrow_type
+# catalog_ext.types, not catalog_ext.physical: the worker process imports this module, and
+# physical would pull in the family model and staging it never uses (slower worker start)
+from catalog_ext.types import to_arrow as arrow_type
 from omni_iceberg.features.shared import SharedBatch
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import UdfSpec

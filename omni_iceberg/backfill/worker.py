@@ -113,12 +113,33 @@ def _compute_chunk(runners, features: list[str], data: pa.Table, parts: dict[str
 class InlineWorker:
     def __init__(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec]):
         self.runners = {d.name: FeatureRunner(d, specs[d.name]) for d in definitions}
+        self.definitions = list(definitions)
+        self.specs = specs
+
+    def wait_ready(self) -> None:
+        pass  # nothing starts: the UDFs run here
+
+    def load(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], label: str = "") -> None:
+        """Hold another stage's features instead (see :meth:`ProcessWorker.load`)."""
+        self.__init__(definitions, specs)
 
     def compute(self, features: list[str], data: pa.Table) -> SliceResult:
         return compute_slice(self.runners, features, data)
 
     def close(self) -> None:
         pass
+
+
+def holds_models(definitions: list[FeatureDefinition], specs: dict[str, UdfSpec]) -> bool:
+    """Whether a stage's UDFs keep state a process should give back when the stage ends.
+
+    Class UDFs load a model in ``setup()`` (memory, a GPU); row, batch and pandas
+    functions hold nothing. Only a worker that held none is handed to the next stage.
+    """
+    import inspect
+
+    return any(specs[d.name].form == "class" or inspect.isclass(specs[d.name].target) or d.engine == "gpu"
+               for d in definitions)
 
 
 def _send(stream: Any, obj: Any) -> None:
@@ -143,7 +164,11 @@ def _recv(stream: Any) -> Any:
 
 
 def child_main() -> None:
-    """Entry point of the worker process (``python -m omni_iceberg.backfill.worker_main``)."""
+    """Entry point of the worker process (``python -m omni_iceberg.backfill.worker_main``).
+
+    Messages: ``("load", cloudpickled (definitions, specs))`` (answered once the runners
+    exist), ``("compute", features, data)``, and ``None`` to end.
+    """
     import os
 
     import cloudpickle
@@ -152,53 +177,101 @@ def child_main() -> None:
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     proto_in = sys.stdin.buffer
-    definitions, specs = cloudpickle.loads(_recv(proto_in))
-    worker = InlineWorker(definitions, specs)
+    worker: InlineWorker | None = None
     while True:
         msg = _recv(proto_in)
         if msg is None:
-            return
-        features, data = msg
+            break
         try:
-            _send(proto_out, ("ok", worker.compute(features, data)))
+            if msg[0] == "load":
+                definitions, specs = cloudpickle.loads(msg[1])
+                worker = None  # the previous stage's runners go before the next ones are built
+                worker = InlineWorker(definitions, specs)
+                reply: Any = None
+            else:
+                _, features, data = msg
+                reply = worker.compute(features, data)
+            _send(proto_out, ("ok", reply))
         except BaseException as e:  # noqa: BLE001 - ship every failure back to the parent
             try:
                 _send(proto_out, ("error", e))
             except Exception:  # noqa: BLE001 - unpicklable exception
                 _send(proto_out, ("error", OmniError(f"{type(e).__name__}: {e}")))
+    # Skip interpreter teardown (module and arrow finalisers: a few hundred ms the parent
+    # would wait for). Nothing is left to flush but the standard streams; UDFs hold no
+    # files across calls - results went back through the protocol.
+    sys.stderr.flush()
+    sys.stdout.flush()
+    proto_out.flush()
+    os._exit(0)
 
 
 class ProcessWorker:
     """Runs a stage's UDFs in a child Python process that speaks length-prefixed pickles.
 
     A plain subprocess (not multiprocessing) so the caller's ``__main__`` is never
-    re-imported in the child; UDFs travel by value with cloudpickle.
+    re-imported in the child; UDFs travel by value with cloudpickle. The constructor
+    does not wait for the child: it imports while the caller reads the first inputs,
+    and :meth:`wait_ready` (or the first :meth:`compute`) waits for it.
     """
 
     def __init__(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], label: str):
         import os
         import subprocess
 
-        import cloudpickle
-
         self.label = label
+        self.features = [d.name for d in definitions]
+        self.definitions = list(definitions)
+        self.specs = specs
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._proc = subprocess.Popen([sys.executable, "-m", "omni_iceberg.backfill.worker_main"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        _send(self._proc.stdin, cloudpickle.dumps((definitions, specs)))
+        self._ready = False
+        self._send_load()
+
+    def _send_load(self) -> None:
+        import cloudpickle
+
+        payload = cloudpickle.dumps((self.definitions, self.specs))
+        self._exchange(lambda: _send(self._proc.stdin, ("load", payload)), "starting", expect_reply=False)
+
+    def load(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], label: str) -> None:
+        """Hand this (running) process another stage's features: no new process, no new imports.
+
+        Only for stages whose UDFs hold no model (:func:`holds_models`); the previous
+        stage's runners are dropped in the child first.
+        """
+        self.wait_ready()
+        self.label, self.features = label, [d.name for d in definitions]
+        self.definitions, self.specs = list(definitions), specs
+        self._ready = False
+        self._send_load()
+
+    def wait_ready(self) -> None:
+        """Block until the child has imported and built the stage's runners (raises what it raised)."""
+        if not self._ready:
+            self._exchange(lambda: None, "starting")
+            self._ready = True
 
     def compute(self, features: list[str], data: pa.Table) -> SliceResult:
+        self.wait_ready()
+        batch = data.column(BATCH_COLUMN)[0].as_py() if data.num_rows else "?"
+        return self._exchange(lambda: _send(self._proc.stdin, ("compute", features, data)),
+                              f"computing {data.num_rows} rows of batch {batch}")
+
+    def _exchange(self, send: Any, doing: str, expect_reply: bool = True) -> Any:
         try:
-            _send(self._proc.stdin, (features, data))
+            send()
+            if not expect_reply:
+                return None
             status, value = _recv(self._proc.stdout)
         except (EOFError, BrokenPipeError, ConnectionResetError) as e:
             code = self._proc.wait(timeout=30)
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-            batch = data.column(BATCH_COLUMN)[0].as_py() if data.num_rows else "?"
             raise WorkerCrashedError(
-                f"the worker process for {self.label} (features {', '.join(features)}) died with {how} "
-                f"while computing {data.num_rows} rows of batch {batch}; nothing was committed and finished "
-                f"units are kept - fix the UDF, then rerun the same command to resume"
+                f"the worker process for {self.label} (features {', '.join(self.features)}) died with {how} "
+                f"while {doing}; nothing was committed and finished units are kept - fix the UDF, then rerun "
+                f"the same command to resume"
             ) from e
         if status == "error":
             raise value
@@ -214,4 +287,4 @@ class ProcessWorker:
             self._proc.wait(timeout=10)
         except Exception:  # noqa: BLE001
             self._proc.kill()
-
+            self._proc.wait()
