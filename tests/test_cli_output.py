@@ -66,10 +66,10 @@ def test_quiet_switches_reach_library_progress_bars(monkeypatch):
 def test_export_jsonl_and_cli_json_share_one_helper(tmp_path):
     import pyarrow as pa
 
-    from omni_iceberg.explore import export, results
+    from omni_iceberg.explore import export
     from omni_iceberg.ui import formatting
 
-    assert formatting.jsonable is results.jsonable  # one helper, not two that drift apart
+    assert export.jsonable is formatting.jsonable  # one helper, not two that drift apart
     data = pa.table({"s": pa.array([Decimal("12"), Decimal("0.5")], pa.decimal128(38, 1)),
                      "b": pa.array([b"hi", b"\xff\x00"], pa.binary())})
     export._write(data, tmp_path / "part.jsonl", "jsonl")

@@ -25,7 +25,7 @@ from sqlglot import exp
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from omni_iceberg.explore.guard import QueryError, parse_column_name, parse_condition
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, load_physical, plan_query
-from omni_iceberg.explore.results import jsonable
+from omni_iceberg.ui.formatting import jsonable
 from omni_iceberg.ui.progress import progress_bar
 
 MANIFEST = "_omni_export_manifest.json"

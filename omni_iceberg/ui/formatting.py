@@ -2,19 +2,64 @@
 
 from __future__ import annotations
 
+import base64
 import csv
+import datetime as _dt
+import decimal
 import io
 import json
+from dataclasses import asdict, is_dataclass
+from pathlib import PurePath
 from typing import Any
 
 import pyarrow as pa
 
-# the one JSON helper lives with the query results it mostly serves; re-exported here
-from omni_iceberg.explore.results import jsonable
+
+
+def jsonable(value: Any) -> Any:
+    """``json.dumps(..., default=jsonable)``: the JSON form of what Arrow, DuckDB and our reports hand back.
+
+    The one JSON helper of the project (the CLI's ``--format json`` and ``omni export``
+    both use it). ``Decimal`` is what DuckDB returns for ``sum`` of integers: integral
+    ones become JSON integers, others floats - never strings, so ``jq`` and
+    ``json.loads`` see numbers. Times are ISO 8601; bytes are UTF-8 text when they
+    decode, else base64.
+
+    >>> import json
+    >>> json.dumps({"s": decimal.Decimal("12"), "a": decimal.Decimal("0.5"), "b": b"hi"}, default=jsonable)
+    '{"s": 12, "a": 0.5, "b": "hi"}'
+    >>> jsonable(b"\\xff\\x00"), jsonable(_dt.date(2026, 1, 2)), jsonable(decimal.Decimal("NaN"))
+    ('/wA=', '2026-01-02', None)
+    """
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return None
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(raw).decode("ascii")
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    if isinstance(value, PurePath):
+        return str(value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if hasattr(value, "model_dump"):  # pydantic records
+        return value.model_dump(mode="json")
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return str(value)
 
 
 def dumps(obj: Any, indent: int | None = None) -> str:
-    """JSON text with :func:`~omni_iceberg.explore.results.jsonable` for everything ``json`` lacks."""
+    """JSON text with :func:`jsonable` for everything ``json`` lacks."""
     return json.dumps(obj, default=jsonable, indent=indent, ensure_ascii=False)
 
 
