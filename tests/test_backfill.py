@@ -124,7 +124,8 @@ def test_bisection_isolates_bad_records_and_keeps_neighbours(tmp_path):
     assert {x["_ai_unique_id_"] for x in errors} == {content_id(rows[7]), content_id(rows[130])}
 
 
-def test_error_budget_and_retry_of_only_failed_records(tmp_path, monkeypatch):
+def _flaky_table(tmp_path, monkeypatch):
+    """50 records, every tenth POISON, and t_flaky registered: it fails on POISON while ``marker`` exists."""
     marker = tmp_path / "busy"
     marker.write_text("x")
     monkeypatch.setenv("OMNI_TEST_FLAKY_MARKER", str(marker))
@@ -135,6 +136,11 @@ def test_error_budget_and_retry_of_only_failed_records(tmp_path, monkeypatch):
                            for i in range(50)))
     o.submit("web", [str(src)], batch="b")
     o.register_features("web", [U.t_flaky])
+    return marker, o
+
+
+def test_error_budget_and_retry_of_only_failed_records(tmp_path, monkeypatch):
+    marker, o = _flaky_table(tmp_path, monkeypatch)
     before = o.state("web").version
     with pytest.raises(ErrorBudgetExceededError, match=r"5 of 50 records"):
         o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.05)
@@ -304,16 +310,7 @@ def test_concurrent_backfills_needing_the_same_ancestor_append_it_once(tmp_path,
 def test_failed_budget_keeps_its_records_readable_with_the_runs_status(tmp_path, monkeypatch):
     from omni_iceberg.backfill.engine import run_errors
 
-    marker = tmp_path / "busy"
-    marker.write_text("x")
-    monkeypatch.setenv("OMNI_TEST_FLAKY_MARKER", str(marker))
-    o = Omni(home=tmp_path / "h")
-    o.create_table("web")
-    src = tmp_path / "a.jsonl"
-    src.write_text("".join(json.dumps({"raw_data": f"r{i}" + (" POISON" if i % 10 == 0 else "")}) + "\n"
-                           for i in range(50)))
-    o.submit("web", [str(src)], batch="b")
-    o.register_features("web", [U.t_flaky])
+    marker, o = _flaky_table(tmp_path, monkeypatch)
     with pytest.raises(ErrorBudgetExceededError) as info:
         o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.05, progress=False)
     run_id = next(r["run_id"] for r in o.catalog.load_table("omni_sys.runs").scan().to_arrow().to_pylist())
