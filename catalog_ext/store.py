@@ -324,25 +324,17 @@ class FamilyStore:
         from datetime import datetime, timezone
 
         from catalog_ext import system_tables
-        from catalog_ext.data_versions import current_chains, unit_freshness
 
-        units = [u for u in state.computed if u.logical_version == state.version]
+        # every engine records a unit's data version through BackfillRun.commit; only
+        # units committed by this very version are new here
+        units = [u for u in state.computed if u.logical_version == state.version and u.data_version]
         if not units:
             return
-        chains = None
         rows = []
         now = datetime.now(timezone.utc)
         for u in units:
             binding = state.feature(u.feature, u.version)
             data_version = u.data_version
-            if not data_version and binding.current:
-                # recorded without a data version (an engine that does not pass one): the chain of
-                # this very version is its data version when its producers were computed before it
-                chains = chains or current_chains(state)
-                if unit_freshness(state, u.feature, u.batch, chains)[0] == "fresh":
-                    data_version = chains[u.feature].data_version
-            if not data_version:
-                continue
             table = state.physical_table(binding.table_key)
             if table.snapshot_id is None:
                 continue

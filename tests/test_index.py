@@ -302,12 +302,10 @@ def test_cli_get_and_index_commands(omni, name, tmp_path, monkeypatch, capsys):
 
 
 def test_unreachable_hbase_names_host_and_port(omni, name, tmp_path):
-    import socket
+    from tests.services import free_port
 
     omni.create_table(name)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with pytest.raises(IndexUnavailableError, match=f"127.0.0.1:{port}"):
         get_rows(omni, name, ["a" * 32], index=f"hbase://127.0.0.1:{port}")
 

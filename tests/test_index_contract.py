@@ -16,6 +16,7 @@ from omni_iceberg.index.backend import FILE_PREFIX, RUN_PREFIX, FileRecord
 from omni_iceberg.index.core import IdIndex
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import file_key, id_key
+from tests.services import free_port
 
 
 def _ident() -> str:
@@ -139,9 +140,7 @@ def test_hbase_entries_table_is_presplit_on_the_id_space():
 def test_unreachable_hbase_is_a_clear_error_naming_host_and_port():
     from omni_iceberg.index.hbase_backend import HBaseBackend
 
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens there
     with pytest.raises(IndexUnavailableError, match=f"127.0.0.1:{port}.*OMNI_INDEX_TIMEOUT_MS"):
         HBaseBackend("127.0.0.1", port, "ns.t", timeout_ms=500)
 

@@ -425,7 +425,7 @@ def test_udf_bugs_and_crashes_end_as_on_the_local_engine(spark, tmp_path):
 
 
 def test_misconfiguration_gives_one_clear_error(spark, tmp_path, monkeypatch):
-    from tests.services.spark_cluster import free_port
+    from tests.services import free_port
     from spark_udfs.engine import SparkBackfill
 
     omni = Omni(config=spark.config)

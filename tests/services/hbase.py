@@ -21,7 +21,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,12 +29,7 @@ from typing import Self
 
 from catalog_ext.errors import ConfigError
 from omni_iceberg.toolchain import hbase as toolchain
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.services import free_port
 
 
 class HBaseServer:
@@ -69,13 +63,13 @@ class HBaseServer:
         self.jars = toolchain.ensure_hbase_jars()
         self.workdir = Path(tempfile.mkdtemp(prefix="omni-hbase-"))
         self.conf_dir = self.workdir / "conf"
-        toolchain.write_hbase_site(self.conf_dir, self.workdir / "data", zookeeper_port=_free_port(),
-                                   master_port=_free_port(), regionserver_port=_free_port(), host=self.host)
+        toolchain.write_hbase_site(self.conf_dir, self.workdir / "data", zookeeper_port=free_port(),
+                                   master_port=free_port(), regionserver_port=free_port(), host=self.host)
         atexit.register(self.stop)
-        self.thrift_port = _free_port()
+        self.thrift_port = free_port()
         self._spawn("master", toolchain.MASTER_MAIN, "start")
         self._spawn("thrift", toolchain.THRIFT_MAIN, "-b", self.host, "-p", str(self.thrift_port),
-                    "--infoport", str(_free_port()), "start")
+                    "--infoport", str(free_port()), "start")
         self._wait_ready()
 
     def _spawn(self, name: str, main: str, *args: str) -> None:

@@ -25,13 +25,13 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from catalog_ext.errors import ConfigError
+from tests.services import free_port
 
 _INSTALL_HINT = "`make test` installs it; by hand: `apt-get install -y postgresql`"
 
@@ -57,12 +57,6 @@ def find_pg_bin() -> Path:
         f"PostgreSQL server binaries (initdb, pg_ctl) not found in /usr/lib/postgresql/*/bin "
         f"or on PATH; the Spark/catalog tests need a real PostgreSQL - {_INSTALL_HINT}"
     )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PostgresServer:
@@ -163,7 +157,7 @@ class PostgresServer:
         assert self._bin is not None and self.root is not None
         last_error: Exception | None = None
         for _ in range(3):  # a free port can be taken between probe and bind
-            self.port = _free_port()
+            self.port = free_port()
             opts = (
                 f"-c listen_addresses={self.host} -p {self.port} -k {self.root} "
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "

@@ -35,7 +35,6 @@ import atexit
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,23 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog_ext.errors import ConfigError
+from tests.services import free_port
 
 FAKE_GPU_ADDRESSES = ["0"]
-
-
-def spark_home() -> Path:
-    """The folder of the installed pyspark (it holds ``bin/spark-class`` and ``jars/``)."""
-    try:
-        import pyspark
-    except ImportError as e:
-        raise ConfigError("pyspark is not installed; install the extra: pip install 'omni-iceberg[spark]'") from e
-    return Path(pyspark.__file__).resolve().parent
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -75,12 +60,6 @@ def spark_home() -> Path:
     except ImportError as e:
         raise ConfigError("pyspark is not installed; install the extra: pip install 'omni-iceberg[spark]'") from e
     return Path(pyspark.__file__).resolve().parent
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -30,7 +30,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -46,6 +45,7 @@ from omni_iceberg.toolchain.trino import (
     find_java_for_trino,
     write_trino_config,
 )
+from tests.services import free_port
 
 if TYPE_CHECKING:
     from trino.dbapi import Connection
@@ -64,12 +64,6 @@ JVM_FLAGS: tuple[str, ...] = (
     "--enable-native-access=ALL-UNNAMED",
     "-Dfile.encoding=UTF-8",
 )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _properties(values: dict[str, str]) -> str:
@@ -159,7 +153,7 @@ class TrinoServer:
         atexit.register(self.stop)
         started = time.monotonic()
         try:
-            self.port = _free_port()
+            self.port = free_port()
             etc = self._write_etc(home)
             node = dict(line.split("=", 1) for line in (etc / "node.properties").read_text().splitlines())
             argv = [
