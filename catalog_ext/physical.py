@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -97,6 +97,20 @@ def first_snapshot_id(catalog: Any, identifier: str) -> int:
     return iceberg_io.with_table_retry(catalog, identifier, ensure)
 
 
+class StagedWriteHook(Protocol):
+    """Something that follows a staged write (the id index does; see ``FamilyStore.staged_write``).
+
+    ``files_written`` sees the data files the writer wrote itself, as they are written;
+    ``before_commit`` runs right before each logical commit attempt's compare-and-swap,
+    when the branch holds exactly what the commit will pin - the place to catch up with
+    files written by others (Spark executors) or changed by a rebase.
+    """
+
+    def files_written(self, writer: "StagedWrite", files: list[Any]) -> None: ...
+
+    def before_commit(self, writer: "StagedWrite") -> None: ...
+
+
 class StagedWrite:
     """Data for one physical table, staged on a private branch until the logical commit.
 
@@ -129,6 +143,7 @@ class StagedWrite:
         self.staged_snapshot_id: int | None = None
         self._uuid = uuid.uuid4()
         self._counter = itertools.count()
+        self.hooks: list[StagedWriteHook] = []
 
     @property
     def data_files(self) -> list[Any]:
@@ -140,8 +155,16 @@ class StagedWrite:
 
     def write(self, data: pa.Table) -> None:
         """Write one chunk as data files now (memory is released), commit later."""
-        self.pending_files += iceberg_io.write_data_files(self.table, data, self._uuid, self._counter)
+        files = iceberg_io.write_data_files(self.table, data, self._uuid, self._counter)
+        self.pending_files += files
         self.rows += data.num_rows
+        for hook in self.hooks:
+            hook.files_written(self, files)
+
+    def before_commit(self) -> None:
+        """Called by the logical commit before each compare-and-swap (see :class:`StagedWriteHook`)."""
+        for hook in self.hooks:
+            hook.before_commit(self)
 
     def checkpoint(self, properties: dict[str, str] | None = None) -> int:
         """Commit the pending files as one snapshot on the branch (created at the base if new)."""

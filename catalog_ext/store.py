@@ -90,6 +90,11 @@ class FamilyStore:
             )
         self.catalog = catalog
         self.views = SqlViewCatalog(catalog)
+        #: opens the id index of a logical table by identifier, or returns None (no index).
+        #: Set by the API layer: catalog_ext knows nothing of the index, it only hands it on.
+        self.index_opener: Callable[[str], Any] | None = None
+        #: called with (state, writer) for every write made by :meth:`staged_write`
+        self.write_hooks: list[Callable[[FamilyState, StagedWrite], None]] = []
 
     # ---- documents ---------------------------------------------------------------------
     def _write_family(self, view_location: str, state: FamilyState) -> str:
@@ -118,6 +123,22 @@ class FamilyStore:
     def _summary(self, state: FamilyState, family_location: str) -> dict[str, str]:
         return {**state.summary, SUMMARY_FAMILY: family_location, SUMMARY_OPERATION: state.operation,
                 "omni.command": state.command[:500]}
+
+    def staged_write(self, state: FamilyState, identifier: str, base_snapshot_id: int, run_id: str,
+                     properties: dict[str, str], *, rebasable: bool = True) -> StagedWrite:
+        """A :class:`StagedWrite` on one physical table of ``state``, followed by the write hooks.
+
+        Every writer (ingest, backfill engines, governance) makes its writes here, so what
+        must follow a write - the id index - is wired in one place.
+        """
+        writer = StagedWrite(self.catalog, identifier, base_snapshot_id, run_id, properties, rebasable=rebasable)
+        for hook in self.write_hooks:
+            hook(state, writer)
+        return writer
+
+    def open_index(self, state: FamilyState) -> Any:
+        """The id index of ``state``'s logical table, or None when none is configured."""
+        return self.index_opener(state.table.identifier) if self.index_opener is not None else None
 
     # ---- create / load -----------------------------------------------------------------
     def create(
@@ -286,6 +307,8 @@ class FamilyStore:
                     raise
                 writer.rebase(conflict.actual)  # same files, new parent: nothing recomputed
                 raise _LostRace(conflict) from conflict
+            for writer in staged_by_key.values():
+                writer.before_commit()  # e.g. the id index catches up with what the branch now holds
             family_location = self._write_family(view.metadata["location"], new_state)
             metadata = with_new_version(
                 view.metadata, view_sql.view_schema(new_state), self._representations(new_state),

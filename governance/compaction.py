@@ -20,7 +20,6 @@ from typing import Any
 
 from catalog_ext.contract import BATCH_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
-from catalog_ext.physical import StagedWrite
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import PinSnapshot
 from governance.maintenance import clean_leftovers
@@ -94,9 +93,10 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
     if plan.empty or dry_run:
         return report
     ns, table = split_qualified(name)
+    state = store.load(ns, table, plan.version)
     run_id = f"compact-{uuid.uuid4().hex[:12]}"
-    writers = {t.key: StagedWrite(store.catalog, t.identifier, t.snapshot_id, run_id,
-                                  {"omni.operation": "compact"}, rebasable=False)
+    writers = {t.key: store.staged_write(state, t.identifier, t.snapshot_id, run_id,
+                                         {"omni.operation": "compact"}, rebasable=False)
                for t in plan.tables}
     try:
         for t in plan.tables:

@@ -43,7 +43,18 @@ class Omni:
 
     @cached_property
     def store(self) -> FamilyStore:
-        return FamilyStore(self.catalog)
+        from omni_iceberg.index.select import indexing_enabled, open_index
+        from omni_iceberg.index.staged import IndexingHook
+
+        store = FamilyStore(self.catalog)
+
+        def opener(identifier: str):  # OMNI_INDEX is read per write: =off turns indexing off
+            return open_index(self.config, identifier) if indexing_enabled() else None
+
+        # every write the store makes is indexed before its logical commit (write-then-commit)
+        store.index_opener = opener
+        store.write_hooks.append(IndexingHook(opener))
+        return store
 
     # ---- tables -------------------------------------------------------------------------
     def create_table(self, name: str, *, id_mode: str = "md5", bucket_count: int = 16, comment: str = "",

@@ -1,10 +1,9 @@
-"""The id index end to end on a real catalog: lookups, visibility, fallback, verify, rebuild.
+"""The id index end to end on a real catalog: writers, lookups, visibility, fallback, verify, rebuild.
 
-Ingest and backfill are not wired to the index yet (that is the next phase), so the
-``indexed_writes`` fixture wires them here exactly as planned: every data file a
-:class:`StagedWrite` checkpoints to its branch is indexed under the writer's run id,
-and the run is finished right before the logical commit. Everything else is the real
-pipeline: real pyiceberg catalog, real Parquet files, real LMDB / HBase.
+Ingest, backfill and compaction index their files before each logical commit (see
+:mod:`omni_iceberg.index.staged`); the ``indexed_writes`` fixture points them at the
+backend under test. Everything is the real pipeline: real pyiceberg catalog, real
+Parquet files, real LMDB / HBase.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import uuid
 import pytest
 
 from catalog_ext.contract import ID_COLUMN
-from catalog_ext.physical import StagedWrite
 from catalog_ext.store import FamilyStore
 from omni_iceberg.api import Omni
 from omni_iceberg.index import (
@@ -53,33 +51,23 @@ def _index(omni, name, spec):
 
 @pytest.fixture
 def indexed_writes(monkeypatch, omni, spec):
-    """Wire StagedWrite -> index as ingest/backfill will be; ``crash`` makes the next commit fail after it."""
+    """Writers index into ``spec`` (as configured by a user); ``crash`` kills the next commit.
+
+    The crash lands after the writers finished indexing (``StagedWrite.before_commit``)
+    and before the logical commit: the worst moment for write-then-commit.
+    """
     control = {"crash": False}
-    writers = {}
-    original_checkpoint, original_commit = StagedWrite.checkpoint, FamilyStore.commit
+    monkeypatch.setenv("OMNI_INDEX", spec)
+    monkeypatch.setenv("OMNI_INDEX_TIMEOUT_MS", "20000")
+    original = FamilyStore._write_family
 
-    def run_of(sw):
-        return sw.properties.get("omni.run-id") or sw.properties["omni.submit-id"]
-
-    def checkpoint(self, properties=None):
-        files = list(self.pending_files)
-        snapshot = original_checkpoint(self, properties)
-        idx = _index(omni, self.identifier.split(".")[1].split("__")[0], spec)
-        w = writers.setdefault((self.identifier, run_of(self)), idx.writer(self.identifier, run_of(self)))
-        for df in files:  # written and on the branch, not yet visible: write-then-commit
-            w.add_file(df.file_path, batch=str(df.partition[0]))
-        return snapshot
-
-    def commit(self, namespace, table, updates, **kw):
-        for sw in kw.get("staged", ()):
-            writers.pop((sw.identifier, run_of(sw))).finish()
+    def write_family(self, location, state):
         if control["crash"]:
             control["crash"] = False
             raise CrashBeforeCommit("the process died between indexing and the logical commit")
-        return original_commit(self, namespace, table, updates, **kw)
+        return original(self, location, state)
 
-    monkeypatch.setattr(StagedWrite, "checkpoint", checkpoint)
-    monkeypatch.setattr(FamilyStore, "commit", commit)
+    monkeypatch.setattr(FamilyStore, "_write_family", write_family)
     return control
 
 
@@ -164,9 +152,10 @@ def test_a_reader_at_an_older_version_sees_only_that_version(omni, name, spec, i
     assert new.column(FOUND_COLUMN).to_pylist() == [True, True]
 
 
-def test_unindexed_writes_fall_back_to_the_scan_until_rebuilt(omni, name, spec, tmp_path):
+def test_unindexed_writes_fall_back_to_the_scan_until_rebuilt(omni, name, spec, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNI_INDEX", "off")  # a writer that does not index: the index lags
     omni.create_table(name)
-    omni.submit(name, [_jsonl(tmp_path, "a", 12)], batch="a")  # no index wiring: the index lags
+    omni.submit(name, [_jsonl(tmp_path, "a", 12)], batch="a")
     ids = _ids(omni, name)[:4] + ["f" * 32]
     lookup = get_rows(omni, name, ids, columns=["RawData.url"], explain=True, index=spec)
     assert lookup.tables[0].method == "scan" and "not indexed" in lookup.tables[0].reason
@@ -185,6 +174,7 @@ def test_unindexed_writes_fall_back_to_the_scan_until_rebuilt(omni, name, spec, 
 def test_rebuild_resumes_after_an_interruption(omni, name, spec, tmp_path, monkeypatch):
     from omni_iceberg.index.core import IndexWriter
 
+    monkeypatch.setenv("OMNI_INDEX", "off")  # tables written without the index, then indexed by rebuild
     omni.create_table(name)
     for b in ("a", "b", "c"):
         omni.submit(name, [_jsonl(tmp_path, b, 40)], batch=b)
@@ -208,7 +198,8 @@ def test_rebuild_resumes_after_an_interruption(omni, name, spec, tmp_path, monke
     assert get_rows(omni, name, _ids(omni, name)[:1], explain=True, index=spec).tables[0].method == "index"
 
 
-def test_compaction_keeps_old_versions_resolvable_and_verify_finds_stale_entries(omni, name, spec, tmp_path):
+def test_compaction_keeps_old_versions_resolvable_and_verify_finds_stale_entries(omni, name, spec, indexed_writes,
+                                                                                 tmp_path):
     from governance.compaction import compact
 
     omni.create_table(name)
@@ -216,18 +207,20 @@ def test_compaction_keeps_old_versions_resolvable_and_verify_finds_stale_entries
         omni.submit(name, [_jsonl(tmp_path, b, 20)], batch="a" if b == "a" else "b")
     omni.submit(name, [_jsonl(tmp_path, "a3", 20, start=100)], batch="c")
     idx = _index(omni, name, spec)
-    rebuild(omni.catalog, omni.state(name), idx)
     v_before = omni.state(name).version
-    compact(omni.store, name, min_files=1)
     ids = _ids(omni, name)[::9]
-    lag = get_rows(omni, name, ids, columns=["RawData.url"], explain=True, index=spec)
-    assert lag.tables[0].method == "scan"  # compaction is not wired yet: its run is unknown
-    rebuild(omni.catalog, omni.state(name), idx)
+    before = get_rows(omni, name, ids, columns=["RawData.url"], explain=True, index=spec)
+    compact(omni.store, name, min_files=1)  # indexes its new files and retires the old ones
     now = get_rows(omni, name, ids, columns=["RawData.url"], explain=True, index=spec)
     old = get_rows(omni, name, ids, columns=["RawData.url"], as_of=v_before, explain=True, index=spec)
-    assert now.tables[0].method == old.tables[0].method == "index"
-    assert now.rows.to_pylist() == old.rows.to_pylist() == lag.rows.to_pylist()
+    assert now.tables[0].method == old.tables[0].method == before.tables[0].method == "index"
+    assert now.rows.to_pylist() == old.rows.to_pylist() == before.rows.to_pylist()
     assert all(now.rows.column(FOUND_COLUMN).to_pylist())
+    new_files = {loc.path for locs in idx.at(omni.catalog, omni.state(name)).locations(
+        "base", ids).values() for loc in locs}
+    old_files = {loc.path for locs in idx.at(omni.catalog, omni.state(name, as_of=v_before)).locations(
+        "base", ids).values() for loc in locs}
+    assert new_files and old_files and not new_files & old_files  # each version resolves to its own files
     assert verify(omni.catalog, omni.state(name), idx).ok
     # corrupt the index: forget which files the compaction retired -> their entries are stale
     for key, value in list(idx.backend.scan_meta(RUN_PREFIX)):
@@ -278,12 +271,68 @@ def test_feature_columns_join_from_their_own_tables(omni, name, spec, indexed_wr
     assert sum(r["t_len"] is None for r in lookup.rows.to_pylist()) == 4
 
 
+def test_ingest_dedups_through_the_index_without_reading_the_table(omni, name, spec, indexed_writes, tmp_path,
+                                                                   monkeypatch):
+    from omni_iceberg.ingest import dedup
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 30)], batch="a")
+
+    def no_scan(*_a, **_k):
+        raise AssertionError("dedup read the whole table although the index is authoritative")
+
+    monkeypatch.setattr(dedup, "_all_ids", no_scan)
+    # 10 rows seen in batch a, 10 new ones, and one repeated inside this batch
+    again = _jsonl(tmp_path, "a", 20, start=20)
+    with open(again) as f:
+        lines = f.readlines()
+    with open(again, "a") as f:
+        f.write(lines[15])  # page 35 twice in this batch
+    report = omni.submit(name, [again], batch="b")
+    assert report.dedup == "index" and report.duplicates == 11 and report.written == 10
+    ids = _ids(omni, name)
+    assert len(ids) == len(set(ids)) == 40
+    assert verify(omni.catalog, omni.state(name), _index(omni, name, spec)).ok
+    # the same batch content again: everything is a duplicate, found by the index
+    assert omni.submit(name, [again], batch="c").written == 0
+
+
+def test_a_lagging_index_makes_dedup_scan_and_says_how_to_fix_it(omni, name, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNI_INDEX", "off")
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 5)], batch="a")
+    monkeypatch.setenv("OMNI_INDEX", "lmdb")
+    report = omni.submit(name, [_jsonl(tmp_path, "a", 8)], batch="b")
+    assert report.dedup == "scan" and report.duplicates == 5 and report.written == 3
+    assert any("omni index rebuild" in w and "lags" in w for w in report.warnings)
+    omni.rebuild_index(name, progress=False)
+    assert omni.submit(name, [_jsonl(tmp_path, "a", 9)], batch="c").dedup == "index"
+
+
+def test_recomputed_batches_retire_the_old_feature_files(omni, name, spec, indexed_writes, tmp_path):
+    from tests import feature_udfs as U
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 6)], batch="a")
+    omni.register_features(name, [U.t_parse, U.t_len])
+    omni.backfill(name, ["t_len"], isolation="inline")
+    state = omni.state(name)
+    idx = _index(omni, name, spec)
+    assert verify(omni.catalog, state, idx).ok
+    ids = _ids(omni, name)
+    lookup = get_rows(omni, name, ids, columns=["t_len"], explain=True, index=spec)
+    assert all(t.method == "index" for t in lookup.tables)
+    expected = {r[ID_COLUMN]: r["t_len"] for r in omni.read(name, columns=[ID_COLUMN, "t_len"]).to_pylist()}
+    assert {r[ID_COLUMN]: r["t_len"] for r in lookup.rows.to_pylist()} == expected
+
+
 def test_cli_get_and_index_commands(omni, name, tmp_path, monkeypatch, capsys):
     from omni_iceberg.cli import main
 
-    monkeypatch.setenv("OMNI_INDEX", "lmdb")
+    monkeypatch.setenv("OMNI_INDEX", "off")  # written without the index...
     omni.create_table(name)
     omni.submit(name, [_jsonl(tmp_path, "a", 5)], batch="a")
+    monkeypatch.setenv("OMNI_INDEX", "lmdb")  # ...then looked up with it
     home = ["--home", str(omni.config.home)]
     capsys.readouterr()
     assert main(home + ["index", "verify", name]) == 1 and "5 missing" in capsys.readouterr().out

@@ -231,8 +231,9 @@ class BackfillRun:
         sweep_stale_branches(self.store.catalog, state, table_keys=[b.table_key for b in self.bindings.values()])
         for f, binding in self.bindings.items():
             t = state.physical_table(binding.table_key)
-            w = StagedWrite(self.store.catalog, t.identifier, t.snapshot_id, report.run_id,
-                            {"omni.operation": "backfill", "omni.run-id": report.run_id, "omni.feature": binding.key})
+            w = self.store.staged_write(state, t.identifier, t.snapshot_id, report.run_id,
+                                        {"omni.operation": "backfill", "omni.run-id": report.run_id,
+                                         "omni.feature": binding.key})
             for label, props in w.attach(UNIT_PROPERTY).items():
                 fname, batch = label.split("/", 1)
                 self.done.add(label)

@@ -176,10 +176,23 @@ class IndexWriter:
                                  {FILE_PREFIX + fkey: rec.to_bytes(), self._key: self.record.to_bytes()})
         return len(ids)
 
+    def reopen(self) -> None:
+        """Let a complete run take more files or retirements: only before its logical commit.
+
+        A run is visible only once a logical version pins a snapshot naming it, so until
+        then no reader has read (or cached) its record; a commit attempt that lost a race
+        may change what the run holds and finishes it again before the next attempt.
+        """
+        if self.record.complete:
+            self._save(complete=False)
+
     def retire_files(self, paths: Iterable[str]) -> None:
         """Record that this run removes these files from the table (compaction)."""
-        keys = tuple(file_key(p).hex() for p in paths)
-        self._save(retired=tuple(dict.fromkeys(self.record.retired + keys)))
+        self.retire_keys(file_key(p).hex() for p in paths)
+
+    def retire_keys(self, hex_keys: Iterable[str]) -> None:
+        """Like :meth:`retire_files`, by hex file key."""
+        self._save(retired=tuple(dict.fromkeys(self.record.retired + tuple(hex_keys))))
 
     def finish(self, **extra: str) -> RunRecord:
         """Mark the run complete. Call after the last file, BEFORE the logical commit."""

@@ -10,7 +10,10 @@ Values:
 
 * ``lmdb`` (default): embedded LMDB under ``$OMNI_HOME/index/<namespace>.<name>``;
 * ``lmdb:///some/folder``: embedded LMDB under that folder instead;
-* ``hbase://host:port``: a real HBase through its Thrift 1 server.
+* ``hbase://host:port``: a real HBase through its Thrift 1 server;
+* ``off``: writers do not maintain the index (ingest dedup and lookups then scan the
+  tables); for comparisons, or tables never looked up by id. Lookups read the LMDB
+  default, which then lags and says so.
 
 ``OMNI_INDEX_TIMEOUT_MS`` (default 5000) bounds every HBase connect and call.
 ``OMNI_HBASE_CONF``, a folder holding the cluster's ``hbase-site.xml``, lets a new
@@ -67,12 +70,19 @@ def index_timeout_ms(timeout_ms: int | None = None) -> int:
     return value
 
 
+def indexing_enabled(spec: str | None = None) -> bool:
+    """False when the configured index is ``off`` (see the module docstring)."""
+    return index_spec(spec).lower() not in ("off", "none")
+
+
 def open_index(config: OmniConfig, logical_identifier: str, spec: str | None = None, *,
                timeout_ms: int | None = None, presplit: Callable[[str, str, int], None] | None = None) -> IdIndex:
     """The index of ``logical_identifier`` (``namespace.name``) on the configured backend."""
     spec = index_spec(spec)
     parsed = urlparse(spec if "://" in spec else f"{spec}://")  # bare "lmdb" names no folder
     scheme = parsed.scheme
+    if scheme in ("off", "none"):
+        scheme, parsed = "lmdb", urlparse("lmdb://")
     if scheme == "lmdb":
         folder = Path(parsed.path) if parsed.path else Path(config.home) / "index"
         cache_key = (f"lmdb:{folder.resolve()}", logical_identifier)
@@ -85,7 +95,7 @@ def open_index(config: OmniConfig, logical_identifier: str, spec: str | None = N
         cache_key = (f"hbase:{parsed.hostname}:{parsed.port}", logical_identifier)
         factory = lambda: _hbase(parsed.hostname, parsed.port, logical_identifier, timeout, presplit)  # noqa: E731
     else:
-        raise ConfigError(f"OMNI_INDEX={spec!r}: use lmdb, lmdb:///FOLDER or hbase://HOST:PORT")
+        raise ConfigError(f"OMNI_INDEX={spec!r}: use lmdb, lmdb:///FOLDER, hbase://HOST:PORT or off")
     with _LOCK:
         hit = _OPEN.get(cache_key)
     if hit is not None:

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from catalog_ext import system_tables
-from catalog_ext.contract import ID_COLUMN, RAW_CONTENT_FIELD, RAW_STAGE, check_batch_name
+from catalog_ext.contract import RAW_CONTENT_FIELD, RAW_STAGE, check_batch_name
 from catalog_ext.family import Batch, FamilyState, LogicalColumn, PhysicalColumn
 from catalog_ext.physical import StagedWrite, arrow_type, iceberg_type, key_arrow_fields
 from catalog_ext.staging import sweep_stale_branches
@@ -44,6 +44,7 @@ from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddBatch, AddLogicalColumns, AddPhysicalColumns, PinSnapshot
 from catalog_ext.errors import RejectLimitExceededError, SchemaConflictError, SourceError
 from omni_iceberg.ingest import fields as F
+from omni_iceberg.ingest.dedup import ExistingIds
 from omni_iceberg.ingest.identity import content_id, random_id
 from omni_iceberg.ingest.recheck import WinnerCheck
 from omni_iceberg.ingest.sources import iter_sources, reader_for
@@ -72,6 +73,8 @@ class SubmitReport:
     new_fields: list[str] = field(default_factory=list)
     reject_messages: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: how earlier batches were checked for duplicates: "index", "scan" or "none" (see ingest.dedup)
+    dedup: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,6 +100,15 @@ class _Chunk:
             if len(col) <= n:
                 col.append(None)
         self.bytes += size
+
+    def drop(self, ids: set[str]) -> int:
+        """Remove the rows whose id is in ``ids``; return how many went."""
+        keep = [i for i, rid in enumerate(self.ids) if rid not in ids]
+        removed = len(self.ids) - len(keep)
+        if removed:
+            self.ids = [self.ids[i] for i in keep]
+            self.values = {name: [col[i] for i in keep] for name, col in self.values.items()}
+        return removed
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -139,12 +151,17 @@ def submit(
     _check_declared_schemas(sources, field_map, types, state)
     known_fields = set(types)
     dedup = state.table.id_mode == "md5"
-    existing: set[str] = _existing_ids(store, state) if dedup else set()
-    staged_ids: set[str] = set()  # kept apart from ``existing``: the race re-check needs only these
+    existing = ExistingIds(store, state) if dedup else None
+    if existing is not None:
+        report.dedup = existing.method
+        if existing.method == "scan" and store.open_index(state) is not None:
+            report.warnings.append(f"dedup read every id of the table ({existing.reason}); "
+                                   f"`omni index rebuild {state.table.identifier}` makes it an index lookup")
+    staged_ids: set[str] = set()  # ids of this batch: the race re-check needs only these
     unused_map = set(field_map)
     base = state.base_table
-    writer = StagedWrite(store.catalog, base.identifier, base.snapshot_id, report.submit_id,
-                         {"omni.operation": "ingest", "omni.batch": batch, "omni.submit-id": report.submit_id})
+    writer = store.staged_write(state, base.identifier, base.snapshot_id, report.submit_id,
+                                {"omni.operation": "ingest", "omni.batch": batch, "omni.submit-id": report.submit_id})
     rejects: list[dict[str, Any]] = []
     chunk = _Chunk()
     bar = progress_bar(progress, f"ingest {name}/{batch}", "doc")
@@ -165,18 +182,20 @@ def submit(
             raw = record[RAW_CONTENT_FIELD]
             rid = content_id(raw) if dedup else random_id()
             if dedup:
-                if rid in existing or rid in staged_ids:
+                if rid in staged_ids:  # twice in this batch; earlier batches are asked per chunk
                     report.duplicates += 1
                     continue
                 staged_ids.add(rid)
             chunk.add(rid, record, len(raw))
             if len(chunk) >= chunk_rows or chunk.bytes >= chunk_bytes:
-                _flush(writer, chunk, batch, types, known_fields, report)
+                _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types,
+                       known_fields, report)
                 chunk = _Chunk()
-        _flush(writer, chunk, batch, types, known_fields, report)
+        _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types, known_fields, report)
         if bar is not None:
             bar.close()
-        del existing  # not needed past this point; can be large
+        if existing is not None:
+            existing.release()  # a scan's id set can be large; not needed past this point
         for source in sorted(unused_map):
             report.warnings.append(
                 f"--map {source}={field_map[source]}: no record of this batch has a field {source!r} "
@@ -271,17 +290,16 @@ def _check_declared_schemas(sources: list[str], field_map: dict[str, str], types
                 )
 
 
-def _existing_ids(store: FamilyStore, state: FamilyState) -> set[str]:
-    """Ids already in the table at the pinned snapshot (dedup against earlier batches)."""
-    base = state.base_table
-    if not state.batches:
-        return set()
-    table = store.catalog.load_table(base.identifier)
-    ids: set[str] = set()
-    scan = table.scan(snapshot_id=base.snapshot_id, selected_fields=(ID_COLUMN,))
-    for rb in scan.to_arrow_batch_reader():
-        ids.update(rb.column(0).to_pylist())
-    return ids
+def _without_existing(chunk: _Chunk, existing: ExistingIds | None, staged_ids: set[str],
+                      report: SubmitReport) -> _Chunk:
+    """Drop the chunk's rows whose id an earlier batch holds (one bulk lookup per chunk)."""
+    if existing is None or not len(chunk):
+        return chunk
+    taken = existing.existing(chunk.ids)
+    if taken:
+        report.duplicates += chunk.drop(taken)
+        staged_ids -= taken
+    return chunk
 
 
 def _map_record(

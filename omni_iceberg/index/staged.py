@@ -1,0 +1,103 @@
+"""Keep the id index in step with staged writes: write-then-commit, for every writer.
+
+:class:`IndexingHook` is a :attr:`FamilyStore.write_hooks` entry, so ingest, backfill
+(local and Spark) and governance rewrites index their files the same way:
+
+* ``files_written``: a file the writer wrote itself is indexed at once (its ids are
+  read back from the file: pyiceberg decides which rows land in which file);
+* ``before_commit``: right before each logical commit attempt's compare-and-swap, the
+  run's record is brought in line with what its branch holds at that moment - files
+  others wrote (Spark executors, the ingest race re-check's rewrites) are indexed, files
+  the branch's snapshots deleted (compaction, recomputed batches) and indexed files the
+  branch no longer holds (dropped on a rebase, written by a crashed attempt) are
+  retired - and the run is marked complete. Only then can the commit make it visible.
+
+What the branch holds is read from the run's own snapshots (base exclusive to staged
+head), and from each only the manifests that snapshot wrote: the cost follows the run,
+not the table's history.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from catalog_ext.family import FamilyState
+from catalog_ext.physical import StagedWrite
+from omni_iceberg.index.core import IdIndex, IndexWriter
+from omni_iceberg.index.keys import file_key
+
+
+def batch_of(data_file: Any) -> str:
+    """A data file's batch: every family table is partitioned (identity(batch), bucket(N, id))."""
+    return str(data_file.partition[0])
+
+
+def run_changes(table: Any, base_snapshot_id: int | None, head_snapshot_id: int | None
+                ) -> tuple[dict[str, Any], set[str]]:
+    """(path -> data file added and still live, paths deleted) by the snapshots after ``base`` up to ``head``."""
+    from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
+
+    added: dict[str, Any] = {}
+    deleted: set[str] = set()
+    chain = []
+    snap = table.snapshot_by_id(head_snapshot_id) if head_snapshot_id is not None else None
+    while snap is not None and snap.snapshot_id != base_snapshot_id:
+        chain.append(snap)
+        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    for snap in reversed(chain):  # oldest first: a file a later snapshot deletes is not live
+        for manifest in snap.manifests(table.io):
+            if manifest.added_snapshot_id != snap.snapshot_id:
+                continue  # written by an earlier snapshot: holds no entry this one added or deleted
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                if entry.snapshot_id != snap.snapshot_id or entry.data_file.content != DataFileContent.DATA:
+                    continue
+                path = entry.data_file.file_path
+                if entry.status == ManifestEntryStatus.ADDED:
+                    added[path] = entry.data_file
+                elif entry.status == ManifestEntryStatus.DELETED:
+                    if added.pop(path, None) is None:
+                        deleted.add(path)
+    return added, deleted
+
+
+class WriterIndexing:
+    """Indexes one staged write's run; see the module docstring."""
+
+    def __init__(self, index: IdIndex, writer: StagedWrite):
+        self.index = index
+        self.run: IndexWriter = index.writer(writer.identifier, writer.run_id)
+
+    def files_written(self, writer: StagedWrite, files: list[Any]) -> None:
+        self.run.reopen()
+        for f in files:
+            self.run.add_file(f.file_path, batch=batch_of(f))
+
+    def before_commit(self, writer: StagedWrite) -> None:
+        table = writer.catalog.load_table(writer.identifier)
+        live, deleted = ({}, set()) if writer.staged_snapshot_id is None else run_changes(
+            table, writer.base_snapshot_id, writer.staged_snapshot_id)
+        indexed = set(self.run.record.files)
+        todo = [f for p, f in live.items() if file_key(p).hex() not in indexed]
+        live_keys = {file_key(p).hex() for p in live}
+        stray = [k for k in indexed if k not in live_keys]
+        retire = [file_key(p).hex() for p in deleted] + stray
+        if self.run.record.complete and not todo and set(retire) <= set(self.run.record.retired):
+            return  # nothing changed since the last attempt
+        self.run.reopen()
+        for f in todo:
+            self.run.add_file(f.file_path, batch=batch_of(f))
+        if retire:
+            self.run.retire_keys(retire)
+        self.run.finish()
+
+
+class IndexingHook:
+    """``FamilyStore.write_hooks`` entry: index every staged write of tables that have an index."""
+
+    def __init__(self, opener: Callable[[str], IdIndex | None]):
+        self.opener = opener
+
+    def __call__(self, state: FamilyState, writer: StagedWrite) -> None:
+        index = self.opener(state.table.identifier)
+        if index is not None:
+            writer.hooks.append(WriterIndexing(index, writer))
