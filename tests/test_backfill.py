@@ -243,7 +243,20 @@ def test_lineage_rows_tree_and_openlineage(omni, tmp_path):
     assert any(r["run_id"] == report.run_id and r["status"] == "succeeded" for r in runs)
 
 
-def test_reuse_by_content_across_logical_tables(tmp_path, pages):
+@pytest.mark.parametrize("index", ["lmdb", "off"])
+def test_reuse_by_content_across_logical_tables(tmp_path, pages, monkeypatch, index):
+    from omni_iceberg.backfill import reuse
+
+    monkeypatch.setenv("OMNI_INDEX", index)
+    through_index = []
+    original = reuse._read_through_index
+
+    def spy(src, ids, columns):
+        out = original(src, ids, columns)
+        through_index.append(out is not None)
+        return out
+
+    monkeypatch.setattr(reuse, "_read_through_index", spy)
     o = Omni(home=tmp_path / "h")
     for name in ("web", "mirror"):
         o.create_table(name)
@@ -253,6 +266,8 @@ def test_reuse_by_content_across_logical_tables(tmp_path, pages):
     o.backfill("web", ["t_len"], isolation="inline")
     report = o.backfill("mirror", ["t_len"], isolation="inline")
     assert report.reused == 2 * 10  # both features, for the 10 shared pages
+    # with an index the source rows are read by position; without one, scanned
+    assert (all(through_index) and through_index) if index == "lmdb" else not through_index
     web = dict(
                zip(*o.read("web", columns=["_ai_unique_id_", "t_len"]).to_pydict().values()))
     mirror = o.read("mirror", columns=["_ai_unique_id_", "t_len"]).to_pylist()

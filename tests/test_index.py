@@ -377,3 +377,38 @@ def test_backend_selection_by_config(omni, name, tmp_path, monkeypatch):
     monkeypatch.setenv("OMNI_INDEX_TIMEOUT_MS", "soon")
     with pytest.raises(ConfigError, match="OMNI_INDEX_TIMEOUT_MS='soon'"):
         open_index(omni.config, f"aidata.{name}", "hbase://127.0.0.1:1")
+
+
+def test_sql_id_predicates_read_through_the_index_and_agree_with_the_scan(omni, name, spec, indexed_writes, tmp_path,
+                                                                          monkeypatch):
+    from tests import feature_udfs as U
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 20)], batch="a")
+    omni.submit(name, [_jsonl(tmp_path, "b", 20)], batch="b")
+    omni.register_features(name, [U.t_parse, U.t_len])
+    omni.backfill(name, ["t_len"], isolation="inline")
+    a, b = _ids(omni, name, "a"), _ids(omni, name, "b")
+    queries = [
+        f"SELECT _ai_unique_id_, RawData.url, t_len FROM {name} WHERE _ai_unique_id_ = '{a[3]}'",
+        f"SELECT RawData, t_len FROM {name} WHERE _ai_unique_id_ IN ('{a[1]}', '{b[2]}', '{'0' * 32}', 'nope') "
+        f"ORDER BY t_len",
+        # the batch filter still applies to rows found through the index
+        f"SELECT count(*) AS n FROM {name} WHERE _ai_unique_id_ IN ('{a[1]}', '{b[2]}') AND _ai_append_name_ = 'b'",
+        f"SELECT count(*) AS n FROM {name} WHERE _ai_unique_id_ = 'NOT-AN-ID'",
+    ]
+    through_index = []
+    for q in queries:
+        plan = omni.explain(q)
+        assert "through the id index" in plan and "lags" not in plan, plan
+        through_index.append(omni.query(q).to_pylist())
+    assert through_index[0][0]["url"] == omni.read(name, columns=[ID_COLUMN, "RawData.url"]).to_pylist()[
+        _ids(omni, name).index(a[3])]["RawData.url"]
+    assert len(through_index[1]) == 2 and through_index[2] == [{"n": 1}] and through_index[3] == [{"n": 0}]
+    # the same queries where the index cannot vouch: scanned, same answers
+    index_dir = tmp_path / "empty-index"
+    monkeypatch.setenv("OMNI_INDEX", f"lmdb://{index_dir}")
+    for q, expected in zip(queries, through_index):
+        plan = omni.explain(q)
+        assert "scanned for" in plan and "lags" in plan, plan
+        assert omni.query(q).to_pylist() == expected

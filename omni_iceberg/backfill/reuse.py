@@ -30,6 +30,9 @@ class _Source:
     identifier: str
     snapshot_id: int
     batches: list[str] = field(default_factory=list)  # only these batches hold matching values
+    logical_table: str = ""
+    coverage: Any = None  # the source's id index coverage, when authoritative at ``snapshot_id``
+    index: Any = None
 
 
 class ReuseIndex:
@@ -50,6 +53,8 @@ class ReuseIndex:
             if b.name not in chains:
                 continue
             sources[b.name] = find_sources(store.catalog, state.table.identifier, b, chains[b.name].data_version)
+        for src in (s for found in sources.values() for s in found):
+            _attach_index(store, src)
         return cls(store.catalog, sources)
 
     def lookup(self, feature: str, ids: pa.Array, columns: list[str]) -> pa.Table | None:
@@ -61,6 +66,12 @@ class ReuseIndex:
         for src in self.sources.get(feature, ()):
             if not wanted:
                 break
+            data = _read_through_index(src, sorted(wanted), columns) if src.coverage is not None else None
+            if data is not None:
+                if data.num_rows:
+                    found.append(data)
+                    wanted -= set(data.column(ID_COLUMN).to_pylist())
+                continue
             table = self.catalog.load_table(src.identifier)
             if table.snapshot_by_id(src.snapshot_id) is None:
                 continue  # expired since it was indexed
@@ -72,7 +83,7 @@ class ReuseIndex:
                 wanted -= set(data.column(ID_COLUMN).to_pylist())
         if not found:
             return None
-        merged = pa.concat_tables(found)
+        merged = pa.concat_tables([t.cast(found[0].schema) for t in found])  # index reads and scans alike
         _, first = _unique_rows(merged.column(ID_COLUMN).to_pylist())
         return merged.take(pa.array(first, pa.int64()))
 
@@ -103,8 +114,48 @@ def find_sources(catalog: Any, own_table: str, binding: FeatureBinding, data_ver
             latest_per_batch[r["batch"]] = r
         batches = sorted(b for b, r in latest_per_batch.items() if r["data_version"] == data_version)
         if batches:
-            out.append(_Source(identifier, newest["snapshot_id"], batches))
+            out.append(_Source(identifier, newest["snapshot_id"], batches, newest["logical_table"]))
     return out
+
+
+def _attach_index(store: FamilyStore, src: _Source) -> None:
+    """Use the source table's id index for lookups when it can vouch for the source snapshot.
+
+    A unit's ids are mostly absent from another table: the index answers that with a
+    key lookup each, where the scan reads every file of the matching batches.
+    """
+    if store.index_opener is None:
+        return
+    try:
+        index = store.index_opener(src.logical_table)
+        if index is None:
+            return
+        cov = index.coverage(store.catalog, src.identifier, src.snapshot_id)
+    except Exception:  # noqa: BLE001 - the index is only the fast path; the scan stays correct
+        return
+    if cov.authoritative:
+        src.index, src.coverage = index, cov
+
+
+def _read_through_index(src: _Source, ids: list[str], columns: list[str]) -> pa.Table | None:
+    """Rows (id + columns) of ``ids`` in the source, read by position; None if the index cannot vouch."""
+    from omni_iceberg.index.parquet_rows import read_positions
+
+    by_file: dict[str, list[tuple[str, int]]] = {}
+    for rid, locs in src.index.locations(src.coverage, ids).items():
+        if len(locs) != 1:
+            return None
+        if locs[0].batch in src.batches:
+            by_file.setdefault(locs[0].path, []).append((rid, locs[0].position))
+    pieces = []
+    for path, wanted in by_file.items():
+        values = read_positions(path, [p for _, p in wanted], [ID_COLUMN, *columns])
+        if values.get(ID_COLUMN) is None or values[ID_COLUMN].to_pylist() != [r for r, _ in wanted]:
+            return None
+        if any(c not in values for c in columns):
+            return None  # a file from before a column existed: let the scan fill it in
+        pieces.append(pa.table({ID_COLUMN: values[ID_COLUMN], **{c: values[c] for c in columns}}))
+    return pa.concat_tables(pieces) if pieces else pa.table({ID_COLUMN: pa.array([], pa.string())})
 
 
 def _unique_rows(ids: list[str]) -> tuple[set[str], list[int]]:

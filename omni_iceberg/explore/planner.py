@@ -27,6 +27,7 @@ from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState, PhysicalTable
 from catalog_ext.view_sql import pinned_ref, render_family_select
 from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError, check_tree
+from omni_iceberg.explore.id_route import IndexRoute, pinned_ids, plan_route, read_through_index
 from omni_iceberg.explore.results import plain_numbers
 from omni_iceberg.explore.rules import QueryContext, run_rules
 from omni_iceberg.explore.rules.context import leaf_paths
@@ -43,6 +44,7 @@ class PhysicalScan:
     filters: list[exp.Expression] = field(default_factory=list)  # pushed conjuncts (logical columns)
     batches: list[str] | None = None
     local_name: str = ""  # the name DuckDB knows this scan by: generated, never user text
+    route: IndexRoute | None = None  # set when the query pins this table to ids (see explore.id_route)
 
 
 @dataclass
@@ -118,7 +120,9 @@ class QueryPlan:
                 "base_table_read": any(s.table.key == t.state.base_table.key for s in read),
                 "base_table_skipped_because": self.ctx.driver_reasons.get(alias),
                 "scans": [{"table": s.table.identifier, "snapshot_id": s.table.snapshot_id, "columns": s.columns,
-                           "pushed": [f.sql() for f in s.filters], "local_name": s.local_name} for s in read],
+                           "pushed": [f.sql() for f in s.filters], "local_name": s.local_name,
+                           "read": ("index" if s.route.uses_index(s.table.key) else "scan") if s.route else "scan",
+                           "id_lookup": s.route.describe(s.table.key) if s.route else None} for s in read],
                 "pruned": [x.identifier for x in t.state.tables if x.identifier not in self.tables()],
             })
         system = [{"alias": alias, "system_table": t.identifier,
@@ -142,6 +146,8 @@ class QueryPlan:
             for s in entry["scans"]:
                 lines.append(f"  scan {s['table']} @ snapshot {s['snapshot_id']}: "
                              f"columns [{', '.join(s['columns'])}], pushed [{' AND '.join(s['pushed']) or '-'}]")
+                if s["id_lookup"]:
+                    lines.append(f"    id lookup: {s['id_lookup']}")
             if entry["base_table_skipped_because"]:
                 lines.append(f"  base table not read: {entry['base_table_skipped_because']}")
             if entry["pruned"]:
@@ -196,6 +202,12 @@ def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> Que
                        and (key == driver or rejects_null(f))]
             scans.append(PhysicalScan(alias, state.physical_table(key), cols, filters, ctx.batches.get(alias),
                                       local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
+        ids = pinned_ids(ctx, alias) if catalog is not None else None
+        if ids is not None:
+            route = plan_route(omni, state, ids, list(needed))
+            for scan in scans:
+                if scan.alias == alias:
+                    scan.route = route
     for alias, system in ctx.system.items():
         snapshot = _system_snapshot(catalog, system.identifier, loaded)
         table = PhysicalTable(key=f"system_{system.name}", identifier=system.identifier, group="system",
@@ -278,6 +290,11 @@ def scan_arrow(omni: Any, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
             return SCHEMAS[plan.ctx.system[scan.alias].name].empty_table()
         return plan.loaded[scan.table.identifier].scan(snapshot_id=scan.table.snapshot_id).to_arrow()
     state = plan.ctx.tables[scan.alias].state
+    if scan.route is not None and scan.route.uses_index(scan.table.key):
+        rows = read_through_index(scan.route, scan.table.key, load_physical(omni, plan, scan.table), scan.columns,
+                                  scan.batches)
+        if rows is not None:
+            return rows
     row_filter = AlwaysTrue()
     if scan.batches:
         row_filter = In(BATCH_COLUMN, set(scan.batches))

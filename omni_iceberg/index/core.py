@@ -123,6 +123,19 @@ class IdIndex:
         retired = frozenset(bytes.fromhex(f) for r in records.values() if r.complete for f in r.retired)
         return Coverage(identifier, snapshot_id, frozenset(hist.runs), retired, lag)
 
+    def locations(self, cov: Coverage, ids: Sequence[str]) -> dict[str, list[Location]]:
+        """id -> locations visible under ``cov`` (one physical table at one snapshot)."""
+        entries = self.backend.get_entries([id_key(i) for i in ids])
+        files = self.files(fk for locs in entries.values() for fk, _ in locs)
+        out: dict[str, list[Location]] = {}
+        for ikey, locs in entries.items():
+            for fk, pos in locs:
+                rec = files.get(fk)
+                if rec is None or rec.table != cov.table or rec.run not in cov.visible_runs or fk in cov.retired:
+                    continue
+                out.setdefault(id_of(ikey), []).append(Location(rec.path, pos, rec.batch, rec.run))
+        return out
+
     def at(self, catalog: Any, state: FamilyState) -> "IndexView":
         """This index as seen by a reader at ``state``'s logical version."""
         return IndexView(self, catalog, state)
@@ -220,17 +233,7 @@ class IndexView:
 
     def locations(self, table_key: str, ids: Sequence[str]) -> dict[str, list[Location]]:
         """id -> visible locations in one physical table; only meaningful when authoritative."""
-        cov = self.coverage(table_key)
-        entries = self.index.backend.get_entries([id_key(i) for i in ids])
-        files = self.index.files(fk for locs in entries.values() for fk, _ in locs)
-        out: dict[str, list[Location]] = {}
-        for ikey, locs in entries.items():
-            for fk, pos in locs:
-                rec = files.get(fk)
-                if rec is None or rec.table != cov.table or rec.run not in cov.visible_runs or fk in cov.retired:
-                    continue
-                out.setdefault(id_of(ikey), []).append(Location(rec.path, pos, rec.batch, rec.run))
-        return out
+        return self.index.locations(self.coverage(table_key), ids)
 
     def contains_many(self, table_key: str, sorted_ids: Sequence[str]) -> set[str]:
         """The ids among ``sorted_ids`` that have a row in ``table_key`` at this version (dedup).
