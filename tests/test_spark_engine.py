@@ -226,6 +226,11 @@ def test_spark_and_local_engines_produce_identical_values_errors_and_lineage(spa
         snap = t_len.snapshot_by_id(snap.parent_snapshot_id)
     assert sorted(labels) == ["t_len/a", "t_len/b"]
     assert SparkBackfill(on_spark, spark=spark.session).run("se_parity", features).status == "nothing to do"
+    # files Spark's executors wrote are indexed before the commit, like the local engine's
+    assert on_spark.verify_index("se_parity").ok
+    ids = [r["_ai_unique_id_"] for r in on_spark.read("se_parity", columns=["_ai_unique_id_"]).to_pylist()][:5]
+    looked_up = on_spark.get("se_parity", ids, columns=["t_len"], explain=True)
+    assert {t.method for t in looked_up.tables} == {"index"}, looked_up.explain_text()
 
     # a unit's inputs from three physical tables join without a shuffle (co-partitioned family); small
     # tables would be broadcast, so broadcasting is off here to see the plan big tables get
@@ -401,6 +406,7 @@ def test_lost_commit_race_rebases_the_same_files_without_recomputing(spark, tmp_
         assert files and files <= live  # the very files Spark wrote, re-committed on the winner's snapshot
     values = omni.read("se_race", columns=["t_len"]).column("t_len").to_pylist()
     assert len(values) == 6 and None not in values
+    assert omni.verify_index("se_race").ok  # the rebased files stay indexed under the visible runs
 
 
 def test_udf_bugs_and_crashes_end_as_on_the_local_engine(spark, tmp_path):

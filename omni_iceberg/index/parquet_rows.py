@@ -65,8 +65,12 @@ def read_ids(path: str) -> list[str]:
 
 
 def _filesystem(path: str) -> tuple[Any, str]:
+    from urllib.parse import urlparse
+
     from pyarrow import fs as pafs
 
+    if path.startswith("file:"):  # Spark writes "file:/x", pyiceberg "file:///x"; pyarrow takes only the latter
+        return pafs.LocalFileSystem(), urlparse(path).path
     return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
 
 
