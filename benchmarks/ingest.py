@@ -12,20 +12,25 @@ Variants, each in a fresh subprocess (peak RSS = the child's ``VmHWM``):
   32 MiB of raw text, whichever first), one ``pq.ParquetWriter`` (zstd, omni's
   codec); no id, no dedup, no partitioning, no commit;
 - ``omni``: ``Omni.submit`` into a fresh embedded catalog (id, dedup, bucketed
-  Iceberg data files, staged branch, one logical commit).
+  Iceberg data files, id index entries, staged branch, one logical commit);
+- ``omni_noindex``: the same with ``OMNI_INDEX=off`` (what the id index costs an ingest).
 
 A second input holds the same pages with every body made distinct (a round-number
-comment appended), so that omni writes as many rows as the floor.
+comment appended), so that omni writes as many rows as the floor. A third, ``short``,
+is synthetic on purpose: ``--short-records`` JSONL records of ~175 bytes (default
+1,000,000), where per-record costs (id, dedup, index entries) dominate.
 
 Headline: omni throughput / floor throughput over the same input (target >= 0.5),
-for both inputs, and omni's peak RSS at ~50, ~200 and ~400 MiB of input (bounded memory).
+for each input; omni with / without the id index (target >= 0.9); and omni's peak RSS
+at ~50, ~200 and ~400 MiB of input (bounded memory).
 
-    python -m benchmarks.ingest [--quick] [--repeats N] [--mib 200] [--small-mib 50]
+    python -m benchmarks.ingest [--quick] [--repeats N] [--mib 200] [--small-mib 50] [--short-records N]
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -49,7 +54,7 @@ def _child(kind: str, source: str, out: str) -> dict:
     from omni_iceberg.ingest.sources.records import SourceRecord
 
     result: dict = {"kind": kind}
-    if kind == "omni":
+    if kind.startswith("omni"):
         from omni_iceberg.api import Omni
         from catalog_ext.config import OmniConfig
 
@@ -98,13 +103,29 @@ def _child(kind: str, source: str, out: str) -> dict:
 def run_child(kind: str, source: Path) -> dict:
     """Start one variant in a new interpreter and return what it measured."""
     out = C.scratch_dir(f"ingest/{kind}")
-    target = out if kind == "omni" else out / "floor.parquet"
+    target = out if kind.startswith("omni") else out / "floor.parquet"
+    env = {**os.environ, "OMNI_INDEX": "off" if kind == "omni_noindex" else "lmdb"}
     proc = subprocess.run([sys.executable, "-m", "benchmarks.ingest", CHILD_FLAG, kind, str(source), str(target)],
-                          cwd=C.ROOT, capture_output=True, text=True, check=False)
+                          cwd=C.ROOT, capture_output=True, text=True, check=False, env=env)
     C.remove(out)
     if proc.returncode != 0:
         raise SystemExit(f"ingest child {kind} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def short_jsonl(records: int) -> Path:
+    """``records`` synthetic JSONL records of ~175 bytes each (cached: deterministic)."""
+    path = C.OUT / f"short-{records}.jsonl"
+    if not path.exists():
+        C.OUT.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            for i in range(records):
+                f.write(json.dumps({"raw_data": f"<p>short record {i}: a line of forum text, id {i * 7919 % 1000003}"
+                                                f" and some words to reach a realistic size</p>",
+                                    "url": f"https://forum.example.org/t/{i}"}) + "\n")
+        tmp.rename(path)
+    return path
 
 
 # --------------------------------------------------------------------------- parent
@@ -121,6 +142,8 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--small-mib", type=float, default=None, help="MiB of HTML for the RSS check (50)")
         p.add_argument("--large-mib", type=float, default=None,
                        help="a third, larger size for the RSS check (default: twice --mib)")
+        p.add_argument("--short-records", type=int, default=None,
+                       help="synthetic ~175-byte JSONL records for the short-record comparison (1,000,000)")
 
     args = C.parse_args("ingest", __doc__, options, argv)
     started = time.perf_counter()
@@ -131,18 +154,24 @@ def main(argv: list[str] | None = None) -> None:
 
     # "spec": build_warc as is (pages repeat -> omni dedups); "distinct": every body distinct
     paths = {"spec": C.docs_warc(big), "distinct": C.distinct_docs_warc(big), "small": C.distinct_docs_warc(small),
-             "large": C.distinct_docs_warc(large)}
+             "large": C.distinct_docs_warc(large),
+             "short": short_jsonl(args.short_records or (100_000 if args.quick else 1_000_000))}
     inputs = {}
     for key, path in paths.items():
-        records, html = C.html_bytes_of_warc(path)
+        if key == "short":
+            records = sum(1 for _ in open(path))
+            html = sum(len(json.loads(line)["raw_data"]) for line in open(path))
+        else:
+            records, html = C.html_bytes_of_warc(path)
         inputs[key] = {"path": path, "records": records, "html_bytes": html, "warc_bytes": path.stat().st_size,
-                       "mib": {"small": small, "large": large}.get(key, big)}
+                       "mib": round(html / C.MIB, 1) if key == "short" else {"small": small, "large": large}.get(key, big)}
         C.log(f"input {key}: {path.name}: {records} records, {html / 1e6:.1f} MB HTML, "
               f"{path.stat().st_size / 1e6:.1f} MB WARC")
 
     trials: list[dict] = []
     plan = [("read", "spec"), ("floor", "spec"), ("omni", "spec"), ("floor", "distinct"), ("omni", "distinct"),
-            ("omni", "small"), ("omni", "large")]
+            ("omni_noindex", "distinct"), ("omni", "small"), ("omni", "large"), ("floor", "short"), ("omni", "short"),
+            ("omni_noindex", "short")]
     for r in range(repeats):
         for kind, key in (plan if r % 2 == 0 else plan[::-1]):  # alternate order: no variant always first
             res = run_child(kind, inputs[key]["path"])
@@ -171,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
 
     spec_ratio, spec_paired = ratio_of("spec")
     dist_ratio, dist_paired = ratio_of("distinct")
+    short_ratio, short_paired = ratio_of("short")
+    index_cost = {key: med[("omni_noindex", key)] / med[("omni", key)] for key in ("distinct", "short")}
     rss_big, rss_small = max(pick("omni", "distinct", "peak_rss_mib")), max(pick("omni", "small", "peak_rss_mib"))
     rss_large = max(pick("omni", "large", "peak_rss_mib"))
     heads = [
@@ -178,6 +209,13 @@ def main(argv: list[str] | None = None) -> None:
                    "x", ">= 0.5", spec_ratio >= 0.5, f"per repeat: {', '.join(f'{p:.2f}' for p in spec_paired)}"),
         C.headline(f"throughput omni / floor, distinct pages ({big:g} MiB, same rows written)", dist_ratio, "x",
                    ">= 0.5", dist_ratio >= 0.5, f"per repeat: {', '.join(f'{p:.2f}' for p in dist_paired)}"),
+        C.headline(f"throughput omni / floor, {inputs['short']['records']:,} short JSONL records (~175 bytes)",
+                   short_ratio, "x", ">= 0.5", short_ratio >= 0.5,
+                   f"per repeat: {', '.join(f'{p:.2f}' for p in short_paired)}"),
+        C.headline("throughput with the id index / without (distinct pages)", index_cost["distinct"], "x", ">= 0.9",
+                   index_cost["distinct"] >= 0.9),
+        C.headline("throughput with the id index / without (short records)", index_cost["short"], "x", ">= 0.9",
+                   index_cost["short"] >= 0.9),
         C.headline("reader time / floor time (share of the floor spent in the WARC reader)",
                    med[("read", "spec")] / med[("floor", "spec")], "x"),
         C.headline(f"omni peak RSS at {big:g} MiB / at {small:g} MiB (distinct pages)", rss_big / rss_small, "x",

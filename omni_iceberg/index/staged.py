@@ -69,8 +69,7 @@ class WriterIndexing:
 
     def files_written(self, writer: StagedWrite, files: list[Any]) -> None:
         self.run.reopen()
-        for f in files:
-            self.run.add_file(f.file_path, batch=batch_of(f))
+        self.run.add_files([(f.file_path, batch_of(f)) for f in files])
 
     def before_commit(self, writer: StagedWrite) -> None:
         table = writer.catalog.load_table(writer.identifier)
@@ -84,8 +83,7 @@ class WriterIndexing:
         if self.run.record.complete and not todo and set(retire) <= set(self.run.record.retired):
             return  # nothing changed since the last attempt
         self.run.reopen()
-        for f in todo:
-            self.run.add_file(f.file_path, batch=batch_of(f))
+        self.run.add_files([(f.file_path, batch_of(f)) for f in todo])
         if retire:
             self.run.retire_keys(retire)
         self.run.finish()

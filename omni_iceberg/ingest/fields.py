@@ -8,6 +8,7 @@ Arrow or Parquet.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -62,6 +63,7 @@ def _split_pair(pair: str) -> tuple[str, str]:
     return source, target
 
 
+@functools.lru_cache(maxsize=65536)  # called per field per record; sources repeat a few names
 def normalise_name(name: str) -> str:
     """Source field names become identifiers: ``WARC-Date`` -> ``WARC_Date``; reserved ones get ``src_``."""
     out = _NOT_IDENT.sub("_", name) or "field"
