@@ -11,6 +11,7 @@ result has the same shape and types as :meth:`Omni.read`, plus ``_found``.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -118,6 +119,20 @@ def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[
     return result
 
 
+_POOL: list[Any] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> Any:
+    """One reader pool per process: starting threads per lookup cost more than a 1,000-id read."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="omni-index-read"))
+        return _POOL[0]
+
+
 def _open(omni: Any, state: FamilyState, spec: str | None) -> IdIndex:
     from omni_iceberg.index.select import open_index
 
@@ -161,10 +176,7 @@ def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: l
         return path, wanted, read_positions(path, [pos for _, pos, _ in wanted], [ID_COLUMN, *physical])
 
     if len(by_file) > 2:  # Parquet decoding releases the GIL: overlap files
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(by_file))) as pool:
-            done = list(pool.map(read, by_file.items()))
+        done = list(_pool().map(read, by_file.items()))
     else:
         done = [read(item) for item in by_file.items()]
     pieces = []
