@@ -392,7 +392,7 @@ def test_sql_id_predicates_read_through_the_index_and_agree_with_the_scan(omni, 
     queries = [
         f"SELECT _ai_unique_id_, RawData.url, t_len FROM {name} WHERE _ai_unique_id_ = '{a[3]}'",
         f"SELECT RawData, t_len FROM {name} WHERE _ai_unique_id_ IN ('{a[1]}', '{b[2]}', '{'0' * 32}', 'nope') "
-        f"ORDER BY t_len",
+        f"ORDER BY t_len, RawData.url",
         # the batch filter still applies to rows found through the index
         f"SELECT count(*) AS n FROM {name} WHERE _ai_unique_id_ IN ('{a[1]}', '{b[2]}') AND _ai_append_name_ = 'b'",
         f"SELECT count(*) AS n FROM {name} WHERE _ai_unique_id_ = 'NOT-AN-ID'",
