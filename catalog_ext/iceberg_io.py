@@ -160,3 +160,26 @@ def read_tasks(scan: Any, tasks: list[Any]) -> Any:
     from pyiceberg.io.pyarrow import ArrowScan
 
     return ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter, scan.case_sensitive).to_table(tasks)
+
+
+def read_data_files(table: Any, files: list[Any], columns: tuple[str, ...] | None = None) -> Any:
+    """Rows of some data files, projected to ``columns`` (all by default) of the table's current schema.
+
+    Read through pyiceberg's scan machinery, so field ids (not file column names)
+    decide the projection and files written before a schema change get the new
+    fields as nulls.
+    """
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.table import FileScanTask
+
+    schema = table.schema() if columns is None else table.schema().select(*columns)
+    for f in files:
+        try:
+            f.spec_id
+        except AttributeError:
+            # a file written by this process and not yet read back from a manifest has no
+            # spec id; it was written with the table's default spec (the only one omni uses)
+            f.spec_id = table.metadata.default_spec_id
+    tasks = [FileScanTask(f) for f in files]
+    return ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(tasks)

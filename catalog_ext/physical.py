@@ -1,9 +1,15 @@
 """Physical tables of a family: their schemas, layout, and staged writes.
 
-Every physical table is partitioned ``identity(_ai_append_name_)`` plus
-``bucket(N, _ai_unique_id_)`` with the same N across the family: batch pruning for
-free, family joins co-partitioned (no shuffle in Spark), and an id lookup plans one
-file per table.
+Every physical table is partitioned by ``bucket(N, _ai_unique_id_)`` alone, with the
+same N across the family: family joins are co-partitioned (no shuffle in Spark) and an
+id lookup plans one bucket per table. The batch is deliberately NOT a partition: with
+``identity(batch)`` every batch became its own N files per table, and 300 small
+batches left thousands of tiny files that no compaction could merge (a data file holds
+one partition value). Batch pruning works through the batch column's file statistics
+instead, kept in full (``write.metadata.metrics.column._ai_append_name_=full``): ingest
+and backfill files hold one batch each, so their bounds are exact, and a compacted
+file's bounds are still a correct filter. Tables created before this layout keep the
+``(batch, bucket)`` spec and work the same (see :func:`file_batch`).
 
 Writers never write to ``main`` directly. A :class:`StagedWrite` writes data files,
 commits them as one snapshot on a private branch that starts at the snapshot the
@@ -26,6 +32,29 @@ from catalog_ext.staging import STAGING_BRANCH_PREFIX
 
 #: snapshot property of a staged delete: the batches whose old rows a run replaces
 CLEARED_PROPERTY = "omni.cleared-batches"
+#: the partition field of every family table: bucket(N, _ai_unique_id_)
+BUCKET_FIELD = "_ai_id_bucket"
+
+
+def file_batch(table: Any, data_file: Any) -> str | None:
+    """The one batch a data file holds, or None when it holds several (a compacted file).
+
+    From the ``identity(batch)`` partition of tables created with the old layout, else
+    from the batch column's bounds (kept in full: see the module docstring).
+    """
+    try:
+        spec = table.specs()[data_file.spec_id]
+    except AttributeError:  # a file written in this process carries no spec id: the current spec
+        spec = table.spec()
+    for pos, f in enumerate(spec.fields):
+        if f.name == BATCH_COLUMN:
+            return str(data_file.partition[pos])
+    field_id = table.schema().find_field(BATCH_COLUMN).field_id
+    lower = (data_file.lower_bounds or {}).get(field_id)
+    upper = (data_file.upper_bounds or {}).get(field_id)
+    if lower is None or lower != upper:
+        return None
+    return bytes(lower).decode("utf-8")
 
 
 def iceberg_type(type_str: str) -> Any:
@@ -55,7 +84,7 @@ def create_physical_table(
     """
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
-    from pyiceberg.transforms import BucketTransform, IdentityTransform
+    from pyiceberg.transforms import BucketTransform
     from pyiceberg.types import NestedField, StringType
 
     fields = [
@@ -66,13 +95,13 @@ def create_physical_table(
     # pyiceberg re-assigns nested ids on create; top-level ids 1 and 2 stay the keys
     schema = Schema(*fields)
     spec = PartitionSpec(
-        PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name=BATCH_COLUMN),
-        PartitionField(source_id=1, field_id=1001, transform=BucketTransform(bucket_count), name="_ai_id_bucket"),
+        PartitionField(source_id=1, field_id=1000, transform=BucketTransform(bucket_count), name=BUCKET_FIELD),
     )
     table_props = {
         "format-version": "2",
         "write.parquet.compression-codec": "zstd",
         "write.distribution-mode": "hash",
+        f"write.metadata.metrics.column.{BATCH_COLUMN}": "full",  # exact batch bounds: batch pruning
         **properties,
     }
     table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=table_props)
@@ -234,20 +263,13 @@ class StagedWrite:
     def rebase_excluding(self, onto_snapshot_id: int, batches: set[str]) -> int:
         """Like :meth:`rebase`, but drop the files of ``batches`` (units the winner already committed).
 
-        Files are partitioned ``identity(_ai_append_name_)``, so a unit's files are known
-        by their batch. Without this a lost race would append a second copy of the
+        A unit writes files of its batch only, so a unit's files are known by their
+        batch (:func:`file_batch`). Without this a lost race would append a second copy of the
         winner's rows. With every file dropped the branch simply sits at ``onto``.
         """
 
-        def batch_of(data_file: Any, table: Any) -> str | None:
-            try:
-                spec = table.specs()[data_file.spec_id]
-            except AttributeError:  # a file written in this process carries no spec id: the current spec
-                spec = table.spec()
-            pos = next(i for i, f in enumerate(spec.fields) if f.name == BATCH_COLUMN)
-            return data_file.partition[pos]
-
-        keep = [f for f in self.data_files if batch_of(f, self.table) not in batches]
+        # a run's files each hold one unit, i.e. one batch (file_batch is never None for them)
+        keep = [f for f in self.data_files if file_batch(self.table, f) not in batches]
 
         def recommit(table):
             ops = table.manage_snapshots()
@@ -287,7 +309,8 @@ class StagedWrite:
 
         For stale units: the feature version is the same, so its table already holds rows
         of those batches computed from an outdated upstream. The delete is one snapshot
-        on the branch (whole files: tables are partitioned by batch), replayed by
+        on the branch (whole files where a file holds only these batches, rewritten where a
+        compacted file mixes batches), replayed by
         :meth:`rebase` and found again by :meth:`attach`. Pending files are committed first.
         """
         todo = sorted(set(batches) - set(self.cleared_batches))
@@ -329,6 +352,37 @@ class StagedWrite:
 
         table = iceberg_io.with_table_retry(self.catalog, self.identifier, rewrite)
         self.rows += data.num_rows
+        self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
+        return self.staged_snapshot_id
+
+    def rewrite_files(self, old_files: list[Any], data: pa.Table, properties: dict[str, str] | None = None) -> int:
+        """Replace ``old_files`` by ``data`` written anew, in ONE snapshot on the branch (compaction).
+
+        Nothing else changes: rows keep their values, files not named are untouched. Not
+        rebasable (see ``rebasable``): a concurrent writer fails the logical commit instead.
+        """
+        new_files = iceberg_io.write_data_files(self.table, data, self._uuid, self._counter)
+        self.rows += data.num_rows
+
+        def commit(table):
+            if self.branch not in table.metadata.refs:
+                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
+                table = self.catalog.load_table(self.identifier)
+            with table.transaction() as tx:
+                with tx.update_snapshot(snapshot_properties={**self.properties, **(properties or {})},
+                                        branch=self.branch).overwrite() as rewrite:
+                    for f in old_files:
+                        rewrite.delete_data_file(f)
+                    for f in new_files:
+                        rewrite.append_data_file(f)
+            return self.catalog.load_table(self.identifier)
+
+        try:
+            table = iceberg_io.with_table_retry(self.catalog, self.identifier, commit)
+        except BaseException:
+            self.pending_files += new_files  # written, never committed: abandon() deletes them
+            raise
+        self.branch_files += new_files
         self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
         return self.staged_snapshot_id
 

@@ -1,15 +1,24 @@
 """Small-file compaction of a logical table's physical family.
 
-Ingest chunks and backfill checkpoints each add files per (batch, bucket) partition;
-over time a partition holds many small files and scans slow down. Compaction rewrites
-the partitions with more than ``min_files`` files into one file each:
+Ingest chunks and backfill checkpoints add files to every id-bucket partition they
+touch; small batches leave many small files, and scans pay per file. Compaction
+merges the small files of each partition:
 
-- prepare: count data files per partition at the pinned snapshots (a printable plan);
-- execute: on a private branch starting at the pinned snapshot, overwrite each chosen
-  batch's rows with the same rows in fewer files (one snapshot per batch);
+- prepare: list the data files per partition at the pinned snapshots and pick the
+  partitions holding at least ``min_files`` small files (a printable plan, also JSON);
+- execute: on a private branch starting at the pinned snapshot, replace each chosen
+  group of files by the same rows in as few files as ``target_file_bytes`` allows
+  (one snapshot per partition). Rows are written sorted by (batch, id), so a merged
+  file covers a narrow batch range and batch pruning by file statistics stays sharp;
 - commit: one logical version re-pins the compacted snapshots. Readers of older
-  versions keep their snapshots; a writer that committed meanwhile makes the commit
-  fail cleanly (its branch is dropped) and compaction simply runs again later.
+  versions keep their snapshots (and the id index resolves them to the old files); a
+  writer that committed meanwhile makes the commit fail cleanly (its branch is dropped)
+  and compaction simply runs again later.
+
+Family tables are partitioned by id bucket only (see :mod:`catalog_ext.physical`), so a
+partition spans every batch: 300 batches of 10 records end up as at most N files per
+table. Tables created with the older (batch, bucket) spec are compacted per
+(batch, bucket) partition, as before.
 """
 
 from __future__ import annotations
@@ -18,11 +27,28 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from catalog_ext.contract import BATCH_COLUMN, split_qualified
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
+from catalog_ext.iceberg_io import read_data_files
+from catalog_ext.physical import file_batch
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import PinSnapshot
 from governance.maintenance import clean_leftovers
+
+#: files at least this big are left alone: merging them buys little and rewrites a lot
+SMALL_FILE_BYTES = 32 * 2**20
+#: a merged file is cut when its inputs reach this size
+TARGET_FILE_BYTES = 128 * 2**20
+
+
+@dataclass
+class PartitionRewrite:
+    """One group of small files of one partition, merged into new files."""
+
+    partition: str  # e.g. "_ai_id_bucket=3"
+    files: int
+    bytes: int
+    paths: list[str] = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -31,7 +57,11 @@ class TableCompaction:
     key: str
     snapshot_id: int
     files_before: int
-    batches: dict[str, int]  # batch -> files in partitions that will be rewritten
+    partitions: list[PartitionRewrite] = field(default_factory=list)
+
+    @property
+    def files_rewritten(self) -> int:
+        return sum(p.files for p in self.partitions)
 
 
 @dataclass
@@ -49,47 +79,84 @@ class CompactionPlan:
             return f"{self.logical_table} v{self.version}: nothing to compact"
         lines = [f"compaction plan for {self.logical_table} at version {self.version}:"]
         for t in self.tables:
-            lines.append(f"  {t.identifier} ({t.files_before} files): rewrite batches "
-                         + ", ".join(f"{b} ({n} files)" for b, n in sorted(t.batches.items())))
+            groups = len(t.partitions)
+            lines.append(f"  {t.identifier} ({t.files_before} files): merge {t.files_rewritten} small files "
+                         f"in {groups} partition group(s), "
+                         f"{sum(p.bytes for p in t.partitions) / 2**20:.1f} MiB")
+            for p in t.partitions[:8]:
+                lines.append(f"    {p.partition}: {p.files} files, {p.bytes / 2**20:.2f} MiB")
+            if groups > 8:
+                lines.append(f"    ... and {groups - 8} more")
         return "\n".join(lines)
 
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for t in out["tables"]:
+            for p in t["partitions"]:
+                p.pop("paths", None)
+        return out
 
-def plan_compaction(store: FamilyStore, name: str, min_files: int = 2) -> CompactionPlan:
-    """Partitions (batch, bucket) with at least ``min_files`` data files, per physical table."""
+
+def _partition_label(table: Any, data_file: Any) -> str:
+    try:
+        spec = table.specs()[data_file.spec_id]
+    except (AttributeError, KeyError):
+        spec = table.spec()
+    return ", ".join(f"{f.name}={data_file.partition[i]}" for i, f in enumerate(spec.fields))
+
+
+def plan_compaction(store: FamilyStore, name: str, min_files: int = 2, *,
+                    small_file_bytes: int = SMALL_FILE_BYTES, target_file_bytes: int = TARGET_FILE_BYTES
+                    ) -> CompactionPlan:
+    """Per physical table, the partitions holding at least ``min_files`` small files, in merge groups."""
     ns, table = split_qualified(name)
     state: FamilyState = store.load(ns, table)
     plan = CompactionPlan(state.table.identifier, state.version)
     for t in state.tables:
+        if t.snapshot_id is None:
+            continue
         ice = store.catalog.load_table(t.identifier)
-        per_partition: dict[tuple, int] = {}
+        small: dict[str, list[Any]] = {}
         total = 0
         for task in ice.scan(snapshot_id=t.snapshot_id).plan_files():
-            key = tuple(task.file.partition)
-            per_partition[key] = per_partition.get(key, 0) + 1
             total += 1
-        batches: dict[str, int] = {}
-        for key, n in per_partition.items():
-            if n >= min_files:
-                batches[key[0]] = batches.get(key[0], 0) + n
-        if batches:
-            plan.tables.append(TableCompaction(t.identifier, t.key, t.snapshot_id, total, batches))
+            if task.file.file_size_in_bytes < small_file_bytes:
+                small.setdefault(_partition_label(ice, task.file), []).append(task.file)
+        groups: list[PartitionRewrite] = []
+        for label, files in sorted(small.items()):
+            if len(files) < max(min_files, 2):  # one file merged into one changes nothing
+                continue
+            group: list[Any] = []
+            size = 0
+            # in batch order: each merged file then covers a contiguous range of batches, which
+            # keeps its batch bounds (file statistics) useful for pruning
+            for f in sorted(files, key=lambda f: (file_batch(ice, f) or "", f.file_path)):
+                group.append(f)
+                size += f.file_size_in_bytes
+                if size >= target_file_bytes:
+                    groups.append(PartitionRewrite(label, len(group), size, [g.file_path for g in group]))
+                    group, size = [], 0
+            if len(group) >= 2:
+                groups.append(PartitionRewrite(label, len(group), size, [g.file_path for g in group]))
+        if groups:
+            plan.tables.append(TableCompaction(t.identifier, t.key, t.snapshot_id, total, groups))
     return plan
 
 
 def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = False,
-            clean: bool = True) -> dict[str, Any]:
+            clean: bool = True, progress: bool | None = None) -> dict[str, Any]:
     """Run a compaction plan; returns the plan, files after, and the new logical version.
 
     With ``clean`` (default) the leftovers of killed runs are removed first (see
     :func:`governance.maintenance.clean_leftovers`); the report lists them.
     """
-    from pyiceberg.expressions import EqualTo
+    from omni_iceberg.ui.progress import progress_bar
 
     report: dict[str, Any] = {}
     if clean:
         report["cleanup"] = clean_leftovers(store, name, dry_run=dry_run).to_dict()
     plan = plan_compaction(store, name, min_files)
-    report.update({"plan": asdict(plan), "logical_version": plan.version, "files_after": {}})
+    report.update({"plan": plan.to_dict(), "logical_version": plan.version, "files_after": {}})
     if plan.empty or dry_run:
         return report
     ns, table = split_qualified(name)
@@ -98,14 +165,20 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
     writers = {t.key: store.staged_write(state, t.identifier, t.snapshot_id, run_id,
                                          {"omni.operation": "compact"}, rebasable=False)
                for t in plan.tables}
+    bar = progress_bar(progress, f"compact {plan.logical_table}", "file",
+                       total=sum(t.files_rewritten for t in plan.tables))
     try:
         for t in plan.tables:
             w = writers[t.key]
-            for batch in sorted(t.batches):
-                head = w.staged_snapshot_id or t.snapshot_id
-                rows = store.catalog.load_table(t.identifier).scan(
-                    row_filter=EqualTo(BATCH_COLUMN, batch), snapshot_id=head).to_arrow()
-                w.overwrite(rows, EqualTo(BATCH_COLUMN, batch), {"omni.batch": batch})
+            ice = store.catalog.load_table(t.identifier)
+            live = {task.file.file_path: task.file for task in ice.scan(snapshot_id=t.snapshot_id).plan_files()}
+            for group in t.partitions:
+                files = [live[p] for p in group.paths]
+                rows = read_data_files(ice, files)
+                rows = rows.sort_by([(BATCH_COLUMN, "ascending"), (ID_COLUMN, "ascending")])
+                w.rewrite_files(files, rows, {"omni.partition": group.partition})
+                if bar is not None:
+                    bar.update(group.files)
             report["files_after"][t.identifier] = sum(
                 1 for _ in store.catalog.load_table(t.identifier).scan(snapshot_id=w.staged_snapshot_id).plan_files())
 
@@ -124,5 +197,8 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
             except Exception:  # noqa: BLE001 - the original error matters more; the sweep retries
                 pass
         raise
+    finally:
+        if bar is not None:
+            bar.close()
     report["logical_version"] = new_state.version
     return report

@@ -481,11 +481,13 @@ class Omni:
 
         return plan_compaction(self.store, name, min_files)
 
-    def compact(self, name: str, min_files: int = 2, dry_run: bool = False) -> dict[str, Any]:
-        """Rewrite partitions with at least ``min_files`` small files; one logical commit."""
+    def compact(self, name: str, min_files: int = 2, dry_run: bool = False,
+                progress: bool | None = None) -> dict[str, Any]:
+        """Merge the small files of partitions holding at least ``min_files`` of them, across batches;
+        one logical commit (old versions keep reading their files)."""
         from governance.compaction import compact
 
-        return compact(self.store, name, min_files, dry_run=dry_run)
+        return compact(self.store, name, min_files, dry_run=dry_run, progress=progress)
 
     # ---- tooling ------------------------------------------------------------------------
     def trino_config(self, out: str) -> str:

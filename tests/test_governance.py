@@ -88,3 +88,41 @@ def test_a_lost_compaction_deletes_the_files_it_rewrote(tmp_path, monkeypatch):
         table, [r.snapshot_id for r in table.metadata.refs.values()])}
     assert on_disk == referenced  # the rewritten (never pinned) files are gone
     assert omni.read("web").num_rows == 30
+
+
+def test_small_batches_merge_across_batches_and_batch_pruning_keeps_working(tmp_path):
+    import json
+
+    from pyiceberg.expressions import EqualTo
+
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")
+    for b in range(12):
+        src = tmp_path / f"b{b}.jsonl"
+        src.write_text("".join(json.dumps({"raw_data": f"batch {b} doc {i}"}) + "\n" for i in range(20)))
+        omni.submit("web", [str(src)], batch=f"b{b:02d}")
+    per_batch = "SELECT _ai_append_name_ AS b, count(*) AS n FROM web GROUP BY 1 ORDER BY 1"
+    before, v_before = omni.query(per_batch).to_pylist(), omni.state("web").version
+    base = omni.state("web").base_table
+    files_before = _files(omni, base.identifier, base.snapshot_id)
+    assert files_before > 16 * 4  # each small batch spread over most of the 16 buckets
+
+    compact(omni.store, "web")
+    state = omni.state("web")
+    assert _files(omni, state.base_table.identifier, state.base_table.snapshot_id) <= 16  # one per bucket
+    assert omni.query(per_batch).to_pylist() == before == [{"b": f"b{b:02d}", "n": 20} for b in range(12)]
+    assert omni.query(per_batch, as_of=v_before).to_pylist() == before
+    assert omni.verify_index("web").ok  # the merged files are indexed, the old ones retired
+
+    # a batch written after the compaction is pruned by file statistics: its files only
+    src = tmp_path / "late.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"late doc {i}"}) + "\n" for i in range(5)))
+    omni.submit("web", [str(src)], batch="z-late")
+    state = omni.state("web")
+    table = omni.catalog.load_table(state.base_table.identifier)
+    late = list(table.scan(row_filter=EqualTo("_ai_append_name_", "z-late"),
+                           snapshot_id=state.base_table.snapshot_id).plan_files())
+    assert late and len(late) <= 5 and all("z-late" not in f.file.file_path for f in late)  # not partitioned by it
+    early = list(table.scan(row_filter=EqualTo("_ai_append_name_", "b03"),
+                            snapshot_id=state.base_table.snapshot_id).plan_files())
+    assert {f.file.file_path for f in early}.isdisjoint({f.file.file_path for f in late})

@@ -220,7 +220,7 @@ def test_compaction_keeps_old_versions_resolvable_and_verify_finds_stale_entries
         "base", ids).values() for loc in locs}
     old_files = {loc.path for locs in idx.at(omni.catalog, omni.state(name, as_of=v_before)).locations(
         "base", ids).values() for loc in locs}
-    assert new_files and old_files and not new_files & old_files  # each version resolves to its own files
+    assert new_files and old_files and new_files != old_files  # each version resolves to its own files
     assert verify(omni.catalog, omni.state(name), idx).ok
     # corrupt the index: forget which files the compaction retired -> their entries are stale
     for key, value in list(idx.backend.scan_meta(RUN_PREFIX)):
@@ -412,3 +412,25 @@ def test_sql_id_predicates_read_through_the_index_and_agree_with_the_scan(omni, 
         plan = omni.explain(q)
         assert "scanned for" in plan and "lags" in plan, plan
         assert omni.query(q).to_pylist() == expected
+
+
+def test_lmdb_map_grows_when_full_and_open_indexes_are_bounded(tmp_path, monkeypatch):
+    from omni_iceberg.index import lmdb_backend, select
+    from omni_iceberg.index.lmdb_backend import LmdbBackend
+
+    monkeypatch.setattr(lmdb_backend, "MAP_SIZE", 1 << 20)  # 1 MiB: full after a few thousand entries
+    backend = LmdbBackend(tmp_path / "small")
+    entries = [(i.to_bytes(16, "big"), b"f" * 8, i) for i in range(60_000)]
+    backend.write(entries, {b"Rrun": b"{}"})
+    assert backend._env.info()["map_size"] > 1 << 20
+    assert len(backend.get_entries([entries[59_999][0]])) == 1
+    backend.close()
+
+    from catalog_ext.config import OmniConfig
+
+    monkeypatch.setattr(select, "MAX_OPEN", 3)
+    config = OmniConfig.resolve(home=tmp_path / "h")
+    opened = [open_index(config, f"aidata.t{i}", "lmdb") for i in range(5)]
+    assert len(select._OPEN) <= 3
+    assert open_index(config, "aidata.t4", "lmdb") is opened[4]  # recent ones stay cached
+    assert open_index(config, "aidata.t0", "lmdb") is not opened[0]  # evicted ones were closed, reopen

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from catalog_ext import system_tables
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
@@ -145,16 +146,17 @@ def _read_through_index(src: _Source, ids: list[str], columns: list[str]) -> pa.
     for rid, locs in src.index.locations(src.coverage, ids).items():
         if len(locs) != 1:
             return None
-        if locs[0].batch in src.batches:
-            by_file.setdefault(locs[0].path, []).append((rid, locs[0].position))
+        by_file.setdefault(locs[0].path, []).append((rid, locs[0].position))
     pieces = []
     for path, wanted in by_file.items():
-        values = read_positions(path, [p for _, p in wanted], [ID_COLUMN, *columns])
+        values = read_positions(path, [p for _, p in wanted], [ID_COLUMN, BATCH_COLUMN, *columns])
         if values.get(ID_COLUMN) is None or values[ID_COLUMN].to_pylist() != [r for r, _ in wanted]:
             return None
         if any(c not in values for c in columns):
             return None  # a file from before a column existed: let the scan fill it in
-        pieces.append(pa.table({ID_COLUMN: values[ID_COLUMN], **{c: values[c] for c in columns}}))
+        piece = pa.table({ID_COLUMN: values[ID_COLUMN], **{c: values[c] for c in columns}})
+        # only the batches whose values have the wanted data version (read per row: files may mix batches)
+        pieces.append(piece.filter(pc.is_in(values[BATCH_COLUMN].cast(pa.string()), value_set=pa.array(src.batches))))
     return pa.concat_tables(pieces) if pieces else pa.table({ID_COLUMN: pa.array([], pa.string())})
 
 

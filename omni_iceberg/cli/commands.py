@@ -188,7 +188,7 @@ def lineage(args, omni, command_line: str) -> int:
 def compact(args, omni, command_line: str) -> int:
     if args.dry_run:
         plan = omni.plan_compaction(args.name, args.min_files)
-        out = {**(asdict(plan) if is_dataclass(plan) else {}), "dry_run": True, "empty": plan.empty}
+        out = {**plan.to_dict(), "dry_run": True, "empty": plan.empty}
         emit(args, out, plan.describe)
         return 0
     report = omni.compact(args.name, args.min_files)

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
-from catalog_ext.contract import ID_COLUMN
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState
 
 #: more ids than this and a scan of their buckets is as cheap as position reads
@@ -107,20 +108,20 @@ def read_through_index(route: IndexRoute, key: str, table: Any, columns: list[st
         if len(locs) > 1:
             route.reasons[key] = f"id {rid} has {len(locs)} locations in the index"
             return None
-        loc = locs[0]
-        if batches and loc.batch not in batches:
-            continue
-        by_file.setdefault(loc.path, []).append((rid, loc.position))
+        by_file.setdefault(locs[0].path, []).append((rid, locs[0].position))
     leaves = _leaf_names(target)
     pieces = []
     for path, wanted in by_file.items():
-        values = read_positions(path, [pos for _, pos in wanted], list(dict.fromkeys([ID_COLUMN, *leaves])))
+        values = read_positions(path, [pos for _, pos in wanted],
+                                list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *leaves])))
         got = values.get(ID_COLUMN)
         if got is None or got.to_pylist() != [rid for rid, _ in wanted]:
             route.reasons[key] = f"index entries for {path} point at rows holding other ids"
             return None
-        pieces.append(pa.Table.from_arrays([_build(f, values, "", len(wanted)) for f in target],
-                                           schema=target))
+        piece = pa.Table.from_arrays([_build(f, values, "", len(wanted)) for f in target], schema=target)
+        if batches:  # read from the rows: a compacted file holds several batches
+            piece = piece.filter(pc.is_in(values[BATCH_COLUMN].cast(pa.string()), value_set=pa.array(batches)))
+        pieces.append(piece)
     return pa.concat_tables(pieces) if pieces else target.empty_table()
 
 

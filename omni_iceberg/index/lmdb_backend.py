@@ -17,14 +17,17 @@ import os
 import struct
 import threading
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from omni_iceberg.index.backend import Entry, IndexBackend
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 
-#: Virtual size of the map: address space only, the file grows as written (64-bit Linux).
-MAP_SIZE = 1 << 40
+#: Initial virtual size of the map, doubled whenever a write finds it full (up to
+#: MAX_MAP_SIZE). It is address space only - the file grows as written - but a process
+#: holding many indexes (a service, the test suite) ran out of it at a fixed 1 TiB each.
+MAP_SIZE = 1 << 30
+MAX_MAP_SIZE = 1 << 42
 _POS = struct.Struct(">I")
 _ENVS: dict[str, object] = {}
 _ENVS_LOCK = threading.Lock()
@@ -69,16 +72,43 @@ class LmdbBackend(IndexBackend):
         self._entries = self._env.open_db(b"entries")
         self._meta = self._env.open_db(b"meta")
 
+    def _write(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(txn)`` in one write transaction, growing the map when it is full."""
+        import lmdb
+
+        while True:
+            try:
+                with self._env.begin(write=True) as txn:
+                    return fn(txn)
+            except lmdb.MapFullError:  # the transaction was aborted: grow, then redo it
+                size = self._env.info()["map_size"]
+                if size >= MAX_MAP_SIZE:
+                    raise IndexUnavailableError(f"the LMDB index at {self.location} is full "
+                                                f"({size >> 30} GiB map); rebuild it or use HBase") from None
+                self._env.set_mapsize(size * 2)
+            except lmdb.MapResizedError:  # another process grew it: adopt its size
+                self._env.set_mapsize(0)
+
+    def _read(self, fn: Callable[[Any], Any]) -> Any:
+        import lmdb
+
+        try:
+            with self._env.begin() as txn:
+                return fn(txn)
+        except lmdb.MapResizedError:
+            self._env.set_mapsize(0)
+            with self._env.begin() as txn:
+                return fn(txn)
+
     # ---- entries ----------------------------------------------------------------------
     def put_entries(self, entries: Sequence[Entry]) -> None:
         items = sorted((rid + fkey, _POS.pack(pos)) for rid, fkey, pos in entries)
-        with self._env.begin(write=True, db=self._entries) as txn:
-            txn.cursor().putmulti(items)
+        self._write(lambda txn: txn.cursor(db=self._entries).putmulti(items))
 
     def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[tuple[bytes, int]]]:
-        out: dict[bytes, list[tuple[bytes, int]]] = {}
-        with self._env.begin(db=self._entries) as txn:
-            cur = txn.cursor()
+        def walk(txn):
+            out: dict[bytes, list[tuple[bytes, int]]] = {}
+            cur = txn.cursor(db=self._entries)
             for rid in sorted(set(id_keys)):
                 if not cur.set_range(rid):
                     continue
@@ -86,20 +116,29 @@ class LmdbBackend(IndexBackend):
                     if key[:ID_BYTES] != rid:
                         break
                     out.setdefault(rid, []).append((key[ID_BYTES:], _POS.unpack(value)[0]))
-        return out
+            return out
+
+        return self._read(walk)
 
     def write(self, entries: Sequence[Entry], meta: dict[bytes, bytes]) -> None:
         # one transaction, one fsync: a file's entries and the records naming them land together
         items = sorted((rid + fkey, _POS.pack(pos)) for rid, fkey, pos in entries)
-        with self._env.begin(write=True) as txn:
+
+        def put(txn):
             txn.cursor(db=self._entries).putmulti(items)
             for k, v in meta.items():
                 txn.put(k, v, db=self._meta)
 
+        self._write(put)
+
     def delete_entries(self, keys: Sequence[tuple[bytes, bytes]]) -> None:
-        with self._env.begin(write=True, db=self._entries) as txn:
+        keys = list(keys)
+
+        def delete(txn):
             for rid, fkey in keys:
-                txn.delete(rid + fkey)
+                txn.delete(rid + fkey, db=self._entries)
+
+        self._write(delete)
 
     def scan_entries(self) -> Iterator[Entry]:
         with self._env.begin(db=self._entries) as txn:
@@ -108,18 +147,22 @@ class LmdbBackend(IndexBackend):
 
     # ---- meta -------------------------------------------------------------------------
     def put_meta(self, items: dict[bytes, bytes]) -> None:
-        with self._env.begin(write=True, db=self._meta) as txn:
+        def put(txn):
             for k, v in items.items():
-                txn.put(k, v)
+                txn.put(k, v, db=self._meta)
+
+        self._write(put)
 
     def get_meta(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
-        out = {}
-        with self._env.begin(db=self._meta) as txn:
+        def get(txn):
+            out = {}
             for k in keys:
-                v = txn.get(k)
+                v = txn.get(k, db=self._meta)
                 if v is not None:
                     out[k] = bytes(v)
-        return out
+            return out
+
+        return self._read(get)
 
     def scan_meta(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         with self._env.begin(db=self._meta) as txn:
@@ -132,14 +175,23 @@ class LmdbBackend(IndexBackend):
                 yield bytes(k), bytes(v)
 
     def delete_meta(self, keys: Iterable[bytes]) -> None:
-        with self._env.begin(write=True, db=self._meta) as txn:
+        keys = list(keys)
+
+        def delete(txn):
             for k in keys:
-                txn.delete(k)
+                txn.delete(k, db=self._meta)
+
+        self._write(delete)
 
     def flush(self) -> None:
         self._env.sync(True)
 
+    def close(self) -> None:
+        _close_env(self.path)
+
     def drop(self) -> None:
-        with self._env.begin(write=True) as txn:
+        def drop(txn):
             txn.drop(self._entries, delete=False)
             txn.drop(self._meta, delete=False)
+
+        self._write(drop)

@@ -173,7 +173,9 @@ def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: l
 
     def read(item):
         path, wanted = item
-        return path, wanted, read_positions(path, [pos for _, pos, _ in wanted], [ID_COLUMN, *physical])
+        # the batch is read too: a compacted file holds rows of several batches
+        return path, wanted, read_positions(path, [pos for _, pos, _ in wanted],
+                                            list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *physical])))
 
     if len(by_file) > 2:  # Parquet decoding releases the GIL: overlap files
         done = list(_pool().map(read, by_file.items()))
@@ -186,7 +188,7 @@ def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: l
         if got is None or got.to_pylist() != expected:
             return pa.table({}), (f"index entries for {path} point at rows holding other ids; "
                                   f"run `omni index verify {state.table.identifier}`")
-        arrays = [pa.array(expected, pa.string()), pa.array([b for _, _, b in wanted], pa.string())]
+        arrays = [pa.array(expected, pa.string()), values[BATCH_COLUMN].cast(pa.string())]
         for phys, logical in cols:
             typ = arrow_type(state.column(logical).type)
             arr = values.get(phys)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog_ext.family import FamilyState
+from catalog_ext.physical import file_batch
 from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import FILE_PREFIX, FileRecord
 from omni_iceberg.index.core import IdIndex
@@ -47,9 +48,6 @@ def _added_and_deleted(table: Any, snapshot_id: int) -> tuple[list[Any], list[An
     return added, deleted
 
 
-def _batch_of(data_file: Any) -> str:
-    # every family table is partitioned (identity(batch), bucket(N, id)): field 0 is the batch
-    return str(data_file.partition[0])
 
 
 @dataclass
@@ -98,6 +96,7 @@ def rebuild(catalog: Any, state: FamilyState, index: IdIndex, *, fresh: bool = F
     bar = progress_bar(progress, f"index rebuild {state.table.identifier}", "file", total=total)
     try:
         for identifier, runs in plans:
+            table = catalog.load_table(identifier)
             for run, (added, deleted) in runs.items():
                 writer = index.writer(identifier, run, source="rebuild")
                 if writer.record.complete:
@@ -106,7 +105,7 @@ def rebuild(catalog: Any, state: FamilyState, index: IdIndex, *, fresh: bool = F
                         bar.update(len(added))
                     continue
                 for df in added:
-                    report.rows += writer.add_file(df.file_path, batch=_batch_of(df))
+                    report.rows += writer.add_file(df.file_path, batch=file_batch(table, df) or "")
                     report.files += 1
                     if bar is not None:
                         bar.update(1)

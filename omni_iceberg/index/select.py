@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
@@ -36,7 +37,11 @@ from catalog_ext.errors import ConfigError
 from omni_iceberg.index.core import IdIndex
 
 DEFAULT_TIMEOUT_MS = 5000
-_OPEN: dict[tuple[str, str], IdIndex] = {}
+#: opened indexes, least recently used first; beyond MAX_OPEN the oldest is closed (an LMDB
+#: environment holds file descriptors and address space; a process touching many tables -
+#: a service, the test suite - would otherwise keep every one it ever opened)
+_OPEN: "OrderedDict[tuple[str, str], IdIndex]" = OrderedDict()
+MAX_OPEN = 64
 _LOCK = threading.Lock()
 
 
@@ -98,11 +103,21 @@ def open_index(config: OmniConfig, logical_identifier: str, spec: str | None = N
         raise ConfigError(f"OMNI_INDEX={spec!r}: use lmdb, lmdb:///FOLDER, hbase://HOST:PORT or off")
     with _LOCK:
         hit = _OPEN.get(cache_key)
-    if hit is not None:
-        return hit
+        if hit is not None:
+            _OPEN.move_to_end(cache_key)
+            return hit
     index = IdIndex(factory(), logical_identifier)
+    evicted = []
     with _LOCK:
-        return _OPEN.setdefault(cache_key, index)
+        index = _OPEN.setdefault(cache_key, index)
+        while len(_OPEN) > MAX_OPEN:
+            evicted.append(_OPEN.popitem(last=False)[1])
+    for old in evicted:
+        try:
+            old.close()
+        except Exception:  # noqa: BLE001 - closing a stale handle must not fail the caller
+            pass
+    return index
 
 
 def forget(index: IdIndex) -> None:

@@ -22,14 +22,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from catalog_ext.family import FamilyState
-from catalog_ext.physical import StagedWrite
+from catalog_ext.physical import StagedWrite, file_batch
 from omni_iceberg.index.core import IdIndex, IndexWriter
 from omni_iceberg.index.keys import file_key
 
 
-def batch_of(data_file: Any) -> str:
-    """A data file's batch: every family table is partitioned (identity(batch), bucket(N, id))."""
-    return str(data_file.partition[0])
+def batch_of(table: Any, data_file: Any) -> str:
+    """A data file's batch, or "" for a file holding several (a compaction's): lookups read the column."""
+    return file_batch(table, data_file) or ""
 
 
 def run_changes(table: Any, base_snapshot_id: int | None, head_snapshot_id: int | None
@@ -69,7 +69,7 @@ class WriterIndexing:
 
     def files_written(self, writer: StagedWrite, files: list[Any]) -> None:
         self.run.reopen()
-        self.run.add_files([(f.file_path, batch_of(f)) for f in files])
+        self.run.add_files([(f.file_path, batch_of(writer.table, f)) for f in files])
 
     def before_commit(self, writer: StagedWrite) -> None:
         table = writer.catalog.load_table(writer.identifier)
@@ -83,7 +83,7 @@ class WriterIndexing:
         if self.run.record.complete and not todo and set(retire) <= set(self.run.record.retired):
             return  # nothing changed since the last attempt
         self.run.reopen()
-        self.run.add_files([(f.file_path, batch_of(f)) for f in todo])
+        self.run.add_files([(f.file_path, batch_of(table, f)) for f in todo])
         if retire:
             self.run.retire_keys(retire)
         self.run.finish()

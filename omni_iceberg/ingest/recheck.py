@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog_ext import iceberg_io
+from catalog_ext.iceberg_io import read_data_files
 from catalog_ext.contract import ID_COLUMN
 from catalog_ext.physical import StagedWrite
 
@@ -87,29 +88,6 @@ def added_between(table: Any, since: int, until: int) -> list[Any]:
     if snap is None:
         return [task.file for task in table.scan(snapshot_id=until).plan_files()]
     return files
-
-
-def read_data_files(table: Any, files: list[Any], columns: tuple[str, ...] | None = None) -> pa.Table:
-    """Rows of some data files, projected to ``columns`` (all by default) of the table's current schema.
-
-    Read through pyiceberg's scan machinery, so field ids (not file column names)
-    decide the projection and files written before a schema change get the new
-    fields as nulls.
-    """
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan
-    from pyiceberg.table import FileScanTask
-
-    schema = table.schema() if columns is None else table.schema().select(*columns)
-    for f in files:
-        try:
-            f.spec_id
-        except AttributeError:
-            # a file written by this process and not yet read back from a manifest has no
-            # spec id; it was written with the table's default spec (the only one omni uses)
-            f.spec_id = table.metadata.default_spec_id
-    tasks = [FileScanTask(f) for f in files]
-    return ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(tasks)
 
 
 def _rewrite_without(writer: StagedWrite, table: Any, taken: set[str]) -> int:
