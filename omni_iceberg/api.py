@@ -206,13 +206,16 @@ class Omni:
             if not latest.has_column(column):
                 continue  # unknown at every version: the reader's own error suggests a name
             # columns are only ever added, so the first version that has it is found by bisection
-            lo, hi = state.version + 1, latest.version
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self.state(name, mid).has_column(column):
-                    hi = mid
+            # (over the versions still in the log: retention may have expired some in between)
+            later = [v.version for v in self.log(name) if state.version < v.version <= latest.version]
+            lo_i, hi_i = 0, len(later) - 1
+            while lo_i < hi_i:
+                mid = (lo_i + hi_i) // 2
+                if self.state(name, later[mid]).has_column(column):
+                    hi_i = mid
                 else:
-                    lo = mid + 1
+                    lo_i = mid + 1
+            lo = later[lo_i] if later else latest.version
             raise SchemaConflictError(
                 f"column {column!r} of {state.table.identifier} does not exist at version {state.version}: "
                 f"it was added at version {lo}; read a version from {lo} on (latest: {latest.version})")
