@@ -473,7 +473,7 @@ def _expire_table(catalog: Any, identifier: str, pinned: set[int], started_s: fl
         result["snapshots"] = [ice.snapshot_by_id(i) for i in ids]
         result["ids"] = ids
         tx = ice.transaction()
-        if record != ice.metadata.properties.get(EXPIRED_RUNS_PROPERTY):
+        if record != ice.metadata.properties.get(EXPIRED_RUNS_PROPERTY, "{}"):
             tx.set_properties({EXPIRED_RUNS_PROPERTY: record})
         _GuardedExpire(tx).by_ids(ids).commit()
         tx.commit_transaction()
