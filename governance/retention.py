@@ -359,8 +359,9 @@ def _execute(store: FamilyStore, plan: RetentionPlan, policy: RetentionPolicy, r
             location = metadata["location"]
             pins = [p for p in list_pins(store.catalog, location) if p.alive()]
             still = _keep_reasons(versions, policy, pins, int(time.time() * 1000))
-            conflict = sorted(v for v in doomed if v in still and not any(
-                r.startswith("among the last") or r.startswith("superseded") for r in still[v]))
+            pinned = {p.logical_version for p in pins}  # with keep_pinned_by_manifests off: re-plan to refuse
+            conflict = sorted(v for v in doomed if v in pinned or (v in still and not any(
+                r.startswith("among the last") or r.startswith("superseded") for r in still[v])))
             if conflict:
                 raise _Replan(f"version(s) {_ranges(conflict)} became tagged or pinned meanwhile")
             out = dict(metadata)
