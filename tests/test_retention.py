@@ -227,6 +227,29 @@ def test_a_killed_expire_process_leaves_a_readable_table(omni, tmp_path):
     assert _rows(omni) == expected and len(_versions(omni)) <= 3
 
 
+def test_expire_racing_a_submit_in_another_process_loses_nothing(omni, tmp_path):
+    from tests.faults import child_env, run_pair
+
+    omni.create_table(NAME)
+    _ingest(omni, tmp_path, ["a", "b", "c", "d"])
+    env = child_env(OMNI_HOME=str(omni.config.home))
+    expire, submit = run_pair(["expire", NAME, "--keep-last", "1", "--min-age", "0", "--no-progress"],
+                              ["submit", NAME, _jsonl(tmp_path, "e", 6), "--batch", "e", "--no-progress"],
+                              tmp_path / "barrier", env=env)
+    assert expire.returncode == 0, expire.describe()
+    assert submit.returncode == 0, submit.describe()
+    assert {b.name for b in omni.state(NAME).batches} == {"a", "b", "c", "d", "e"}
+    rows = _rows(omni)
+    assert len(rows) == 30 and len({r[0] for r in rows}) == 30
+    for v in _versions(omni):  # whatever the order, every version still listed reads its rows
+        assert len(_rows(omni, v)) in (24, 30)
+    state = omni.state(NAME)
+    for t in state.tables:
+        table = omni.catalog.load_table(t.identifier)
+        for task in table.scan(snapshot_id=t.snapshot_id).plan_files():
+            assert Path(task.file.file_path.removeprefix("file://")).exists()
+
+
 def test_a_tag_committed_mid_run_makes_retention_replan_and_keep_it(omni, tmp_path, monkeypatch):
     omni.create_table(NAME)
     _ingest(omni, tmp_path, ["a", "b", "c"])
