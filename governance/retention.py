@@ -481,12 +481,21 @@ def _expire_table(catalog: Any, identifier: str, pinned: set[int], started_s: fl
 
     iceberg_io.with_table_retry(catalog, identifier, expire)
     ice = catalog.load_table(identifier)
+    live = _files_of(ice.io, ice.metadata.snapshots)
     if result:
         report.snapshots_expired += len(result["ids"])
         gone = _files_of(ice.io, result["snapshots"])
-        live = _files_of(ice.io, ice.metadata.snapshots)
         for kind in ("data", "manifests"):
             _delete(catalog, {p: n for p, n in gone[kind].items() if p not in live[kind]}, kind, report)
+    # manifests and manifest lists of snapshots expired by a run that died before deleting them
+    # (its data files are found by the orphan sweep of ``omni maintain``): same grace as that sweep,
+    # since a writer's manifests exist a moment before the snapshot that names them
+    grace_s = float(os.environ.get("OMNI_ORPHAN_GRACE_S", 3 * 24 * 3600))
+    listed = {p.removeprefix("file://") for p in live["manifests"]}
+    orphans = {uri: size for uri, (size, mtime) in _list(f"{ice.location().rstrip('/')}/metadata").items()
+               if uri.endswith(".avro") and uri.removeprefix("file://") not in listed
+               and mtime < min(fence_s, time.time() - grace_s)}
+    _delete(catalog, orphans, "manifests", report)
     # table metadata files: the current one and the newest entries of its metadata log stay
     keep = {ice.metadata_location.removeprefix("file://")}
     keep |= {e.metadata_file.removeprefix("file://") for e in ice.metadata.metadata_log[-policy.keep_metadata_files:]}
