@@ -81,7 +81,9 @@ class MaintainReport:
         if self.retention is not None:
             lines.append(self.retention.plan.describe() if self.dry_run else self.retention.describe())
         if self.cleanup is not None:
-            lines.append("orphan files:\n  " + self.cleanup.orphans.describe().replace("\n", "\n  "))
+            o = self.cleanup.orphans
+            lines.append(f"orphan data files (unreferenced, past the grace period): {o.orphan_files_deleted} "
+                         f"{'found' if self.dry_run else 'deleted'} ({o.orphan_bytes_freed} bytes)")
         return "\n".join(lines)
 
 
