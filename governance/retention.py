@@ -26,12 +26,14 @@ Prepare-Execute-Commit, like every governance operation:
   staging branch's own snapshots), recording for the id index the runs of every
   ancestry it cuts (:mod:`omni_iceberg.index.visibility`) in the same table commit;
   then delete the data files, manifests and manifest lists only expired snapshots
-  reached, and table metadata files the metadata log no longer lists.
+  reached, and table metadata files older than the newest ``keep_metadata_files``
+  entries of the table's metadata log.
 
 A crash anywhere leaves the previous state readable: before the view swap nothing
 changed; after it, every remaining version still has all its files (deletion only
 touches what remaining versions do not reach), and the next run finds what is left
-(unreferenced documents and metadata files by listing, snapshots by their pins).
+(unreferenced documents, metadata files and manifests by listing, snapshots by their
+pins; data files of snapshots expired by a killed run by ``omni maintain``'s orphan sweep).
 Files are only deleted if they were written before this run started, so a concurrent
 writer's not-yet-committed metadata is never taken for garbage.
 
