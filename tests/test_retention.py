@@ -412,3 +412,18 @@ def _referenced_metadata(omni: Omni) -> set[str]:
             out.add(snap.manifest_list.removeprefix("file://"))
             out |= {m.manifest_path.removeprefix("file://") for m in snap.manifests(table.io)}
     return out
+
+
+def test_spark_reads_the_view_after_retention(spark, tmp_path):
+    """Spark's Iceberg runtime parses the trimmed view metadata and reads the kept version."""
+    omni = Omni(config=spark.config)
+    name = "rt_spark"
+    omni.create_table(name)
+    for b in ("a", "b", "c"):
+        omni.submit(name, [_jsonl(tmp_path, b, 5)], batch=b, progress=False)
+    report = omni.expire(name, 1, min_age_s=0)
+    assert report.versions_expired == [1, 2, 3]
+    rows = spark.sql(f"SELECT _ai_append_name_, count(*) FROM omni.aidata.{name} GROUP BY 1 ORDER BY 1")
+    assert rows == [("a", 5), ("b", 5), ("c", 5)]
+    props = dict(spark.sql(f"SHOW TBLPROPERTIES omni.aidata.{name}"))
+    assert props["omni.logical-version"] == str(report.logical_version)
