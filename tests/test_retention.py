@@ -210,22 +210,34 @@ def test_a_crash_before_the_view_swap_changes_nothing(omni, tmp_path, monkeypatc
     assert {v: _rows(omni, v) for v in _versions(omni)} == expected
 
 
-def test_a_killed_expire_process_leaves_a_readable_table(omni, tmp_path):
-    from tests.faults import child_env, run_and_kill, run_omni
+@pytest.mark.parametrize("when", ["before the view swap", "right after the view swap"])
+def test_a_killed_expire_process_leaves_a_readable_table_and_the_next_run_cleans_up(omni, tmp_path, when):
+    from tests.faults import child_env, run_and_kill, run_and_kill_when, run_omni
 
     omni.create_table(NAME)
     _ingest(omni, tmp_path, ["a", "b", "c", "d", "e"])
-    expected = _rows(omni)
+    expected = {v: _rows(omni, v) for v in _versions(omni)}
     env = child_env(OMNI_HOME=str(omni.config.home))
-    outcome = run_and_kill("expire", NAME, "--keep-last", "2", "--min-age", "0", "--no-progress",
-                           delay_s=0.3, env=env)
-    assert outcome.killed or outcome.returncode == 0, outcome.describe()
-    assert _rows(omni) == expected
-    for v in _versions(omni):
-        omni.read(NAME, as_of=v)  # every version the log lists is readable
-    done = run_omni("expire", NAME, "--keep-last", "2", "--min-age", "0", "--json", env=env)
+    argv = ("expire", NAME, "--keep-last", "2", "--min-age", "0", "--no-progress")
+    if when == "before the view swap":
+        outcome = run_and_kill(*argv, delay_s=0.05, env=env)  # planning alone takes longer than this
+        assert outcome.killed and _versions(omni) == [1, 2, 3, 4, 5, 6], outcome.describe()
+    else:
+        store = FamilyStore(omni.catalog)  # the child's commit is polled from here
+        outcome = run_and_kill_when(*argv, condition=lambda: store.log("aidata", NAME)[-1].operation == "expire",
+                                    poll_s=0.01, env=env)
+        assert outcome.killed or outcome.returncode == 0, outcome.describe()
+    for v in _versions(omni):  # every version the log lists reads exactly what it read before
+        assert _rows(omni, v) == expected.get(v, expected[6]), f"version {v} changed"
+    done = run_omni(*argv[:-1], "--json", env=env)
     assert done.returncode == 0, done.describe()
-    assert _rows(omni) == expected and len(_versions(omni)) <= 3
+    assert _rows(omni) == expected[6]
+    # killed before the swap: the rerun does all the work; after it: the rerun only expires what is due now
+    assert _versions(omni) == ([5, 6, 7] if when == "before the view swap" else [6, 7, 8])
+    base = omni.catalog.load_table(omni.state(NAME).tables[0].identifier)
+    pinned = {t.snapshot_id for v in _versions(omni) for t in omni.state(NAME, as_of=v).tables}
+    assert {s.snapshot_id for s in base.metadata.snapshots} <= pinned | {r.snapshot_id for r in
+                                                                         base.metadata.refs.values()}
 
 
 def test_expire_racing_a_submit_in_another_process_loses_nothing(omni, tmp_path):
