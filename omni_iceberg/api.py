@@ -216,9 +216,12 @@ class Omni:
                 else:
                     lo_i = mid + 1
             lo = later[lo_i] if later else latest.version
+            before = ([state.version] + later)[lo_i] if later else state.version
+            added = (f"it was added at version {lo}" if lo == before + 1 else
+                     f"it was added after version {before} and is in version {lo} (retention expired those between)")
             raise SchemaConflictError(
                 f"column {column!r} of {state.table.identifier} does not exist at version {state.version}: "
-                f"it was added at version {lo}; read a version from {lo} on (latest: {latest.version})")
+                f"{added}; read a version from {lo} on (latest: {latest.version})")
 
     def rejects(self, name: str, batch: str | None = None) -> pa.Table:
         """Rejected records of ``name`` (optionally one batch), from ``omni_sys.rejects``.
