@@ -238,6 +238,15 @@ class FamilyStore:
         v = view.version(version)
         if v is None or SUMMARY_FAMILY not in v.get("summary", {}):
             latest = view.properties.get(PROP_VERSION)
+            kept = sorted(x["version-id"] for x in view.metadata["versions"] if SUMMARY_FAMILY in x.get("summary", {}))
+            if kept and 1 <= version < kept[-1] and version not in kept:
+                # retention (governance.retention) removed it: name what a reader can still ask for
+                later = [k for k in kept if k > version]
+                raise NoSuchVersionError(
+                    f"version {version} of {namespace}.{name} was expired by retention; the oldest kept version is "
+                    f"{kept[0]}" + (f" (the next kept one after {version} is {later[0]})" if later[0] != kept[0] else "")
+                    + f"; kept versions are listed by 'omni log {namespace}.{name}'"
+                )
             raise NoSuchVersionError(
                 f"logical table {namespace}.{name} has no version {version} (versions 1..{latest}; see 'omni log')"
             )
@@ -280,12 +289,15 @@ class FamilyStore:
         command: str = "",
         summary: Callable[[FamilyState], dict[str, str]] | None = None,
         staged: Iterable[StagedWrite] = (),
+        view_edit: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> FamilyState:
         """Make one new logical version, atomically.
 
         ``updates(latest)`` returns the typed updates to apply; it is called again on the
         new latest state after a lost race. ``staged`` writes are rebased onto the
         winner's snapshots when a :class:`PinConflict` says both touched a table.
+        ``view_edit(metadata)`` may rewrite the new view metadata before the swap (retention
+        drops expired versions in the same compare-and-swap); it sees each attempt's base.
         """
         staged_by_key: dict[str, StagedWrite] = {sw.identifier: sw for sw in staged}
         command = redact(command)  # recorded in the view, the family document and `omni log`
@@ -316,6 +328,8 @@ class FamilyStore:
                 self._summary(new_state, family_location), version_id=new_state.version,
                 default_catalog=self.catalog.name,
             )
+            if view_edit is not None:
+                metadata = view_edit(metadata)
             try:
                 self.views.replace_view(view, metadata)
             except CommitConflictError as e:

@@ -4,3 +4,16 @@ Every operation is Prepare-Execute-Commit: prepare a plan you can print, execute
 private staging branches (readers keep reading their pinned logical version), commit
 it as ONE logical version that re-pins the rewritten snapshots.
 """
+
+from governance.maintenance import MaintainReport, clean_leftovers, maintain
+from governance.retention import (
+    RetentionError,
+    RetentionPlan,
+    RetentionPolicy,
+    RetentionReport,
+    apply_retention,
+    plan_retention,
+)
+
+__all__ = ["RetentionPolicy", "RetentionPlan", "RetentionReport", "RetentionError", "plan_retention",
+           "apply_retention", "maintain", "MaintainReport", "clean_leftovers"]

@@ -6,10 +6,14 @@ cost storage (readers never see them), so cleanup is a plan you can print
 (``dry_run``) and then run. :func:`clean_leftovers` is called by ``omni compact``;
 ingest and backfill call the cheap half (:func:`catalog_ext.staging.sweep_stale_branches`)
 for the tables they are about to write.
+
+:func:`maintain` (``omni maintain``) runs every due task of a logical table in order:
+leftover branches, then retention (:mod:`governance.retention`), then orphan files.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,4 +51,64 @@ def clean_leftovers(store: FamilyStore, name: str, *, policy: StagingPolicy | No
     report.branches = sweep_stale_branches(store.catalog, state, policy=policy, dry_run=dry_run)
     report.orphans = sweep_orphan_files(store.catalog, store.load(ns, table), older_than_s=orphan_grace_s,
                                         dry_run=dry_run)
+    return report
+
+
+#: ``omni maintain`` keeps this many logical versions unless told otherwise
+DEFAULT_KEEP_LAST = int(os.environ.get("OMNI_RETENTION_KEEP_LAST", "100"))
+
+
+@dataclass
+class MaintainReport:
+    """What :func:`maintain` found (``dry_run``) or did, task by task."""
+
+    logical_table: str
+    dry_run: bool
+    tasks: list[str] = field(default_factory=list)
+    cleanup: CleanupReport | None = None
+    retention: Any = None  # governance.retention.RetentionReport
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"logical_table": self.logical_table, "dry_run": self.dry_run, "tasks": self.tasks,
+                "cleanup": self.cleanup.to_dict() if self.cleanup else None,
+                "retention": self.retention.to_dict() if self.retention else None}
+
+    def describe(self) -> str:
+        lines = [f"maintenance of {self.logical_table}" + (" (dry run: nothing changed)" if self.dry_run else "")
+                 + f": {', '.join(self.tasks)}"]
+        if self.cleanup is not None:
+            lines.append("staging leftovers:\n  " + self.cleanup.branches.describe().replace("\n", "\n  "))
+        if self.retention is not None:
+            lines.append(self.retention.plan.describe() if self.dry_run else self.retention.describe())
+        if self.cleanup is not None:
+            o = self.cleanup.orphans
+            lines.append(f"orphan data files (unreferenced, past the grace period): {o.orphan_files_deleted} "
+                         f"{'found' if self.dry_run else 'deleted'} ({o.orphan_bytes_freed} bytes)")
+        return "\n".join(lines)
+
+
+def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, policy: Any = None,
+             dry_run: bool = False, progress: bool | None = None, command: str = "") -> MaintainReport:
+    """Run the due maintenance of ``name``: stale branches, retention, orphan files.
+
+    ``policy`` (a :class:`governance.retention.RetentionPolicy`) wins over ``keep_last``
+    (default :data:`DEFAULT_KEEP_LAST`, env ``OMNI_RETENTION_KEEP_LAST``). Branches go
+    first, since a dropped branch frees snapshots that retention may then expire;
+    orphans go last, to find files that neither left any metadata.
+    """
+    from governance.retention import RetentionPolicy, apply_retention
+
+    ns, table = split_qualified(name)
+    state = store.load(ns, table)
+    policy = policy or RetentionPolicy(keep_last=keep_last or DEFAULT_KEEP_LAST)
+    report = MaintainReport(state.table.identifier, dry_run, cleanup=CleanupReport(state.table.identifier))
+    report.tasks.append("stale staging branches")
+    report.cleanup.branches = sweep_stale_branches(store.catalog, state, dry_run=dry_run)
+    # compaction (issue #9 part 1, governance/compaction.py) belongs here: after the
+    # leftovers, before retention, so the small files it replaces are expired in this run
+    report.tasks.append(f"retention (keep last {policy.keep_last})")
+    report.retention = apply_retention(store, name, policy, dry_run=dry_run, progress=progress,
+                                       command=command or f"maintain {state.table.identifier}")
+    report.tasks.append("orphan data files")
+    report.cleanup.orphans = sweep_orphan_files(store.catalog, store.load(ns, table), dry_run=dry_run)
     return report

@@ -153,7 +153,14 @@ class Omni:
             raise NoSuchVersionError(f"cannot tag version {target} of {name}: it has versions 1..{latest} "
                                      f"(see 'omni log {name}')")
         update = TagVersion(label, target)
-        new_state = self.store.commit(ns, table, lambda _latest: (update,), operation="tag",
+
+        def updates(_latest: FamilyState) -> tuple:
+            # checked again on every attempt: retention may have expired the version meanwhile
+            # (its commit then also makes this attempt lose the swap and come back here)
+            self.store.load(ns, table, target)
+            return (update,)
+
+        new_state = self.store.commit(ns, table, updates, operation="tag",
                                       command=command or f"tag {ns}.{table} {label} --version {target}",
                                       summary=lambda _latest: update.summary())
         return {"logical_table": new_state.table.identifier, "tag": label, "version": target,
@@ -210,16 +217,22 @@ class Omni:
             if not latest.has_column(column):
                 continue  # unknown at every version: the reader's own error suggests a name
             # columns are only ever added, so the first version that has it is found by bisection
-            lo, hi = state.version + 1, latest.version
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self.state(name, mid).has_column(column):
-                    hi = mid
+            # (over the versions still in the log: retention may have expired some in between)
+            later = [v.version for v in self.log(name) if state.version < v.version <= latest.version]
+            lo_i, hi_i = 0, len(later) - 1
+            while lo_i < hi_i:
+                mid = (lo_i + hi_i) // 2
+                if self.state(name, later[mid]).has_column(column):
+                    hi_i = mid
                 else:
-                    lo = mid + 1
+                    lo_i = mid + 1
+            lo = later[lo_i] if later else latest.version
+            before = ([state.version] + later)[lo_i] if later else state.version
+            added = (f"it was added at version {lo}" if lo == before + 1 else
+                     f"it was added after version {before} and is in version {lo} (retention expired those between)")
             raise SchemaConflictError(
                 f"column {column!r} of {state.table.identifier} does not exist at version {state.version}: "
-                f"it was added at version {lo}; read a version from {lo} on (latest: {latest.version})")
+                f"{added}; read a version from {lo} on (latest: {latest.version})")
 
     def rejects(self, name: str, batch: str | None = None) -> pa.Table:
         """Rejected records of ``name`` (optionally one batch), from ``omni_sys.rejects``.
@@ -488,6 +501,33 @@ class Omni:
         from governance.compaction import compact
 
         return compact(self.store, name, min_files, dry_run=dry_run, progress=progress)
+
+    def expire(self, name: str, keep_last: int, *, keep_tagged: bool = True, min_age_s: float | None = None,
+               dry_run: bool = False, progress: bool | None = None, command: str = "") -> Any:
+        """Retention alone: keep the last ``keep_last`` versions (plus tagged and manifest-pinned ones).
+
+        Returns a :class:`governance.retention.RetentionReport` (``dry_run``: its plan only).
+        Expired versions leave ``omni log``; ``as_of`` on one names the oldest kept version.
+        """
+        from governance.retention import RetentionPolicy, apply_retention
+
+        policy = RetentionPolicy(keep_last=keep_last, keep_tagged=keep_tagged,
+                                 **({"min_age_s": min_age_s} if min_age_s is not None else {}))
+        return apply_retention(self.store, name, policy, dry_run=dry_run, progress=progress, command=command)
+
+    def maintain(self, name: str, keep_last: int | None = None, *, min_age_s: float | None = None,
+                 dry_run: bool = False, progress: bool | None = None, command: str = "") -> Any:
+        """Run the due maintenance of ``name``: stale staging branches, retention, orphan files.
+
+        Returns a :class:`governance.maintenance.MaintainReport`; meant to run periodically
+        (``omni maintain web`` from cron, or after every N commits).
+        """
+        from governance.maintenance import DEFAULT_KEEP_LAST, maintain
+        from governance.retention import RetentionPolicy
+
+        policy = RetentionPolicy(keep_last=keep_last or DEFAULT_KEEP_LAST,
+                                 **({"min_age_s": min_age_s} if min_age_s is not None else {}))
+        return maintain(self.store, name, policy=policy, dry_run=dry_run, progress=progress, command=command)
 
     # ---- tooling ------------------------------------------------------------------------
     def trino_config(self, out: str) -> str:

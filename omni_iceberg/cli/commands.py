@@ -280,6 +280,21 @@ def backfill(args, omni, command_line: str) -> int:
     return 0
 
 
+# ---- retention and maintenance ---------------------------------------------------------------
+def maintain(args, omni, command_line: str) -> int:
+    report = omni.maintain(args.name, args.keep_last, min_age_s=args.min_age, dry_run=args.dry_run,
+                           progress=progress(args), command=command_line)
+    emit(args, report.to_dict(), report.describe)
+    return 0
+
+
+def expire(args, omni, command_line: str) -> int:
+    report = omni.expire(args.name, args.keep_last, min_age_s=args.min_age, dry_run=args.dry_run,
+                         progress=progress(args), command=command_line)
+    emit(args, report.to_dict(), report.describe)
+    return 0
+
+
 # ---- point lookups ---------------------------------------------------------------------------
 def get(args, omni, command_line: str) -> int:
     from omni_iceberg.index.render import print_lookup
@@ -307,4 +322,5 @@ _HANDLERS = {
     "table": table, "tag": tag, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
     "export": export, "errors": errors, "lineage": lineage, "compact": compact, "trino-config": trino_config,
     "feature": feature, "backfill": backfill, "get": get, "index": index,
+    "maintain": maintain, "expire": expire,
 }

@@ -155,6 +155,29 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--min-files", type=int, default=2, help="compact partitions with at least this many files")
     cp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
 
+    # retention and periodic maintenance (governance/retention.py, governance/maintenance.py)
+    mt = command(sub, "maintain", "run the due maintenance: stale branches, retention, orphan files",
+                 "omni maintain web --dry-run", "omni maintain web --keep-last 20 --json")
+    mt.add_argument("name", help="logical table")
+    mt.add_argument("--keep-last", type=int, default=None,
+                    help="logical versions to keep, besides tagged and manifest-pinned ones "
+                         "(default: env OMNI_RETENTION_KEEP_LAST or 100)")
+    mt.add_argument("--min-age", type=float, default=None, metavar="SECONDS",
+                    help="never expire a version superseded less than this long ago "
+                         "(default: env OMNI_RETENTION_MIN_AGE_S or 3600)")
+    mt.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    mt.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+    xp = command(sub, "expire", "retention alone: keep the last K logical versions, expire the rest",
+                 "omni expire web --keep-last 20 --dry-run", "omni expire web --keep-last 5 --min-age 0 --json")
+    xp.add_argument("name", help="logical table")
+    xp.add_argument("--keep-last", type=int, required=True,
+                    help="logical versions to keep, besides tagged and manifest-pinned ones")
+    xp.add_argument("--min-age", type=float, default=None, metavar="SECONDS",
+                    help="never expire a version superseded less than this long ago "
+                         "(default: env OMNI_RETENTION_MIN_AGE_S or 3600)")
+    xp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    xp.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+
     tr = command(sub, "trino-config", "write the Trino catalog properties for this omni catalog",
                  "omni trino-config --out etc/catalog/iceberg.properties")
     tr.add_argument("--out", required=True, help="the properties file (or a folder such as etc/catalog)")

@@ -43,6 +43,8 @@ def log_text(versions: list[dict], tags: dict[str, int]) -> str:
     return "\n".join(
         f"v{v['version']:<4} {ts(v['committed_ms'])}  {v['operation']:<8} {v['command']}"
         + (f"  [tags: {', '.join(sorted(by_version[v['version']]))}]" if v["version"] in by_version else "")
+        + (f"  [expired versions: {v['summary']['omni.expired-versions']}]"
+           if "omni.expired-versions" in v.get("summary", {}) else "")
         for v in versions)
 
 

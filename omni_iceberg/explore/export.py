@@ -114,6 +114,11 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
     if expected is not None:
         _verify(expected, manifest)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    # retention keeps (or refuses to expire) the version a manifest pins while the manifest exists
+    from catalog_ext.pins import record_pin
+
+    view = omni.store.views.load_view(state.table.namespace, state.table.name)
+    record_pin(omni.catalog, view.metadata["location"], state.table.identifier, state.version, out / MANIFEST)
     from omni_iceberg.explore.query_log import log_query
 
     log_query(omni, plan, kind="export", engine="local", rows=total,
