@@ -56,6 +56,8 @@ def clean_leftovers(store: FamilyStore, name: str, *, policy: StagingPolicy | No
 
 #: ``omni maintain`` keeps this many logical versions unless told otherwise
 DEFAULT_KEEP_LAST = int(os.environ.get("OMNI_RETENTION_KEEP_LAST", "100"))
+#: ``omni maintain`` compacts a partition once it holds this many small files
+DEFAULT_COMPACT_MIN_FILES = int(os.environ.get("OMNI_COMPACT_MIN_FILES", "4"))
 
 
 @dataclass
@@ -67,10 +69,12 @@ class MaintainReport:
     tasks: list[str] = field(default_factory=list)
     cleanup: CleanupReport | None = None
     retention: Any = None  # governance.retention.RetentionReport
+    compaction: dict[str, Any] | None = None  # governance.compaction.compact's report
 
     def to_dict(self) -> dict[str, Any]:
         return {"logical_table": self.logical_table, "dry_run": self.dry_run, "tasks": self.tasks,
                 "cleanup": self.cleanup.to_dict() if self.cleanup else None,
+                "compaction": self.compaction,
                 "retention": self.retention.to_dict() if self.retention else None}
 
     def describe(self) -> str:
@@ -78,6 +82,13 @@ class MaintainReport:
                  + f": {', '.join(self.tasks)}"]
         if self.cleanup is not None:
             lines.append("staging leftovers:\n  " + self.cleanup.branches.describe().replace("\n", "\n  "))
+        if self.compaction is not None:
+            tables = self.compaction["plan"]["tables"]
+            merged = sum(p["files"] for t in tables for p in t["partitions"])
+            after = self.compaction.get("files_after") or {}
+            lines.append(f"compaction: {merged} small files in {len(tables)} table(s) "
+                         + ("would be merged" if self.dry_run else
+                            f"merged -> {sum(after.values())} files" if after else "(nothing due)"))
         if self.retention is not None:
             lines.append(self.retention.plan.describe() if self.dry_run else self.retention.describe())
         if self.cleanup is not None:
@@ -88,8 +99,13 @@ class MaintainReport:
 
 
 def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, policy: Any = None,
-             dry_run: bool = False, progress: bool | None = None, command: str = "") -> MaintainReport:
-    """Run the due maintenance of ``name``: stale branches, retention, orphan files.
+             compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
+             command: str = "") -> MaintainReport:
+    """Run the due maintenance of ``name``: stale branches, compaction, retention, orphan files.
+
+    Compaction is due where a partition holds ``compact_min_files`` small files (default
+    :data:`DEFAULT_COMPACT_MIN_FILES`, env ``OMNI_COMPACT_MIN_FILES``); it loses cleanly
+    to a concurrent writer, in which case the rest still runs and the next run retries.
 
     ``policy`` (a :class:`governance.retention.RetentionPolicy`) wins over ``keep_last``
     (default :data:`DEFAULT_KEEP_LAST`, env ``OMNI_RETENTION_KEEP_LAST``). Branches go
@@ -104,8 +120,17 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     report = MaintainReport(state.table.identifier, dry_run, cleanup=CleanupReport(state.table.identifier))
     report.tasks.append("stale staging branches")
     report.cleanup.branches = sweep_stale_branches(store.catalog, state, dry_run=dry_run)
-    # compaction (issue #9 part 1, governance/compaction.py) belongs here: after the
-    # leftovers, before retention, so the small files it replaces are expired in this run
+    # after the leftovers, before retention: the small files it replaces are expired in this run
+    from catalog_ext.errors import CommitConflictError
+    from catalog_ext.updates import PinConflict
+    from governance.compaction import compact
+
+    min_files = compact_min_files or DEFAULT_COMPACT_MIN_FILES
+    report.tasks.append(f"compaction (partitions with >= {min_files} small files)")
+    try:
+        report.compaction = compact(store, name, min_files, dry_run=dry_run, clean=False, progress=progress)
+    except (PinConflict, CommitConflictError) as e:
+        report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
     report.tasks.append(f"retention (keep last {policy.keep_last})")
     report.retention = apply_retention(store, name, policy, dry_run=dry_run, progress=progress,
                                        command=command or f"maintain {state.table.identifier}")

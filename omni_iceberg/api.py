@@ -516,8 +516,10 @@ class Omni:
         return apply_retention(self.store, name, policy, dry_run=dry_run, progress=progress, command=command)
 
     def maintain(self, name: str, keep_last: int | None = None, *, min_age_s: float | None = None,
-                 dry_run: bool = False, progress: bool | None = None, command: str = "") -> Any:
-        """Run the due maintenance of ``name``: stale staging branches, retention, orphan files.
+                 compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
+                 command: str = "") -> Any:
+        """Run the due maintenance of ``name``: stale staging branches, compaction of partitions
+        holding ``compact_min_files`` small files, retention, orphan files.
 
         Returns a :class:`governance.maintenance.MaintainReport`; meant to run periodically
         (``omni maintain web`` from cron, or after every N commits).
@@ -527,7 +529,8 @@ class Omni:
 
         policy = RetentionPolicy(keep_last=keep_last or DEFAULT_KEEP_LAST,
                                  **({"min_age_s": min_age_s} if min_age_s is not None else {}))
-        return maintain(self.store, name, policy=policy, dry_run=dry_run, progress=progress, command=command)
+        return maintain(self.store, name, policy=policy, compact_min_files=compact_min_files, dry_run=dry_run,
+                        progress=progress, command=command)
 
     # ---- tooling ------------------------------------------------------------------------
     def trino_config(self, out: str) -> str:

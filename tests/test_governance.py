@@ -126,3 +126,28 @@ def test_small_batches_merge_across_batches_and_batch_pruning_keeps_working(tmp_
     early = list(table.scan(row_filter=EqualTo("_ai_append_name_", "b03"),
                             snapshot_id=state.base_table.snapshot_id).plan_files())
     assert {f.file.file_path for f in early}.isdisjoint({f.file.file_path for f in late})
+
+
+def test_maintain_compacts_what_is_due_then_expires_what_it_replaced(tmp_path):
+    import json
+
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")
+    for b in range(10):
+        src = tmp_path / f"b{b}.jsonl"
+        src.write_text("".join(json.dumps({"raw_data": f"batch {b} doc {i}"}) + "\n" for i in range(25)))
+        omni.submit("web", [str(src)], batch=f"b{b}")
+    query = "SELECT _ai_append_name_ AS b, count(*) AS n FROM web GROUP BY 1 ORDER BY 1"
+    before = omni.query(query).to_pylist()
+    dry = omni.maintain("web", keep_last=2, min_age_s=0, dry_run=True)
+    assert dry.compaction["plan"]["tables"] and "would be merged" in dry.describe()
+    assert omni.state("web").version == 11  # a dry run changes nothing
+    report = omni.maintain("web", keep_last=2, min_age_s=0)
+    state = omni.state("web")
+    assert sum(report.compaction["files_after"].values()) <= 16
+    assert _files(omni, state.base_table.identifier, state.base_table.snapshot_id) <= 16
+    assert omni.query(query).to_pylist() == before
+    assert [v.version for v in omni.log("web")][-2:] == [state.version - 1, state.version]
+    assert omni.verify_index("web").ok
+    again = omni.maintain("web", keep_last=2, min_age_s=0)  # nothing due any more
+    assert not again.compaction["plan"]["tables"]

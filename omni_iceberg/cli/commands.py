@@ -282,7 +282,8 @@ def backfill(args, omni, command_line: str) -> int:
 
 # ---- retention and maintenance ---------------------------------------------------------------
 def maintain(args, omni, command_line: str) -> int:
-    report = omni.maintain(args.name, args.keep_last, min_age_s=args.min_age, dry_run=args.dry_run,
+    report = omni.maintain(args.name, args.keep_last, min_age_s=args.min_age,
+                           compact_min_files=args.compact_min_files, dry_run=args.dry_run,
                            progress=progress(args), command=command_line)
     emit(args, report.to_dict(), report.describe)
     return 0

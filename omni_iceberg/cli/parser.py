@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
 
     # retention and periodic maintenance (governance/retention.py, governance/maintenance.py)
-    mt = command(sub, "maintain", "run the due maintenance: stale branches, retention, orphan files",
+    mt = command(sub, "maintain", "run the due maintenance: stale branches, compaction, retention, orphan files",
                  "omni maintain web --dry-run", "omni maintain web --keep-last 20 --json")
     mt.add_argument("name", help="logical table")
     mt.add_argument("--keep-last", type=int, default=None,
@@ -165,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--min-age", type=float, default=None, metavar="SECONDS",
                     help="never expire a version superseded less than this long ago "
                          "(default: env OMNI_RETENTION_MIN_AGE_S or 3600)")
+    mt.add_argument("--compact-min-files", type=int, default=None, metavar="N",
+                    help="compact partitions holding at least N small files (default: env OMNI_COMPACT_MIN_FILES or 4)")
     mt.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     mt.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     xp = command(sub, "expire", "retention alone: keep the last K logical versions, expire the rest",
