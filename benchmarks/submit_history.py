@@ -7,13 +7,15 @@ the previous batch, so dedup has work). One table is written with the id index
 every id already in the table: the behaviour before the index). Batches are
 interleaved (on, off / off, on, alternating), so both variants see the same machine
 load. Each submit is one ``Omni.submit`` call, timed whole (read, dedup, write,
-index, logical commit).
+index, logical commit). Every ``--maintain-every`` batches (default 25; 0 = never) both
+tables get ``omni maintain`` (compaction of small files, retention keeping the last 20
+versions), untimed and reported apart: what a platform team's periodic job does.
 
 Headline: median submit time of the last 10 batches / of batches 2-11 (the first
 batch of an empty table does no dedup), per variant. Target with the index: <= 1.3x.
 Peak RSS of the process is reported too.
 
-    python -m benchmarks.submit_history [--quick] [--batches N] [--rows N]
+    python -m benchmarks.submit_history [--quick] [--batches N] [--rows N] [--maintain-every N]
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     def options(p):
         p.add_argument("--batches", type=int, default=None, help="batches per table (default 300; quick 40)")
         p.add_argument("--rows", type=int, default=10, help="records per batch (default 10)")
+        p.add_argument("--maintain-every", type=int, default=25,
+                       help="run omni maintain (compaction + retention, keep 20) every N batches; 0 = never")
 
     args = C.parse_args("submit_history", __doc__, options, argv)
     started = time.perf_counter()
@@ -51,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     saved = os.environ.get("OMNI_INDEX")
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     duplicates: dict[str, int] = {v: 0 for v in VARIANTS}
+    maintain_s: dict[str, list[float]] = {v: [] for v in VARIANTS}
     try:
         for v in VARIANTS:
             omni.create_table(v)
@@ -66,6 +71,12 @@ def main(argv: list[str] | None = None) -> None:
                 if n and v == "index":
                     assert report.dedup == "index", report
             path.unlink()
+            if args.maintain_every and (n + 1) % args.maintain_every == 0:
+                for v in VARIANTS:
+                    os.environ["OMNI_INDEX"] = "lmdb" if v == "index" else "off"
+                    t = time.perf_counter()
+                    omni.maintain(v, keep_last=20, min_age_s=0, progress=False)
+                    maintain_s[v].append(round(time.perf_counter() - t, 2))
             if n % 50 == 0 or n == batches - 1:
                 C.log(f"batch {n}: " + ", ".join(f"{v} {times[v][-1] * 1e3:.0f} ms" for v in VARIANTS))
         assert duplicates["index"] == duplicates["no_index"] == 2 * (batches - 1), duplicates
@@ -78,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
                           "trials_ms": [round(x * 1e3, 1) for x in times[v]]}
         payload = {
             "batches": batches, "rows_per_batch": args.rows, "results": summary,
+            "maintain_every": args.maintain_every, "maintain_seconds": maintain_s,
             "peak_rss_mib": round(C.peak_rss_mib(), 1), "load_average": C.load_average(),
             "title": f"Submit time vs history: {batches} batches of {args.rows} records, id index on vs off",
             "headline": [
