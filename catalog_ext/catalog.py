@@ -30,6 +30,9 @@ def open_catalog(config: OmniConfig) -> Any:
         if uri.startswith(("http://", "https://")):
             from pyiceberg.catalog.rest import RestCatalog
 
+            from catalog_ext.rest_commit import check_reachable
+
+            check_reachable(uri, "the REST catalog")  # pyiceberg's first request has no timeout
             return RestCatalog(config.catalog_name, uri=uri, **props)
         from pyiceberg.catalog import load_catalog
 
