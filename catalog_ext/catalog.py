@@ -12,6 +12,14 @@ from catalog_ext.redact import redact
 
 def open_catalog(config: OmniConfig) -> Any:
     """Return a pyiceberg catalog: SQL (SQLite / PostgreSQL), REST, or one named in .pyiceberg.yaml."""
+    from catalog_ext.object_store import check_warehouse
+
+    catalog = _open(config)
+    check_warehouse(catalog, config.warehouse)  # an s3:// warehouse: fail now, naming endpoint and bucket
+    return catalog
+
+
+def _open(config: OmniConfig) -> Any:
     uri = config.catalog_uri
     props: dict[str, str] = {"warehouse": config.warehouse, **config.extra_properties}
     try:
