@@ -232,3 +232,37 @@ def test_unreachable_rest_catalog_names_host_and_port_and_fails_fast(tmp_path):
         omni.list_tables()
     message = str(info.value)
     assert f"127.0.0.1:{port}" in message and "s3cr3t-pw" not in message
+
+
+def test_spark_and_trino_config_emit_rest_and_s3_settings_without_secrets(tmp_path, monkeypatch, capsys):
+    """No server needed: the settings are derived from the configuration alone."""
+    import stat
+
+    from omni_iceberg.cli import main
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-never-shown")
+    base = ["--home", str(tmp_path / "home"), "--catalog", "http://127.0.0.1:8181", "--warehouse", "s3://lake/wh"]
+    assert main([*base, "spark-config"]) == 0
+    out = capsys.readouterr().out
+    assert "spark.sql.catalog.omni.type rest" in out and "spark.sql.catalog.omni.uri http://127.0.0.1:8181" in out
+    assert "spark.sql.catalog.omni.io-impl org.apache.iceberg.aws.s3.S3FileIO" in out
+    assert "spark.sql.catalog.omni.s3.endpoint http://127.0.0.1:9000" in out and "client.region eu-west-1" in out
+    assert "aws-secret-never-shown" not in out
+    assert main([*base, "trino-config", "--out", str(tmp_path / "etc")]) == 0
+    trino = (tmp_path / "etc" / "omni.properties").read_text()
+    assert "iceberg.catalog.type=rest" in trino and "iceberg.rest-catalog.uri=http://127.0.0.1:8181" in trino
+    assert "fs.native-s3.enabled=true" in trino and "s3.path-style-access=true" in trino
+    assert "aws-secret-never-shown" not in trino
+    # a JDBC password: masked on stdout, kept in the owner-only file a Spark set-up reads
+    pg = ["--home", str(tmp_path / "home"), "--catalog", "postgresql+psycopg://bob:pg-pass-123@db:5432/cat",
+          "--warehouse", str(tmp_path / "wh")]
+    assert main([*pg, "spark-config"]) == 0
+    out = capsys.readouterr().out
+    assert "spark.sql.catalog.omni.type jdbc" in out and "pg-pass-123" not in out and "jdbc.password ***" in out
+    assert main([*pg, "spark-config", "--out", str(tmp_path / "spark-defaults.conf")]) == 0
+    written = tmp_path / "spark-defaults.conf"
+    assert "jdbc.password pg-pass-123" in written.read_text()
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    assert "pg-pass-123" not in capsys.readouterr().out
