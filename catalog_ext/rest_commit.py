@@ -45,11 +45,12 @@ pointer alone.
 - *The view is derived state.* A crash between steps 3 and 4 leaves the view one
   version behind. Every reader and writer compares the view's ``omni.logical-version``
   with the pointer and replaces it when behind (:meth:`RestViewCatalog.sync_view`). Two
-  syncs can race (view updates cannot be guarded), so a sync re-reads the pointer and the
-  view *after* its own write and writes again until the view shows the pointer's latest
-  version: whoever writes the view last also checks it last, so once writers stop the
-  view equals the pointer (the number of rounds is bounded; a writer that gives up leaves
-  the repair to the next reader).
+  syncs can race (view updates cannot be guarded), so a sync re-reads the pointer *after*
+  its own write: if the pointer still names the version it wrote it stops, else it goes
+  round again. Whoever writes the view last also reads the pointer last, so a stale write
+  is always followed by a check that sees the pointer ahead and repairs it; once writers
+  stop, the view equals the pointer (rounds are bounded; a writer that gives up leaves the
+  repair to the next reader, and omni itself never reads the view).
 
 **Why not the multi-table endpoint.** ``POST /v1/{prefix}/transactions/commit`` could
 also move the physical tables' ``main`` refs in the same request. That buys nothing for
@@ -277,8 +278,13 @@ class RestViewCatalog:
         tx, snapshot_id = self._pointer_transaction(pointer, version, metadata["properties"],
                                                     _view_record(metadata, version))
         requirements = tuple(tx._requirements) + (AssertTableUUID(uuid=pointer.metadata.table_uuid),)
+        fresh = None
         try:
-            self._catalog.commit_table(pointer, requirements, tuple(tx._updates))
+            response = self._catalog.commit_table(pointer, requirements, tuple(tx._updates))
+            # the response carries the committed metadata: no reload needed
+            fresh = pointer.__class__(identifier=pointer.name(), metadata=response.metadata,
+                                      metadata_location=response.metadata_location, io=pointer.io,
+                                      catalog=self._catalog, config=pointer.config)
         except CommitFailedException as e:
             raise CommitConflictError(
                 f"logical table {namespace}.{name}: another writer committed first ({redact(str(e))})") from e
@@ -288,7 +294,8 @@ class RestViewCatalog:
             if snapshot_id not in {s.snapshot_id for s in self._chain(fresh)}:
                 raise CommitConflictError(f"logical table {namespace}.{name}: commit outcome unknown and not "
                                           f"visible ({redact(str(e))}); retrying") from e
-        fresh = self._load_pointer(namespace, name)
+        if fresh is None:
+            fresh = self._load_pointer(namespace, name)
         try:
             self.sync_view(namespace, name, fresh)
         except OmniError as e:  # the commit happened; the next reader repairs the view
@@ -314,10 +321,11 @@ class RestViewCatalog:
         See "The view is derived state" in the module docstring for why it re-checks after
         each write.
         """
+        moot: str | None = None
         for _ in range(MAX_SYNC_ROUNDS):
             pointer = pointer if pointer is not None else self._load_pointer(namespace, name)
-            latest = self._chain(pointer)[-1]
-            latest_version = int(latest.summary.additional_properties[SNAP_VERSION])
+            latest = pointer.current_snapshot()
+            latest_version = self._latest_version(pointer)
             view = self._get_view(namespace, name)
             shown = int(view["metadata"].get("properties", {}).get(VIEW_PROP_VERSION, 0)) if view else 0
             if shown >= latest_version:
@@ -325,13 +333,25 @@ class RestViewCatalog:
             record = json.loads(pointer.metadata.properties[PROP_VIEW_RECORD])
             properties = json.loads(latest.summary.additional_properties[SNAP_PROPERTIES])
             summary = json.loads(latest.summary.additional_properties[SNAP_SUMMARY])
-            self._write_view(namespace, name, view, pointer.metadata.properties[PROP_VIEW_LOCATION], record,
-                             properties, summary)
-            pointer = None  # re-read: another writer may have moved on meanwhile
+            moot = self._write_view(namespace, name, view, pointer.metadata.properties[PROP_VIEW_LOCATION],
+                                    record, properties, summary)
+            # re-read the pointer AFTER our write: if it still names what we wrote, we are done even
+            # if a slower sync overwrites the view with an older version later - that writer reads the
+            # pointer after its own write, sees it ahead, and writes again (the module's argument)
+            pointer = self._load_pointer(namespace, name)
+            if moot is None and self._latest_version(pointer) == latest_version:
+                return True
+        log.warning("view %s.%s still behind its pointer after %d rounds (last: %s); the next reader repairs it",
+                    namespace, name, MAX_SYNC_ROUNDS, moot)
         return False
 
+    @staticmethod
+    def _latest_version(pointer: Any) -> int:
+        return int(pointer.current_snapshot().summary.additional_properties[SNAP_VERSION])
+
     def _write_view(self, namespace: str, name: str, view: dict[str, Any] | None, location: str,
-                    record: dict[str, Any], properties: dict[str, str], summary: dict[str, str]) -> None:
+                    record: dict[str, Any], properties: dict[str, str], summary: dict[str, str]) -> str | None:
+        """Create or replace the view; a string says why a concurrent change made this write moot."""
         version = {"version-id": 1, "schema-id": 0, "timestamp-ms": int(time.time() * 1000),
                    "summary": {"engine-name": "omni-iceberg", **summary},
                    "representations": record["representations"],
@@ -344,11 +364,11 @@ class RestViewCatalog:
                     "properties": properties}
             status, payload = self._http("POST", self._views_url(namespace), body)
             if status == 409:  # another sync created it first: the next round compares again
-                return
+                return f"HTTP 409, {self._message(payload)}"
             if status != 200:
                 raise OmniError(f"REST catalog: creating view {namespace}.{name} failed (HTTP {status}, "
                                 f"{self._message(payload)})")
-            return
+            return None
         # the server reuses an identical schema instead of adding it, and then "-1" (the schema
         # added by this request) names nothing: refer to the existing one by id instead
         same = [s["schema-id"] for s in view["metadata"].get("schemas", []) if _same_fields(s, schema)]
@@ -369,9 +389,14 @@ class RestViewCatalog:
             ],
         }
         status, payload = self._http("POST", self._views_url(namespace, name), body)
-        if status not in (200, 409):  # 409: dropped/recreated meanwhile - the next round compares again
+        if status in (400, 409):
+            # a concurrent sync changed the view since we read it (our version ids are stale, or it
+            # already holds this very version, which the server then does not add): the caller re-reads
+            return f"HTTP {status}, {self._message(payload)}"
+        if status != 200:
             raise OmniError(f"REST catalog: replacing view {namespace}.{name} failed (HTTP {status}, "
                             f"{self._message(payload)})")
+        return None
 
 
 def _same_fields(a: dict[str, Any], b: dict[str, Any]) -> bool:
