@@ -137,5 +137,6 @@ class S3ProxyServer:
 if __name__ == "__main__":  # pragma: no cover - manual check: start, print, stop on Enter
     with S3ProxyServer() as server:
         server.create_bucket("lake")
-        print(server.endpoint)
-        input("s3proxy is up; press Enter to stop ")
+        # a throwaway server's random key, shown only to whoever started it by hand
+        print("".join(f"export {k}={v}\n" for k, v in server.environment().items()), end="")
+        input("s3proxy is up with bucket 'lake'; press Enter to stop ")
