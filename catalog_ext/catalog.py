@@ -38,10 +38,10 @@ def _open(config: OmniConfig) -> Any:
         if uri.startswith(("http://", "https://")):
             from pyiceberg.catalog.rest import RestCatalog
 
-            from catalog_ext.rest_commit import check_reachable
+            from catalog_ext.rest_commit import bound_request_times, check_reachable
 
             check_reachable(uri, "the REST catalog")  # pyiceberg's first request has no timeout
-            return RestCatalog(config.catalog_name, uri=uri, **props)
+            return bound_request_times(RestCatalog(config.catalog_name, uri=uri, **props))
         from pyiceberg.catalog import load_catalog
 
         return load_catalog(uri, **({"warehouse": config.warehouse} if config.warehouse else {}))

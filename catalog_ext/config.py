@@ -50,7 +50,8 @@ class OmniConfig:
         if "://" not in wh:
             wh = Path(wh).resolve().as_uri()
         name = catalog_name or os.environ.get("OMNI_CATALOG_NAME") or DEFAULT_CATALOG_NAME
-        extra = storage_properties(wh, name) if "://" in uri or uri.startswith("sqlite:") else {}
+        extra = storage_properties(wh, name, rest=uri.startswith(("http://", "https://"))) \
+            if "://" in uri or uri.startswith("sqlite:") else {}
         return cls(home=home_path, catalog_uri=uri, warehouse=wh, catalog_name=name, extra_properties=extra)
 
     @property
@@ -86,13 +87,14 @@ def resolve_catalog_uri(uri: str) -> str:
 S3_TIMEOUTS = {"s3.connect-timeout": "5", "s3.request-timeout": "120"}
 
 
-def storage_properties(warehouse: str, catalog_name: str) -> dict[str, str]:
+def storage_properties(warehouse: str, catalog_name: str, *, rest: bool = False) -> dict[str, str]:
     """FileIO properties for a URI catalog: ``.pyiceberg.yaml``/env entry ``catalog_name``, S3 defaults.
 
     Only storage settings are taken from the yaml entry (``uri``, ``type`` and ``warehouse``
     stay what omni resolved). For an ``s3://`` warehouse, ``AWS_ENDPOINT_URL`` (the AWS
     SDKs' own variable) fills ``s3.endpoint`` when nothing else set it, and connect/request
-    timeouts are bounded.
+    timeouts are bounded. On a REST catalog (``rest``) the server decides where tables
+    live, so the same S3 settings apply whatever ``warehouse`` says.
     """
     from catalog_ext.errors import ConfigError
 
@@ -103,7 +105,7 @@ def storage_properties(warehouse: str, catalog_name: str) -> dict[str, str]:
     except Exception as e:  # noqa: BLE001 - a malformed yaml
         raise ConfigError(f"cannot read .pyiceberg.yaml for catalog {catalog_name!r}: {e}") from e
     props = {str(k): str(v) for k, v in found.items() if k not in ("uri", "type", "warehouse")}
-    if warehouse.startswith(("s3://", "s3a://")):
+    if rest or warehouse.startswith(("s3://", "s3a://")):
         props = {**S3_TIMEOUTS, **props}
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint and "s3.endpoint" not in props:

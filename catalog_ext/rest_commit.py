@@ -267,6 +267,7 @@ class RestViewCatalog:
 
     def replace_view(self, current: LoadedView, metadata: dict[str, Any]) -> LoadedView:
         """Commit the new logical version iff the pointer's ``main`` is still where ``current`` saw it."""
+        import requests
         from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
         from pyiceberg.table.update import AssertTableUUID
 
@@ -288,7 +289,7 @@ class RestViewCatalog:
         except CommitFailedException as e:
             raise CommitConflictError(
                 f"logical table {namespace}.{name}: another writer committed first ({redact(str(e))})") from e
-        except (CommitStateUnknownException, ConfigError) as e:
+        except (CommitStateUnknownException, requests.RequestException) as e:
             # the request may have landed: our snapshot id on main is the only proof
             fresh = self._load_pointer(namespace, name)
             if snapshot_id not in {s.snapshot_id for s in self._chain(fresh)}:
@@ -415,6 +416,23 @@ def _view_record(metadata: dict[str, Any], version: dict[str, Any]) -> dict[str,
             "representations": version["representations"],
             "default-namespace": version.get("default-namespace", []),
             "default-catalog": version.get("default-catalog")}
+
+
+def bound_request_times(catalog: Any, timeout_s: tuple[float, float] = HTTP_TIMEOUT_S) -> Any:
+    """Give every request of ``catalog``'s HTTP session a (connect, read) timeout unless it sets one.
+
+    pyiceberg's REST client sends its requests without a timeout, so a catalog that
+    accepts the connection and never answers would hang a command forever.
+    """
+    session = catalog._session
+    send = session.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("timeout", timeout_s)
+        return send(method, url, *args, **kwargs)
+
+    session.request = request
+    return catalog
 
 
 def endpoint_of(uri: str) -> str:

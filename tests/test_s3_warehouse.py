@@ -146,3 +146,35 @@ def test_missing_bucket_and_wrong_secret_are_named_without_the_secret(s3, clean_
     message = str(info.value)
     assert f"127.0.0.1:{s3.port}" in message and "'lake'" in message
     assert "wrong-secret-value-123" not in message and s3.secret_key not in message
+
+
+def test_rest_catalog_in_front_of_the_bucket(s3, clean_env, tmp_path):
+    """The usual deployment: a REST catalog whose server keeps metadata in S3, omni writing data there."""
+    from tests.services.rest_catalog import RestCatalogServer
+
+    for key, value in s3.environment().items():
+        clean_env.setenv(key, value)
+    server_props = {"io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "s3.endpoint": s3.endpoint,
+                    "s3.path-style-access": "true", "s3.access-key-id": s3.access_key,
+                    "s3.secret-access-key": s3.secret_key, "client.region": s3.region}
+    with RestCatalogServer(warehouse="s3://lake/rest", catalog_properties=server_props,
+                           extra_env=s3.environment()) as rest:
+        home = tmp_path / "home"
+        omni = Omni(catalog=rest.uri, warehouse="s3://lake/rest", home=home)
+        omni.create_table("web")
+        texts = write_docs(tmp_path / "a.jsonl", 0, 25)
+        omni.submit("web", [str(tmp_path / "a.jsonl")], batch="a", progress=False)
+        write_docs(tmp_path / "b.jsonl", 25, 5)
+        omni.submit("web", [str(tmp_path / "b.jsonl")], batch="b", progress=False)
+        fresh = Omni(catalog=rest.uri, warehouse="s3://lake/rest", home=tmp_path / "home2")
+        assert fresh.query("SELECT count(*) AS n FROM web").to_pylist() == [{"n": 30}]
+        assert fresh.query("SELECT count(*) AS n FROM web", as_of=2).to_pylist() == [{"n": 25}]
+        assert {r["raw_data"] for r in fresh.read("web", columns=["RawData"], batches=["a"])
+                .column("RawData").to_pylist()} == texts
+        assert check_family(fresh, "web").anomalies == []
+        files = _bucket_files(s3, "lake/rest")
+        # table metadata (written by the Java server), view metadata, family documents and data: all in S3
+        assert any("web__omni_versions/metadata/" in f and f.endswith(".metadata.json") for f in files)
+        assert any("/web/metadata/" in f for f in files) and any("/web/omni/family-v" in f for f in files)
+        assert any(f.endswith(".parquet") for f in files)
+        _assert_secret_nowhere(s3.secret_key, home, s3=s3, prefix="lake/rest")

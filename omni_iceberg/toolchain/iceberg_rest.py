@@ -10,7 +10,8 @@ classpath TOOLCHAIN.md verified, resolved with ``mvn dependency:list`` on 2026-1
   dependencies - jetty-servlet's pom names a test artifact Maven Central does not
   serve - plus ``jetty-jakarta-servlet-api`` 5.0.2;
 - ``hadoop-client-api`` / ``hadoop-client-runtime`` 3.4.1, ``sqlite-jdbc``, ``slf4j-simple``;
-- ``iceberg-aws`` + ``iceberg-aws-bundle`` 1.10.0, so the server can keep table metadata
+- ``iceberg-aws`` + ``iceberg-aws-bundle`` 1.10.0 and ``failsafe`` 3.3.2 (iceberg-aws's one
+  runtime dependency outside iceberg-core's tree), so the server can keep table metadata
   in an S3-API bucket (``S3FileIO``) when the warehouse is ``s3://``.
 
 The server is configured by environment (``CATALOG_WAREHOUSE``, ``CATALOG_URI`` - a JDBC
@@ -48,6 +49,7 @@ com.github.ben-manes.caffeine:caffeine:2.9.3
 com.google.errorprone:error_prone_annotations:2.10.0
 commons-codec:commons-codec:1.17.0
 commons-io:commons-io:2.16.1
+dev.failsafe:failsafe:3.3.2
 io.airlift:aircompressor:0.27
 org.apache.avro:avro:1.12.0
 org.apache.commons:commons-compress:1.26.2
