@@ -266,3 +266,31 @@ def test_spark_and_trino_config_emit_rest_and_s3_settings_without_secrets(tmp_pa
     assert "jdbc.password pg-pass-123" in written.read_text()
     assert stat.S_IMODE(written.stat().st_mode) == 0o600
     assert "pg-pass-123" not in capsys.readouterr().out
+
+
+@pytest.mark.spark
+def test_spark_reads_the_derived_view_on_the_rest_catalog(rest, tmp_path):
+    """The REST view is what Spark reads: it must pin the latest logical version's snapshots."""
+    from catalog_ext.config import OmniConfig
+    from spark_udfs.session import build_spark_session
+    from tests.conftest import _jar_cache
+
+    home = tmp_path / "home"
+    omni = _omni(rest, home)
+    omni.create_table("web")
+    write_docs(tmp_path / "a.jsonl", 0, 12)
+    omni.submit("web", [str(tmp_path / "a.jsonl")], batch="a", progress=False)
+    write_docs(tmp_path / "b.jsonl", 12, 3)
+    omni.submit("web", [str(tmp_path / "b.jsonl")], batch="b", progress=False)
+    state = omni.state("web")
+    config = OmniConfig.resolve(catalog=rest.uri, warehouse=rest.warehouse, home=home, catalog_name="omni")
+    session = build_spark_session(config, app_name="omni-rest-tests", jar_cache_dir=_jar_cache())
+    try:
+        rows = session.sql("SELECT _ai_append_name_, count(*) FROM omni.aidata.web GROUP BY 1 ORDER BY 1").collect()
+        assert [tuple(r) for r in rows] == [("a", 12), ("b", 3)]
+        props = {r[0]: r[1] for r in session.sql("SHOW TBLPROPERTIES omni.aidata.web").collect()}
+        assert props["omni.logical-version"] == str(state.version)
+        # as of the first ingest (through the pointer), omni and Spark's pinned view agree on what it held
+        assert omni.query("SELECT count(*) AS n FROM web", as_of=2).to_pylist() == [{"n": 12}]
+    finally:
+        session.stop()
