@@ -294,3 +294,25 @@ def test_spark_reads_the_derived_view_on_the_rest_catalog(rest, tmp_path):
         assert omni.query("SELECT count(*) AS n FROM web", as_of=2).to_pylist() == [{"n": 12}]
     finally:
         session.stop()
+
+
+def test_tags_drop_and_recreate(rest, tmp_path):
+    omni = _omni(rest, tmp_path / "home")
+    omni.create_table("web")
+    write_docs(tmp_path / "a.jsonl", 0, 8)
+    omni.submit("web", [str(tmp_path / "a.jsonl")], batch="a", progress=False)
+    omni.tag("web", "first", version=2)
+    write_docs(tmp_path / "b.jsonl", 8, 4)
+    omni.submit("web", [str(tmp_path / "b.jsonl")], batch="b", progress=False)
+    assert omni.query("SELECT count(*) AS n FROM web", as_of="first").to_pylist() == [{"n": 8}]
+    report = omni.drop_table("web", purge=True)
+    assert report["physical_tables"] and report["files_deleted"] >= 4
+    fresh = _omni(rest, tmp_path / "home2")
+    assert fresh.list_tables() == []
+    assert not fresh.catalog.table_exists(f"aidata.web{POINTER_SUFFIX}")
+    import urllib.error
+
+    with pytest.raises(urllib.error.HTTPError, match="404"):  # the derived view went with it
+        _view(rest, "web")
+    fresh.create_table("web")  # the name is free again, and starts at version 1
+    assert [v.version for v in fresh.log("web")] == [1]
