@@ -148,17 +148,21 @@ def test_missing_bucket_and_wrong_secret_are_named_without_the_secret(s3, clean_
     assert "wrong-secret-value-123" not in message and s3.secret_key not in message
 
 
-def test_rest_catalog_in_front_of_the_bucket(s3, clean_env, tmp_path):
-    """The usual deployment: a REST catalog whose server keeps metadata in S3, omni writing data there."""
+def _rest_over(s3: S3ProxyServer, warehouse: str):
+    """Iceberg's REST server with its warehouse (and so every metadata file it writes) in the bucket."""
     from tests.services.rest_catalog import RestCatalogServer
 
-    for key, value in s3.environment().items():
-        clean_env.setenv(key, value)
     server_props = {"io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "s3.endpoint": s3.endpoint,
                     "s3.path-style-access": "true", "s3.access-key-id": s3.access_key,
                     "s3.secret-access-key": s3.secret_key, "client.region": s3.region}
-    with RestCatalogServer(warehouse="s3://lake/rest", catalog_properties=server_props,
-                           extra_env=s3.environment()) as rest:
+    return RestCatalogServer(warehouse=warehouse, catalog_properties=server_props, extra_env=s3.environment())
+
+
+def test_rest_catalog_in_front_of_the_bucket(s3, clean_env, tmp_path):
+    """The usual deployment: a REST catalog whose server keeps metadata in S3, omni writing data there."""
+    for key, value in s3.environment().items():
+        clean_env.setenv(key, value)
+    with _rest_over(s3, "s3://lake/rest") as rest:
         home = tmp_path / "home"
         omni = Omni(catalog=rest.uri, warehouse="s3://lake/rest", home=home)
         omni.create_table("web")
@@ -178,3 +182,37 @@ def test_rest_catalog_in_front_of_the_bucket(s3, clean_env, tmp_path):
         assert any("/web/metadata/" in f for f in files) and any("/web/omni/family-v" in f for f in files)
         assert any(f.endswith(".parquet") for f in files)
         _assert_secret_nowhere(s3.secret_key, home, s3=s3, prefix="lake/rest")
+
+
+@pytest.mark.spark
+def test_spark_reads_the_view_from_the_bucket_with_omni_spark_config(s3, clean_env, tmp_path):
+    """Spark, configured only by what ``omni spark-config`` emits, reads omni's view from S3 via REST."""
+    from catalog_ext.config import OmniConfig
+    from omni_iceberg.toolchain import engine_config
+    from omni_iceberg.toolchain.iceberg_rest import ensure_rest_jars
+    from spark_udfs.jars import ensure_jars
+    from spark_udfs.session import build_spark_session
+    from tests.conftest import _jar_cache
+
+    for key, value in s3.environment().items():  # Spark's S3 client reads the same AWS_* environment
+        clean_env.setenv(key, value)
+    with _rest_over(s3, "s3://lake/spark") as rest:
+        home = tmp_path / "home"
+        omni = Omni(catalog=rest.uri, warehouse="s3://lake/spark", home=home)
+        omni.create_table("web")
+        write_docs(tmp_path / "a.jsonl", 0, 9)
+        omni.submit("web", [str(tmp_path / "a.jsonl")], batch="a", progress=False)
+        config = OmniConfig.resolve(catalog=rest.uri, warehouse="s3://lake/spark", home=home)
+        settings = engine_config.spark_properties(config)
+        assert not any(s3.secret_key in v or s3.access_key in v for v in settings.values())
+        # no Ivy download in tests: the AWS SDK bundle comes from the REST server's verified jars
+        settings.pop("spark.jars.packages")
+        bundle = next(j for j in ensure_rest_jars() if j.name.startswith("iceberg-aws-bundle"))
+        settings["spark.jars"] = ",".join([*(str(j) for j in ensure_jars(_jar_cache())), str(bundle)])
+        session = build_spark_session(config, app_name="omni-s3-tests", jar_cache_dir=_jar_cache(),
+                                      overrides=settings)
+        try:
+            rows = session.sql("SELECT _ai_append_name_, count(*) FROM omni.aidata.web GROUP BY 1").collect()
+            assert [tuple(r) for r in rows] == [("a", 9)]
+        finally:
+            session.stop()
