@@ -216,3 +216,27 @@ def test_spark_reads_the_view_from_the_bucket_with_omni_spark_config(s3, clean_e
             assert [tuple(r) for r in rows] == [("a", 9)]
         finally:
             session.stop()
+
+
+@pytest.mark.trino
+def test_trino_reads_the_view_from_the_bucket_with_omni_trino_config(s3, clean_env, tmp_path):
+    """Trino's native S3 file system, configured by ``omni trino-config`` (REST + S3), reads omni's view."""
+    from catalog_ext.config import OmniConfig
+    from tests.services.trino import TrinoServer
+
+    for key, value in s3.environment().items():  # Trino's S3 client reads the same AWS_* environment
+        clean_env.setenv(key, value)
+    with _rest_over(s3, "s3://lake/trino") as rest:
+        home = tmp_path / "home"
+        omni = Omni(catalog=rest.uri, warehouse="s3://lake/trino", home=home)
+        omni.create_table("web")
+        write_docs(tmp_path / "a.jsonl", 0, 7)
+        omni.submit("web", [str(tmp_path / "a.jsonl")], batch="a", progress=False)
+        write_docs(tmp_path / "b.jsonl", 7, 2)
+        omni.submit("web", [str(tmp_path / "b.jsonl")], batch="b", progress=False)
+        config = OmniConfig.resolve(catalog=rest.uri, warehouse="s3://lake/trino", home=home)
+        with TrinoServer(config) as trino:
+            props = (trino.root / "etc" / "catalog" / "omni.properties").read_text()
+            assert s3.secret_key not in props and "iceberg.catalog.type=rest" in props
+            rows = trino.query("SELECT _ai_append_name_, count(*) FROM omni.aidata.web GROUP BY 1 ORDER BY 1")
+            assert rows == [("a", 7), ("b", 2)]
