@@ -262,8 +262,13 @@ class RestViewCatalog:
         return self._catalog.table_exists(self.pointer_identifier(namespace, name))
 
     def list_views(self, namespace: str) -> list[str]:
-        return sorted(ident[-1][: -len(POINTER_SUFFIX)] for ident in self._catalog.list_tables(namespace)
-                      if ident[-1].endswith(POINTER_SUFFIX))
+        from pyiceberg.exceptions import NoSuchNamespaceError
+
+        try:
+            tables = self._catalog.list_tables(namespace)
+        except NoSuchNamespaceError:  # as on the SQL catalog: an unknown namespace holds no table
+            return []
+        return sorted(ident[-1][: -len(POINTER_SUFFIX)] for ident in tables if ident[-1].endswith(POINTER_SUFFIX))
 
     def replace_view(self, current: LoadedView, metadata: dict[str, Any]) -> LoadedView:
         """Commit the new logical version iff the pointer's ``main`` is still where ``current`` saw it."""

@@ -314,5 +314,10 @@ def test_tags_drop_and_recreate(rest, tmp_path):
 
     with pytest.raises(urllib.error.HTTPError, match="404"):  # the derived view went with it
         _view(rest, "web")
+    from catalog_ext.errors import NoSuchLogicalTableError
+
+    for missing in ("web", "elsewhere.web"):  # unknown table, unknown namespace: the same clear error
+        with pytest.raises(NoSuchLogicalTableError, match="omni table create"):
+            fresh.state(missing)
     fresh.create_table("web")  # the name is free again, and starts at version 1
     assert [v.version for v in fresh.log("web")] == [1]
