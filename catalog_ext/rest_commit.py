@@ -8,8 +8,9 @@ updates, however, carry real preconditions - ``assert-ref-snapshot-id`` among th
 every REST catalog must enforce them atomically. So on REST:
 
 **The protocol.** Each logical table ``ns.t`` has a small *pointer table*
-``ns.t__omni_versions`` (no rows). Its ``main`` snapshot history is the logical version
-log: logical version *v* is the snapshot whose summary holds ``omni.logical-version = v``,
+``ns.t__omni_versions`` (no rows; snapshot expiry disabled by its properties). Its
+``main`` snapshot history is the logical version log (a few hundred bytes of table
+metadata per version): logical version *v* is the snapshot whose summary holds ``omni.logical-version = v``,
 the family-document location and the version's summary; the table's properties hold the
 latest view record (schema + SQL representations) so the view can be rebuilt from the
 pointer alone.
@@ -88,6 +89,11 @@ PROP_VIEW_LOCATION = "omni.view-location"
 PROP_VIEW_RECORD = "omni.view-record"
 PROP_ROLE = "omni.role"
 VIEW_PROP_VERSION = "omni.logical-version"
+#: the pointer's snapshots ARE the version log: routine snapshot expiry (an engine's
+#: ``expire_snapshots`` with default settings) must never drop one
+KEEP_HISTORY = {"history.expire.min-snapshots-to-keep": str(2**31 - 1),
+                "history.expire.max-snapshot-age-ms": str(2**63 - 1),
+                "history.expire.max-ref-age-ms": str(2**63 - 1)}
 #: rounds of write-then-check a view sync makes before leaving the repair to the next reader
 MAX_SYNC_ROUNDS = 6
 HTTP_TIMEOUT_S = (5.0, 60.0)  # (connect, read): an unreachable catalog fails in bounded time
@@ -240,7 +246,7 @@ class RestViewCatalog:
                 self.pointer_identifier(namespace, name), schema=schema,
                 properties={PROP_ROLE: "logical-versions", "omni.logical-table": f"{namespace}.{name}",
                             PROP_VIEW_LOCATION: metadata["location"], PROP_VIEW_RECORD: json.dumps(record),
-                            "format-version": "2"})
+                            "format-version": "2", **KEEP_HISTORY})
             summary = {SNAP_VERSION: str(version["version-id"]), SNAP_SUMMARY: json.dumps(version["summary"]),
                        SNAP_PROPERTIES: json.dumps(metadata["properties"]), "omni.operation": "create"}
             with tx.update_snapshot(snapshot_properties=summary).fast_append():
