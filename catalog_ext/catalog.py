@@ -44,7 +44,10 @@ def _open(config: OmniConfig) -> Any:
             return bound_request_times(RestCatalog(config.catalog_name, uri=uri, **props))
         from pyiceberg.catalog import load_catalog
 
-        return load_catalog(uri, **({"warehouse": config.warehouse} if config.warehouse else {}))
+        from catalog_ext.rest_commit import bound_request_times, is_rest_catalog
+
+        catalog = load_catalog(uri, **({"warehouse": config.warehouse} if config.warehouse else {}))
+        return bound_request_times(catalog) if is_rest_catalog(catalog) else catalog
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - translate every backend failure into one message

@@ -321,3 +321,19 @@ def test_tags_drop_and_recreate(rest, tmp_path):
             fresh.state(missing)
     fresh.create_table("web")  # the name is free again, and starts at version 1
     assert [v.version for v in fresh.log("web")] == [1]
+
+
+def test_a_rest_catalog_named_in_pyiceberg_yaml_behaves_the_same(rest, tmp_path, monkeypatch, capsys):
+    from omni_iceberg.cli import main
+
+    (tmp_path / ".pyiceberg.yaml").write_text(f"catalog:\n  lake:\n    type: rest\n    uri: {rest.uri}\n")
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    write_docs(tmp_path / "a.jsonl", 0, 6)
+    base = ["--home", str(tmp_path / "home"), "--catalog", "lake", "--warehouse", rest.warehouse]
+    assert main([*base, "table", "create", "web"]) == 0
+    assert main([*base, "submit", "web", str(tmp_path / "a.jsonl"), "--batch", "a", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--json", "sql", "SELECT count(*) AS n FROM web"]) == 0
+    assert '"n": 6' in capsys.readouterr().out
+    # the same table through the URI: one catalog, two ways to name it
+    assert _omni(rest, tmp_path / "home2").state("web").version == 2
