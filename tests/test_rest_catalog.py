@@ -328,6 +328,11 @@ def test_a_rest_catalog_named_in_pyiceberg_yaml_behaves_the_same(rest, tmp_path,
 
     (tmp_path / ".pyiceberg.yaml").write_text(f"catalog:\n  lake:\n    type: rest\n    uri: {rest.uri}\n")
     monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    import pyiceberg.catalog
+    from pyiceberg.utils.config import Config
+
+    # pyiceberg reads the yaml once, at import; a user's process starts with it in place
+    monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())
     write_docs(tmp_path / "a.jsonl", 0, 6)
     base = ["--home", str(tmp_path / "home"), "--catalog", "lake", "--warehouse", rest.warehouse]
     assert main([*base, "table", "create", "web"]) == 0

@@ -184,14 +184,35 @@ def test_rest_catalog_in_front_of_the_bucket(s3, clean_env, tmp_path):
         _assert_secret_nowhere(s3.secret_key, home, s3=s3, prefix="lake/rest")
 
 
+# Runs in a fresh interpreter: a JVM that an earlier Spark test started keeps its class
+# path, and the AWS SDK bundle must be on it from the start.
+SPARK_CHILD = r"""
+import json, sys
+from catalog_ext.config import OmniConfig
+from omni_iceberg.toolchain import engine_config
+from omni_iceberg.toolchain.iceberg_rest import ensure_rest_jars
+from spark_udfs.jars import ensure_jars
+from spark_udfs.session import build_spark_session
+
+uri, warehouse, home, jar_cache = sys.argv[1:5]
+config = OmniConfig.resolve(catalog=uri, warehouse=warehouse, home=home)
+settings = engine_config.spark_properties(config)
+# no Ivy download in tests: the AWS SDK bundle comes from the REST server's verified jars
+settings.pop("spark.jars.packages")
+bundle = next(j for j in ensure_rest_jars() if j.name.startswith("iceberg-aws-bundle"))
+settings["spark.jars"] = ",".join([*(str(j) for j in ensure_jars(jar_cache)), str(bundle)])
+session = build_spark_session(config, app_name="omni-s3-tests", jar_cache_dir=jar_cache, overrides=settings)
+try:
+    rows = session.sql("SELECT _ai_append_name_, count(*) FROM omni.aidata.web GROUP BY 1").collect()
+    print(json.dumps({"rows": [list(r) for r in rows], "settings": settings}))
+finally:
+    session.stop()
+"""
+
+
 @pytest.mark.spark
 def test_spark_reads_the_view_from_the_bucket_with_omni_spark_config(s3, clean_env, tmp_path):
     """Spark, configured only by what ``omni spark-config`` emits, reads omni's view from S3 via REST."""
-    from catalog_ext.config import OmniConfig
-    from omni_iceberg.toolchain import engine_config
-    from omni_iceberg.toolchain.iceberg_rest import ensure_rest_jars
-    from spark_udfs.jars import ensure_jars
-    from spark_udfs.session import build_spark_session
     from tests.conftest import _jar_cache
 
     for key, value in s3.environment().items():  # Spark's S3 client reads the same AWS_* environment
@@ -202,20 +223,14 @@ def test_spark_reads_the_view_from_the_bucket_with_omni_spark_config(s3, clean_e
         omni.create_table("web")
         write_docs(tmp_path / "a.jsonl", 0, 9)
         omni.submit("web", [str(tmp_path / "a.jsonl")], batch="a", progress=False)
-        config = OmniConfig.resolve(catalog=rest.uri, warehouse="s3://lake/spark", home=home)
-        settings = engine_config.spark_properties(config)
-        assert not any(s3.secret_key in v or s3.access_key in v for v in settings.values())
-        # no Ivy download in tests: the AWS SDK bundle comes from the REST server's verified jars
-        settings.pop("spark.jars.packages")
-        bundle = next(j for j in ensure_rest_jars() if j.name.startswith("iceberg-aws-bundle"))
-        settings["spark.jars"] = ",".join([*(str(j) for j in ensure_jars(_jar_cache())), str(bundle)])
-        session = build_spark_session(config, app_name="omni-s3-tests", jar_cache_dir=_jar_cache(),
-                                      overrides=settings)
-        try:
-            rows = session.sql("SELECT _ai_append_name_, count(*) FROM omni.aidata.web GROUP BY 1").collect()
-            assert [tuple(r) for r in rows] == [("a", 9)]
-        finally:
-            session.stop()
+        done = subprocess.run([sys.executable, "-c", SPARK_CHILD, rest.uri, "s3://lake/spark", str(home),
+                               str(_jar_cache())], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["rows"] == [["a", 9]]
+        assert not any(s3.secret_key in v or s3.access_key in v for v in result["settings"].values())
+        assert s3.secret_key not in done.stdout + done.stderr
 
 
 @pytest.mark.trino
