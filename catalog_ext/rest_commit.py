@@ -184,11 +184,12 @@ class RestViewCatalog:
     def _chain(pointer: Any) -> list[Any]:
         """The snapshots of ``main``, oldest first: one per logical version."""
         ref = pointer.metadata.refs.get("main")
+        by_id = {s.snapshot_id: s for s in pointer.metadata.snapshots}  # one pass: histories grow long
         out = []
-        snap = pointer.snapshot_by_id(ref.snapshot_id) if ref is not None else None
+        snap = by_id.get(ref.snapshot_id) if ref is not None else None
         while snap is not None:
             out.append(snap)
-            snap = pointer.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+            snap = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
         return out[::-1]
 
     def _as_loaded_view(self, namespace: str, name: str, pointer: Any) -> RestLoadedView:
