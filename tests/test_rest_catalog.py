@@ -99,8 +99,8 @@ def test_lifecycle_submit_backfill_sql_and_as_of(rest, tmp_path):
     assert check_family(fresh, "web").anomalies == []
 
 
-def test_a_lost_race_on_the_pointer_is_retried_not_lost(rest, tmp_path):
-    """Two writers read the same pointer snapshot; the second commit must fail its CAS and re-apply."""
+def test_a_commit_on_a_stale_pointer_is_refused(rest, tmp_path):
+    """Two writers read the same pointer snapshot: the second commit fails its CAS (FamilyStore then re-applies)."""
     from catalog_ext.errors import CommitConflictError
     from catalog_ext.rest_commit import RestViewCatalog
 
