@@ -10,12 +10,12 @@ PY := $(VENV)/bin/python
 export OMNI_CACHE ?= $(CURDIR)/.cache
 EXTRAS := spark,test,viz,models,trino,kv
 
-.PHONY: demo test install system-deps jars trino hbase corpora clean
+.PHONY: demo test install system-deps jars trino hbase rest corpora clean
 
 demo: install
 	$(VENV)/bin/omni demo
 
-test: install system-deps jars trino hbase corpora
+test: install system-deps jars trino hbase rest corpora
 	$(PY) -m pytest -q tests
 
 install: $(VENV)/.installed
@@ -49,6 +49,11 @@ trino: install
 # HBase 2.6.1 (standalone master + Thrift) for the id index's cluster backend, jars from Maven Central
 hbase: install
 	$(PY) -m omni_iceberg.toolchain.hbase
+
+# Iceberg's reference REST catalog server and s3proxy (a real S3-API server), jars from Maven Central
+rest: install
+	$(PY) -m omni_iceberg.toolchain.iceberg_rest
+	$(PY) -m omni_iceberg.toolchain.s3proxy
 
 corpora: install
 	$(VENV)/bin/omni corpus

@@ -12,6 +12,14 @@ from catalog_ext.redact import redact
 
 def open_catalog(config: OmniConfig) -> Any:
     """Return a pyiceberg catalog: SQL (SQLite / PostgreSQL), REST, or one named in .pyiceberg.yaml."""
+    from catalog_ext.object_store import check_warehouse
+
+    catalog = _open(config)
+    check_warehouse(catalog, config.warehouse)  # an s3:// warehouse: fail now, naming endpoint and bucket
+    return catalog
+
+
+def _open(config: OmniConfig) -> Any:
     uri = config.catalog_uri
     props: dict[str, str] = {"warehouse": config.warehouse, **config.extra_properties}
     try:
@@ -30,10 +38,16 @@ def open_catalog(config: OmniConfig) -> Any:
         if uri.startswith(("http://", "https://")):
             from pyiceberg.catalog.rest import RestCatalog
 
-            return RestCatalog(config.catalog_name, uri=uri, **props)
+            from catalog_ext.rest_commit import bound_request_times, check_reachable
+
+            check_reachable(uri, "the REST catalog")  # pyiceberg's first request has no timeout
+            return bound_request_times(RestCatalog(config.catalog_name, uri=uri, **props))
         from pyiceberg.catalog import load_catalog
 
-        return load_catalog(uri, **({"warehouse": config.warehouse} if config.warehouse else {}))
+        from catalog_ext.rest_commit import bound_request_times, is_rest_catalog
+
+        catalog = load_catalog(uri, **({"warehouse": config.warehouse} if config.warehouse else {}))
+        return bound_request_times(catalog) if is_rest_catalog(catalog) else catalog
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - translate every backend failure into one message

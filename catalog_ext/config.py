@@ -5,6 +5,15 @@ embedded default - a SQLite SQL catalog under ``$OMNI_HOME`` (default ``./.omni`
 ``OMNI_CATALOG`` may be a SQLAlchemy URI (``sqlite:///...``,
 ``postgresql+psycopg://user@host:port/db``), an ``http(s)://`` REST URL, or the name
 of a catalog in ``.pyiceberg.yaml``.
+
+The warehouse may be local (a path or ``file://``) or an S3-API bucket (``s3://bucket/prefix``).
+Storage credentials come from where pyiceberg and the AWS SDK look: a catalog named in
+``.pyiceberg.yaml`` carries its own ``s3.*`` properties; for a URI catalog the ``s3.*``
+(and other FileIO) properties of the ``.pyiceberg.yaml`` / ``PYICEBERG_CATALOG__<NAME>__*``
+entry named like the catalog (default ``omni``) are used, and otherwise the standard
+``AWS_*`` environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
+``AWS_ENDPOINT_URL``). A REST catalog may also vend credentials per table. Credentials
+are only ever passed to the FileIO: never recorded, and redacted from every message.
 """
 
 from __future__ import annotations
@@ -41,7 +50,9 @@ class OmniConfig:
         if "://" not in wh:
             wh = Path(wh).resolve().as_uri()
         name = catalog_name or os.environ.get("OMNI_CATALOG_NAME") or DEFAULT_CATALOG_NAME
-        return cls(home=home_path, catalog_uri=uri, warehouse=wh, catalog_name=name)
+        extra = storage_properties(wh, name, rest=uri.startswith(("http://", "https://"))) \
+            if "://" in uri or uri.startswith("sqlite:") else {}
+        return cls(home=home_path, catalog_uri=uri, warehouse=wh, catalog_name=name, extra_properties=extra)
 
     @property
     def is_embedded(self) -> bool:
@@ -70,3 +81,36 @@ def resolve_catalog_uri(uri: str) -> str:
             "set OMNI_CATALOG to postgresql+psycopg://..., sqlite:///... or http(s)://..."
         )
     return str(found["uri"])
+
+
+#: FileIO properties that bound how long an unreachable bucket can stall a command (seconds)
+S3_TIMEOUTS = {"s3.connect-timeout": "5", "s3.request-timeout": "120"}
+
+
+def storage_properties(warehouse: str, catalog_name: str, *, rest: bool = False) -> dict[str, str]:
+    """FileIO properties for a URI catalog: ``.pyiceberg.yaml``/env entry ``catalog_name``, S3 defaults.
+
+    Only storage settings are taken from the yaml entry (``uri``, ``type`` and ``warehouse``
+    stay what omni resolved). For an ``s3://`` warehouse, ``AWS_ENDPOINT_URL`` (the AWS
+    SDKs' own variable) fills ``s3.endpoint`` when nothing else set it, and connect/request
+    timeouts are bounded. On a REST catalog (``rest``) the server decides where tables
+    live, so the same S3 settings apply whatever ``warehouse`` says.
+    """
+    from catalog_ext.errors import ConfigError
+
+    try:
+        from pyiceberg.utils.config import Config
+
+        found = Config().get_catalog_config(catalog_name) or {}
+    except Exception as e:  # noqa: BLE001 - a malformed yaml
+        raise ConfigError(f"cannot read .pyiceberg.yaml for catalog {catalog_name!r}: {e}") from e
+    props = {str(k): str(v) for k, v in found.items() if k not in ("uri", "type", "warehouse")}
+    if rest or warehouse.startswith(("s3://", "s3a://")):
+        props = {**S3_TIMEOUTS, **props}
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint and "s3.endpoint" not in props:
+            props["s3.endpoint"] = endpoint
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region and "s3.region" not in props:  # else pyiceberg asks the endpoint, which S3 clones may not answer
+            props["s3.region"] = region
+    return props

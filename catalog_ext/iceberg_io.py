@@ -85,11 +85,12 @@ def is_commit_race(error: Exception) -> bool:
     pyiceberg reports this as CommitFailedException, or - when the table moved between
     load and commit - as a ValueError about the snapshot sequence number.
     """
-    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.exceptions import BadRequestError, CommitFailedException
 
     if isinstance(error, CommitFailedException):
         return True
-    return isinstance(error, ValueError) and "sequence number" in str(error)
+    # a REST catalog checks the sequence number server-side and answers 400 for the same race
+    return isinstance(error, (ValueError, BadRequestError)) and "sequence number" in str(error)
 
 
 def with_table_retry(catalog: Any, identifier: str, action, attempts: int = 20):

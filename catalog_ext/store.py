@@ -82,14 +82,19 @@ class FamilyStore:
 
     def __init__(self, catalog: Any):
         from catalog_ext.catalog import is_sql_catalog
+        from catalog_ext.rest_commit import RestViewCatalog, is_rest_catalog
 
-        if not is_sql_catalog(catalog):
-            raise ConfigError(
-                "logical tables need view commits; pyiceberg only offers them through omni's SQL catalog "
-                "support (SQLite or PostgreSQL). REST catalogs are supported for reading physical tables only."
-            )
         self.catalog = catalog
-        self.views = SqlViewCatalog(catalog)
+        if is_rest_catalog(catalog):
+            # REST views cannot be compare-and-swapped: a pointer table is the lock there
+            self.views: SqlViewCatalog | RestViewCatalog = RestViewCatalog(catalog)
+        elif is_sql_catalog(catalog):
+            self.views = SqlViewCatalog(catalog)
+        else:
+            raise ConfigError(
+                "logical tables need atomic logical commits, which omni implements for SQL catalogs (SQLite, "
+                "PostgreSQL) and Iceberg REST catalogs; this catalog type is supported for physical tables only."
+            )
         #: opens the id index of a logical table by identifier, or returns None (no index).
         #: Set by the API layer: catalog_ext knows nothing of the index, it only hands it on.
         self.index_opener: Callable[[str], Any] | None = None

@@ -539,6 +539,19 @@ class Omni:
 
         return str(write_trino_config(self.config, out))
 
+    def spark_config(self, out: str | None = None) -> str:
+        """Spark settings (spark-defaults.conf) for this catalog: REST or JDBC, S3 or local.
+
+        With ``out`` the full settings are written there (owner-only) and the path is
+        returned; without it the text is returned with secrets masked. Storage credentials
+        are never included: Spark's S3 client reads the AWS_* environment.
+        """
+        from omni_iceberg.toolchain import engine_config
+
+        if out:
+            return engine_config.write_spark_defaults(self.config, out)
+        return engine_config.render_spark_defaults(engine_config.spark_properties(self.config), mask_secrets=True)
+
     @staticmethod
     def fetch_corpora(names: list[str] | None = None) -> dict[str, str]:
         """Download (once, cached) the real corpora the demo uses; name -> local path."""

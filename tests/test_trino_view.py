@@ -146,7 +146,7 @@ def test_catalog_file_names_the_omni_catalog_everywhere(tmp_path):
 
 @pytest.mark.parametrize(("uri", "warehouse", "expected"), [
     ("sqlite:////tmp/catalog.db", "file:///tmp/wh", "PostgreSQL only"),
-    ("postgresql+psycopg://u@h/db", "s3://bucket/wh", "file: warehouses only"),
+    ("postgresql+psycopg://u@h/db", "gs://bucket/wh", "file: and s3:// warehouses only"),
 ])
 def test_catalog_file_refuses_what_trino_cannot_read(uri, warehouse, expected):
     with pytest.raises(ConfigError, match=expected):

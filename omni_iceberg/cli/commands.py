@@ -203,6 +203,20 @@ def trino_config(args, omni, command_line: str) -> int:
     return 0
 
 
+def spark_config(args, omni, command_line: str) -> int:
+    from omni_iceberg.toolchain import engine_config
+
+    if args.out:
+        path = omni.spark_config(args.out)
+        emit(args, {"path": path}, lambda: f"wrote {path}")
+        return 0
+    conf = engine_config.spark_properties(omni.config)
+    masked = {k: ("***" if engine_config.is_secret_name(k.rsplit(".", 1)[-1]) else engine_config.redact(v))
+              for k, v in conf.items()}
+    emit(args, masked, lambda: omni.spark_config().rstrip("\n"))
+    return 0
+
+
 # ---- add columns ----------------------------------------------------------------------------
 def feature(args, omni, command_line: str) -> int:
     if args.feature_command == "udfs":
@@ -322,6 +336,7 @@ def index(args, omni, command_line: str) -> int:
 _HANDLERS = {
     "table": table, "tag": tag, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
     "export": export, "errors": errors, "lineage": lineage, "compact": compact, "trino-config": trino_config,
+    "spark-config": spark_config,
     "feature": feature, "backfill": backfill, "get": get, "index": index,
     "maintain": maintain, "expire": expire,
 }

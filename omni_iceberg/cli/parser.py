@@ -183,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr = command(sub, "trino-config", "write the Trino catalog properties for this omni catalog",
                  "omni trino-config --out etc/catalog/iceberg.properties")
     tr.add_argument("--out", required=True, help="the properties file (or a folder such as etc/catalog)")
+    sc = command(sub, "spark-config", "print (or write) spark-defaults.conf settings for this omni catalog",
+                 "omni spark-config", "omni spark-config --out conf/spark-defaults.conf")
+    sc.add_argument("--out", help="write the full settings here (mode 0600); without it they are printed, "
+                                  "secrets masked")
 
     # ---- add columns ----------------------------------------------------------------------------
     fe = command(sub, "feature", "register and list feature definitions",
