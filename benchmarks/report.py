@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 
 from benchmarks.common import BENCH, RESULTS, machine_facts
 
-ORDER = ("ingest", "fusion", "spark_fusion", "isolation", "table_centric", "spark_crossover", "spark_join",
-         "pruning", "export", "query_log")
+ORDER = ("ingest", "submit_history", "index", "index-hbase", "history", "fusion", "spark_fusion", "isolation",
+         "table_centric", "spark_crossover", "spark_join", "pruning", "export", "query_log", "rest_commit",
+         "s3_warehouse", "reliability")
 
 
 def _fmt(value: float, unit: str) -> str:
