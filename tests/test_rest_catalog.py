@@ -268,11 +268,31 @@ def test_spark_and_trino_config_emit_rest_and_s3_settings_without_secrets(tmp_pa
     assert "pg-pass-123" not in capsys.readouterr().out
 
 
+# Runs in a fresh interpreter: in the test process a SparkSession already exists (the
+# shared ``spark`` fixture, on another catalog) and getOrCreate would hand that one back;
+# stopping it here would stop it for every later Spark test.
+REST_SPARK_CHILD = r"""
+import json, sys
+from catalog_ext.config import OmniConfig
+from spark_udfs.session import build_spark_session
+
+uri, warehouse, home, jar_cache = sys.argv[1:5]
+config = OmniConfig.resolve(catalog=uri, warehouse=warehouse, home=home, catalog_name="omni")
+session = build_spark_session(config, app_name="omni-rest-tests", jar_cache_dir=jar_cache)
+try:
+    rows = session.sql("SELECT _ai_append_name_, count(*) FROM omni.aidata.web GROUP BY 1 ORDER BY 1").collect()
+    props = {r[0]: r[1] for r in session.sql("SHOW TBLPROPERTIES omni.aidata.web").collect()}
+    print(json.dumps({"rows": [list(r) for r in rows], "version": props.get("omni.logical-version")}))
+finally:
+    session.stop()
+"""
+
+
 @pytest.mark.spark
 def test_spark_reads_the_derived_view_on_the_rest_catalog(rest, tmp_path):
     """The REST view is what Spark reads: it must pin the latest logical version's snapshots."""
-    from catalog_ext.config import OmniConfig
-    from spark_udfs.session import build_spark_session
+    import os
+
     from tests.conftest import _jar_cache
 
     home = tmp_path / "home"
@@ -283,17 +303,15 @@ def test_spark_reads_the_derived_view_on_the_rest_catalog(rest, tmp_path):
     write_docs(tmp_path / "b.jsonl", 12, 3)
     omni.submit("web", [str(tmp_path / "b.jsonl")], batch="b", progress=False)
     state = omni.state("web")
-    config = OmniConfig.resolve(catalog=rest.uri, warehouse=rest.warehouse, home=home, catalog_name="omni")
-    session = build_spark_session(config, app_name="omni-rest-tests", jar_cache_dir=_jar_cache())
-    try:
-        rows = session.sql("SELECT _ai_append_name_, count(*) FROM omni.aidata.web GROUP BY 1 ORDER BY 1").collect()
-        assert [tuple(r) for r in rows] == [("a", 12), ("b", 3)]
-        props = {r[0]: r[1] for r in session.sql("SHOW TBLPROPERTIES omni.aidata.web").collect()}
-        assert props["omni.logical-version"] == str(state.version)
-        # as of the first ingest (through the pointer), omni and Spark's pinned view agree on what it held
-        assert omni.query("SELECT count(*) AS n FROM web", as_of=2).to_pylist() == [{"n": 12}]
-    finally:
-        session.stop()
+    done = subprocess.run([sys.executable, "-c", REST_SPARK_CHILD, rest.uri, rest.warehouse, str(home),
+                           str(_jar_cache())], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["rows"] == [["a", 12], ["b", 3]]
+    assert result["version"] == str(state.version)
+    # as of the first ingest (through the pointer), omni and Spark's pinned view agree on what it held
+    assert omni.query("SELECT count(*) AS n FROM web", as_of=2).to_pylist() == [{"n": 12}]
 
 
 def test_tags_drop_and_recreate(rest, tmp_path):

@@ -67,7 +67,8 @@ class ReuseIndex:
         for src in self.sources.get(feature, ()):
             if not wanted:
                 break
-            data = _read_through_index(src, sorted(wanted), columns) if src.coverage is not None else None
+            data = (_read_through_index(src, sorted(wanted), columns, self.catalog) if src.coverage is not None
+                    else None)
             if data is not None:
                 if data.num_rows:
                     found.append(data)
@@ -138,7 +139,7 @@ def _attach_index(store: FamilyStore, src: _Source) -> None:
         src.index, src.coverage = index, cov
 
 
-def _read_through_index(src: _Source, ids: list[str], columns: list[str]) -> pa.Table | None:
+def _read_through_index(src: _Source, ids: list[str], columns: list[str], catalog: Any) -> pa.Table | None:
     """Rows (id + columns) of ``ids`` in the source, read by position; None if the index cannot vouch."""
     from omni_iceberg.index.parquet_rows import read_positions
 
@@ -147,9 +148,12 @@ def _read_through_index(src: _Source, ids: list[str], columns: list[str]) -> pa.
         if len(locs) != 1:
             return None
         by_file.setdefault(locs[0].path, []).append((rid, locs[0].position))
+    from omni_iceberg.index.lookup import data_file_io
+
     pieces = []
     for path, wanted in by_file.items():
-        values = read_positions(path, [p for _, p in wanted], [ID_COLUMN, BATCH_COLUMN, *columns])
+        values = read_positions(path, [p for _, p in wanted], [ID_COLUMN, BATCH_COLUMN, *columns],
+                                data_file_io(catalog, path))
         if values.get(ID_COLUMN) is None or values[ID_COLUMN].to_pylist() != [r for r, _ in wanted]:
             return None
         if any(c not in values for c in columns):

@@ -113,7 +113,7 @@ def read_through_index(route: IndexRoute, key: str, table: Any, columns: list[st
     pieces = []
     for path, wanted in by_file.items():
         values = read_positions(path, [pos for _, pos in wanted],
-                                list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *leaves])))
+                                list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *leaves])), table.io)
         got = values.get(ID_COLUMN)
         if got is None or got.to_pylist() != [rid for rid, _ in wanted]:
             route.reasons[key] = f"index entries for {path} point at rows holding other ids"

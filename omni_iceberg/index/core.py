@@ -150,6 +150,8 @@ class IndexWriter:
     def __init__(self, index: IdIndex, table: str, run: str, source: str):
         self.index, self.table, self.run = index, table, run
         self._key = run_key(table, run)
+        #: the table's FileIO, to read ids back from object stores (set by the caller)
+        self.io: Any = None
         found = index.backend.get_meta([self._key]).get(self._key)
         self.record = (RunRecord.from_bytes(found) if found is not None else
                        RunRecord(run=run, table=table, source=source, started_ms=int(time.time() * 1000)))
@@ -171,7 +173,7 @@ class IndexWriter:
         fkey = file_key(path)
         if fkey.hex() in self.record.files:
             return 0  # resumed run: this file is already indexed
-        ids = list(ids) if ids is not None else read_ids(path)
+        ids = list(ids) if ids is not None else read_ids(path, self.io)
         known = self.index.files([fkey]).get(fkey)
         if known is not None and known.path != path:
             raise IndexCorruptError(f"file key {fkey.hex()} names both {known.path} and {path}; "
@@ -200,7 +202,7 @@ class IndexWriter:
         if self.record.complete:
             raise IndexCorruptError(f"run {self.run} of {self.table} is already complete; start a new run")
         todo = [(p, b) for p, b in dict.fromkeys(files) if file_key(p).hex() not in self.record.files]
-        loaded = [(p, b, read_ids(p)) for p, b in todo]
+        loaded = [(p, b, read_ids(p, self.io)) for p, b in todo]
         if sum(len(ids) for _, _, ids in loaded) > PUT_BATCH:
             return sum(self.add_file(p, batch=b, ids=ids) for p, b, ids in loaded)
         known = self.index.files([file_key(p) for p, _, _ in loaded])

@@ -133,6 +133,15 @@ def _pool() -> Any:
         return _POOL[0]
 
 
+def data_file_io(catalog: Any, path: str) -> Any:
+    """The catalog's FileIO for object-store paths (their settings live there); None for local files."""
+    if not path or path.startswith("file:") or "://" not in path:
+        return None
+    from catalog_ext.iceberg_io import file_io
+
+    return file_io(catalog, path)
+
+
 def _open(omni: Any, state: FamilyState, spec: str | None) -> IdIndex:
     from omni_iceberg.index.select import open_index
 
@@ -170,12 +179,13 @@ def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: l
         for loc in locs:
             by_file.setdefault(loc.path, []).append((rid, loc.position, loc.batch))
     physical = list(dict.fromkeys(p for p, _ in cols))
+    io = data_file_io(view.catalog, next(iter(by_file), ""))
 
     def read(item):
         path, wanted = item
         # the batch is read too: a compacted file holds rows of several batches
         return path, wanted, read_positions(path, [pos for _, pos, _ in wanted],
-                                            list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *physical])))
+                                            list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *physical])), io)
 
     if len(by_file) > 2:  # Parquet decoding releases the GIL: overlap files
         done = list(_pool().map(read, by_file.items()))

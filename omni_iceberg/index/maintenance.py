@@ -99,6 +99,7 @@ def rebuild(catalog: Any, state: FamilyState, index: IdIndex, *, fresh: bool = F
             table = catalog.load_table(identifier)
             for run, (added, deleted) in runs.items():
                 writer = index.writer(identifier, run, source="rebuild")
+                writer.io = table.io
                 if writer.record.complete:
                     report.runs_skipped += 1
                     if bar is not None:
@@ -177,7 +178,7 @@ def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool |
         live_keys = {file_key(p) for p in live}
         bar = progress_bar(progress, f"verify {meta.identifier}", "file", total=len(live))
         for path in live:
-            ids = read_ids(path)
+            ids = read_ids(path, table.io)
             report.rows_checked += len(ids)
             fkey = file_key(path)
             usable = fkey in files and files[fkey].run in cov.visible_runs and fkey not in cov.retired

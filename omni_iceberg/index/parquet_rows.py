@@ -26,7 +26,7 @@ _FOOTERS_MAX = 4096
 _LOCK = threading.Lock()
 
 
-def _footer(path: str) -> tuple[Any, list[int], pa.Schema]:
+def _footer(path: str, io: Any = None) -> tuple[Any, list[int], pa.Schema]:
     """(Parquet FileMetaData, starting row of each row group, Arrow schema), cached."""
     with _LOCK:
         hit = _FOOTERS.get(path)
@@ -35,8 +35,7 @@ def _footer(path: str) -> tuple[Any, list[int], pa.Schema]:
             return hit
     import pyarrow.parquet as pq
 
-    filesystem, inner = _filesystem(path)
-    with filesystem.open_input_file(inner) as f:
+    with _open(path, io) as f:
         pf = pq.ParquetFile(f)
         meta, schema = pf.metadata, pf.schema_arrow
     starts, total = [], 0
@@ -51,7 +50,7 @@ def _footer(path: str) -> tuple[Any, list[int], pa.Schema]:
     return entry
 
 
-def read_ids(path: str) -> list[str]:
+def read_ids(path: str, io: Any = None) -> list[str]:
     """The id column of a data file, in row order (what a writer or rebuild indexes).
 
     Not through the footer cache: a rebuild reads every file once, and would only push
@@ -59,9 +58,24 @@ def read_ids(path: str) -> list[str]:
     """
     import pyarrow.parquet as pq
 
-    filesystem, inner = _filesystem(path)
-    with filesystem.open_input_file(inner) as f:
+    with _open(path, io) as f:
         return pq.ParquetFile(f).read(columns=[ID_COLUMN]).column(0).to_pylist()
+
+
+def _open(path: str, io: Any = None) -> Any:
+    """A seekable input for ``path``: local files directly; others through ``io``.
+
+    ``io`` is the table's or catalog's pyiceberg FileIO: object stores need its settings
+    (endpoint, region, credentials from .pyiceberg.yaml), which a bare URI does not carry.
+    """
+    if io is not None and not _is_local(path):
+        return io.new_input(path).open(seekable=True)
+    filesystem, inner = _filesystem(path)
+    return filesystem.open_input_file(inner)
+
+
+def _is_local(path: str) -> bool:
+    return path.startswith("file:") or "://" not in path
 
 
 def _filesystem(path: str) -> tuple[Any, str]:
@@ -86,7 +100,7 @@ def _has_path(schema: pa.Schema, dotted: str) -> bool:
     return True
 
 
-def read_positions(path: str, positions: list[int], columns: list[str]) -> dict[str, pa.Array]:
+def read_positions(path: str, positions: list[int], columns: list[str], io: Any = None) -> dict[str, pa.Array]:
     """Values of ``columns`` (top-level or dotted nested names) at ``positions``, in that order.
 
     A column the file does not have (added to the table after the file was written)
@@ -94,7 +108,7 @@ def read_positions(path: str, positions: list[int], columns: list[str]) -> dict[
     """
     import pyarrow.parquet as pq
 
-    meta, starts, schema = _footer(path)
+    meta, starts, schema = _footer(path, io)
     present = [c for c in columns if _has_path(schema, c)]
     by_group: dict[int, list[tuple[int, int]]] = {}
     for i, pos in enumerate(positions):
@@ -102,8 +116,7 @@ def read_positions(path: str, positions: list[int], columns: list[str]) -> dict[
         by_group.setdefault(g, []).append((i, pos - starts[g]))
     order: list[int] = []
     parts: dict[str, list[pa.Array]] = {c: [] for c in present}
-    filesystem, inner = _filesystem(path)
-    with filesystem.open_input_file(inner) as f:
+    with _open(path, io) as f:
         pf = pq.ParquetFile(f, metadata=meta)  # the cached footer: no footer read or parse
         groups = {g: pf.read_row_group(g, columns=present) for g in sorted(by_group)}
     for g, wanted in sorted(by_group.items()):

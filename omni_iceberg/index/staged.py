@@ -66,6 +66,7 @@ class WriterIndexing:
     def __init__(self, index: IdIndex, writer: StagedWrite):
         self.index = index
         self.run: IndexWriter = index.writer(writer.identifier, writer.run_id)
+        self.run.io = writer.table.io
 
     def files_written(self, writer: StagedWrite, files: list[Any]) -> None:
         self.run.reopen()
