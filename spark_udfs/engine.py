@@ -69,7 +69,12 @@ EXECUTOR_WAIT_S = float(os.environ.get("OMNI_SPARK_EXECUTOR_WAIT_S", "120"))
 #: Spark settings while a unit's inputs are read. Partially clustered distribution replicates one
 #: side's partitions, which breaks the key grouping the NEXT join needs: a unit reading three physical
 #: tables then shuffled twice; without it the whole family join has no Exchange (measured, Spark 3.5.9).
-UNIT_READ_CONF = {"spark.sql.sources.v2.bucketing.partiallyClusteredDistribution.enabled": "false"}
+#: Dynamic partition pruning is off too: the batch is a data column now (not a partition), so
+#: Spark takes the base side's batch filter as selective and re-scans the base table in a
+#: broadcast subquery to prune the others by id - a second read of the biggest table, while
+#: the batch filter already prunes every table's files by their statistics.
+UNIT_READ_CONF = {"spark.sql.sources.v2.bucketing.partiallyClusteredDistribution.enabled": "false",
+                  "spark.sql.optimizer.dynamicPartitionPruning.enabled": "false"}
 
 
 class SparkStageFailedError(OmniError):
