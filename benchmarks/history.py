@@ -79,7 +79,9 @@ def _run(omni: Any, name: str, inputs: Path, versions: int, rows: int, keep_last
     since = 0
     step = 0
     version = 1
-    while version < versions:
+    # maintain runs add versions of their own (compaction, expiry): go on until the storage
+    # measurement's step too, however many versions that took
+    while version < versions or (storage_at and step < storage_at):
         step += 1
         source = _batch_file(inputs, step, rows)
         report, wall, cpu = C.measure(lambda: omni.submit(name, [str(source)], batch=f"c{step:05d}", progress=False))
