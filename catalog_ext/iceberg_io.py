@@ -60,15 +60,29 @@ def commit_data_files_on_new_branch(table: Any, data_files: Iterable[Any], branc
 
 def added_data_files(table: Any, snapshot_id: int) -> list[Any]:
     """The data files a snapshot added (what a rebase re-commits)."""
-    snapshot = table.snapshot_by_id(snapshot_id)
-    out = []
-    for manifest in snapshot.manifests(table.io):
+    return snapshot_data_changes(table, snapshot_id)[0]
+
+
+def snapshot_data_changes(table: Any, snapshot_id: int) -> tuple[list[Any], list[Any]]:
+    """(data files added, data files deleted) by one snapshot.
+
+    Only the manifests that snapshot wrote are read: its ADDED and DELETED entries live
+    there, so the cost follows the snapshot, not the table's history of manifests.
+    """
+    from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
+
+    added, deleted = [], []
+    for manifest in table.snapshot_by_id(snapshot_id).manifests(table.io):
         if manifest.added_snapshot_id != snapshot_id:
             continue
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            if entry.snapshot_id == snapshot_id:
-                out.append(entry.data_file)
-    return out
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            if entry.snapshot_id != snapshot_id or entry.data_file.content != DataFileContent.DATA:
+                continue
+            if entry.status == ManifestEntryStatus.ADDED:
+                added.append(entry.data_file)
+            elif entry.status == ManifestEntryStatus.DELETED:
+                deleted.append(entry.data_file)
+    return added, deleted
 
 
 def commit_empty_snapshot(table: Any, properties: dict[str, str]) -> int:

@@ -141,21 +141,17 @@ def _attach_index(store: FamilyStore, src: _Source) -> None:
 
 def _read_through_index(src: _Source, ids: list[str], columns: list[str], catalog: Any) -> pa.Table | None:
     """Rows (id + columns) of ``ids`` in the source, read by position; None if the index cannot vouch."""
-    from omni_iceberg.index.parquet_rows import read_positions
-
-    by_file: dict[str, list[tuple[str, int]]] = {}
-    for rid, locs in src.index.locations(src.coverage, ids).items():
-        if len(locs) != 1:
-            return None
-        by_file.setdefault(locs[0].path, []).append((rid, locs[0].position))
     from omni_iceberg.index.lookup import data_file_io
+    from omni_iceberg.index.parquet_rows import by_file, read_located
 
+    files, problem = by_file(src.index.locations(src.coverage, ids))
+    if problem:
+        return None
+    done, problem = read_located(files, columns, data_file_io(catalog, next(iter(files), "")))
+    if problem:
+        return None
     pieces = []
-    for path, wanted in by_file.items():
-        values = read_positions(path, [p for _, p in wanted], [ID_COLUMN, BATCH_COLUMN, *columns],
-                                data_file_io(catalog, path))
-        if values.get(ID_COLUMN) is None or values[ID_COLUMN].to_pylist() != [r for r, _ in wanted]:
-            return None
+    for _, values in done:
         if any(c not in values for c in columns):
             return None  # a file from before a column existed: let the scan fill it in
         piece = pa.table({ID_COLUMN: values[ID_COLUMN], **{c: values[c] for c in columns}})

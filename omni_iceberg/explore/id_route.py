@@ -99,25 +99,17 @@ def read_through_index(route: IndexRoute, key: str, table: Any, columns: list[st
     None when the index cannot vouch for the answer (the caller scans instead and
     records why in ``route.reasons``).
     """
-    from omni_iceberg.index.parquet_rows import read_positions
+    from omni_iceberg.index.parquet_rows import by_file, read_located
 
     target = table.schema().select(*columns).as_arrow()
-    locations = route.view.locations(key, route.ids)
-    by_file: dict[str, list[tuple[str, int]]] = {}
-    for rid, locs in locations.items():
-        if len(locs) > 1:
-            route.reasons[key] = f"id {rid} has {len(locs)} locations in the index"
-            return None
-        by_file.setdefault(locs[0].path, []).append((rid, locs[0].position))
-    leaves = _leaf_names(target)
+    files, problem = by_file(route.view.locations(key, route.ids))
+    if not problem:
+        done, problem = read_located(files, _leaf_names(target), table.io)
+    if problem:
+        route.reasons[key] = problem
+        return None
     pieces = []
-    for path, wanted in by_file.items():
-        values = read_positions(path, [pos for _, pos in wanted],
-                                list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *leaves])), table.io)
-        got = values.get(ID_COLUMN)
-        if got is None or got.to_pylist() != [rid for rid, _ in wanted]:
-            route.reasons[key] = f"index entries for {path} point at rows holding other ids"
-            return None
+    for wanted, values in done:
         piece = pa.Table.from_arrays([_build(f, values, "", len(wanted)) for f in target], schema=target)
         if batches:  # read from the rows: a compacted file holds several batches
             piece = piece.filter(pc.is_in(values[BATCH_COLUMN].cast(pa.string()), value_set=pa.array(batches)))

@@ -11,7 +11,6 @@ result has the same shape and types as :meth:`Omni.read`, plus ``_found``.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -25,8 +24,6 @@ from omni_iceberg.index.core import IdIndex, IndexView
 from omni_iceberg.index.keys import check_ids
 
 FOUND_COLUMN = "_found"
-#: files read at once by one lookup (pyarrow decodes without the GIL)
-READ_THREADS = 8
 KEYS = [ID_COLUMN, BATCH_COLUMN]
 
 
@@ -119,20 +116,6 @@ def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[
     return result
 
 
-_POOL: list[Any] = []
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> Any:
-    """One reader pool per process: starting threads per lookup cost more than a 1,000-id read."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with _POOL_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="omni-index-read"))
-        return _POOL[0]
-
-
 def data_file_io(catalog: Any, path: str) -> Any:
     """The catalog's FileIO for object-store paths (their settings live there); None for local files."""
     if not path or path.startswith("file:") or "://" not in path:
@@ -171,40 +154,21 @@ def _table_part(view: IndexView, key: str, cols: list[tuple[str, str]], ids: lis
 
 def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str], state: FamilyState,
                   access: TableAccess) -> tuple[pa.Table, str | None]:
-    from omni_iceberg.index.parquet_rows import read_positions
+    from omni_iceberg.index.parquet_rows import by_file, read_located
 
-    locations = view.locations(key, ids)
-    by_file: dict[str, list[tuple[str, int, str]]] = {}
-    for rid, locs in locations.items():
-        for loc in locs:
-            by_file.setdefault(loc.path, []).append((rid, loc.position, loc.batch))
-    physical = list(dict.fromkeys(p for p, _ in cols))
-    io = data_file_io(view.catalog, next(iter(by_file), ""))
-
-    def read(item):
-        path, wanted = item
-        # the batch is read too: a compacted file holds rows of several batches
-        return path, wanted, read_positions(path, [pos for _, pos, _ in wanted],
-                                            list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *physical])), io)
-
-    if len(by_file) > 2:  # Parquet decoding releases the GIL: overlap files
-        done = list(_pool().map(read, by_file.items()))
-    else:
-        done = [read(item) for item in by_file.items()]
+    files, _ = by_file(view.locations(key, ids), unique=False)
+    done, problem = read_located(files, [p for p, _ in cols], data_file_io(view.catalog, next(iter(files), "")))
+    if problem:
+        return pa.table({}), f"{problem}; run `omni index verify {state.table.identifier}`"
     pieces = []
-    for path, wanted, values in done:
-        got = values.get(ID_COLUMN)
-        expected = [rid for rid, _, _ in wanted]
-        if got is None or got.to_pylist() != expected:
-            return pa.table({}), (f"index entries for {path} point at rows holding other ids; "
-                                  f"run `omni index verify {state.table.identifier}`")
+    for expected, values in done:
         arrays = [pa.array(expected, pa.string()), values[BATCH_COLUMN].cast(pa.string())]
         for phys, logical in cols:
             typ = arrow_type(state.column(logical).type)
             arr = values.get(phys)
-            arrays.append(pa.nulls(len(wanted), typ) if arr is None else arr.cast(typ))
+            arrays.append(pa.nulls(len(expected), typ) if arr is None else arr.cast(typ))
         pieces.append(pa.Table.from_arrays(arrays, names=KEYS + [lg for _, lg in cols]))
-    access.files_read = len(by_file)
+    access.files_read = len(files)
     if not pieces:
         return _empty(cols, state), None
     return pa.concat_tables(pieces), None

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog_ext.family import FamilyState
+from catalog_ext.iceberg_io import snapshot_data_changes
 from catalog_ext.physical import file_batch
 from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import FILE_PREFIX, FileRecord
@@ -29,23 +30,6 @@ from omni_iceberg.index.core import IdIndex
 from omni_iceberg.index.keys import file_key, id_key, id_of
 
 EXAMPLES = 5
-
-
-def _added_and_deleted(table: Any, snapshot_id: int) -> tuple[list[Any], list[Any]]:
-    """Data files a snapshot added and removed (manifest entries it wrote)."""
-    from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
-
-    added, deleted = [], []
-    snapshot = table.snapshot_by_id(snapshot_id)
-    for manifest in snapshot.manifests(table.io):
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-            if entry.snapshot_id != snapshot_id or entry.data_file.content != DataFileContent.DATA:
-                continue
-            if entry.status == ManifestEntryStatus.ADDED:
-                added.append(entry.data_file)
-            elif entry.status == ManifestEntryStatus.DELETED:
-                deleted.append(entry.data_file)
-    return added, deleted
 
 
 
@@ -87,7 +71,7 @@ def rebuild(catalog: Any, state: FamilyState, index: IdIndex, *, fresh: bool = F
         for snap in reversed(chain):
             if not visibility.changes_data(snap):
                 continue
-            added, deleted = _added_and_deleted(table, snap.snapshot_id)
+            added, deleted = snapshot_data_changes(table, snap.snapshot_id)
             bucket = runs.setdefault(visibility.run_id_of(snap), ([], []))
             bucket[0].extend(added)
             bucket[1].extend(deleted)

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog_ext.contract import ID_COLUMN
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 
 _FOOTERS: "OrderedDict[str, tuple[Any, list[int], pa.Schema]]" = OrderedDict()
 #: footers are a few KiB each and hold no file handle: many can stay cached
@@ -138,3 +138,56 @@ def read_positions(path: str, positions: list[int], columns: list[str], io: Any 
             arr = arr.cast(pa.string())
         out[c] = pc.take(arr, inverse)
     return out
+
+
+def by_file(locations: dict[str, list[Any]], *, unique: bool = True) -> tuple[dict[str, list[tuple[str, int]]], str]:
+    """``{path: [(id, position)]}`` from ``IndexView.locations``; with ``unique``, ("", problem)
+    when an id has several locations (the index cannot say which row is the id's)."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for rid, locs in locations.items():
+        if unique and len(locs) > 1:
+            return {}, f"id {rid} has {len(locs)} locations in the index"
+        for loc in locs:
+            out.setdefault(loc.path, []).append((rid, loc.position))
+    return out, ""
+
+
+def read_located(files: dict[str, list[tuple[str, int]]], columns: list[str], io: Any = None
+                 ) -> tuple[list[tuple[list[str], dict[str, pa.Array]]], str]:
+    """Read ``columns`` - and always the id and the batch (a compacted file holds several
+    batches) - of the rows at ``{path: [(id, position)]}``, checking each row holds its id.
+
+    Returns per file (the ids, in the order read, and their values), or ([], problem)
+    naming a file whose rows hold other ids: the caller then scans instead. Files are read
+    in parallel (Parquet decoding releases the GIL) when there are more than two.
+    """
+    wanted_columns = list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *columns]))
+
+    def read(item):
+        path, wanted = item
+        return path, wanted, read_positions(path, [pos for _, pos in wanted], wanted_columns, io)
+
+    done = list(_pool().map(read, files.items())) if len(files) > 2 else [read(i) for i in files.items()]
+    out = []
+    for path, wanted, values in done:
+        ids = [rid for rid, _ in wanted]
+        got = values.get(ID_COLUMN)
+        if got is None or got.to_pylist() != ids:
+            return [], f"index entries for {path} point at rows holding other ids"
+        out.append((ids, values))
+    return out, ""
+
+
+#: files read at once by one lookup
+READ_THREADS = 8
+_POOL: list[Any] = []
+
+
+def _pool() -> Any:
+    """One reader pool per process: starting threads per lookup cost more than a 1,000-id read."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="omni-index-read"))
+        return _POOL[0]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from catalog_ext.family import FamilyState
+from catalog_ext.iceberg_io import snapshot_data_changes
 from catalog_ext.physical import StagedWrite, file_batch
 from omni_iceberg.index.core import IdIndex, IndexWriter
 from omni_iceberg.index.keys import file_key
@@ -35,8 +36,6 @@ def batch_of(table: Any, data_file: Any) -> str:
 def run_changes(table: Any, base_snapshot_id: int | None, head_snapshot_id: int | None
                 ) -> tuple[dict[str, Any], set[str]]:
     """(path -> data file added and still live, paths deleted) by the snapshots after ``base`` up to ``head``."""
-    from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
-
     added: dict[str, Any] = {}
     deleted: set[str] = set()
     chain = []
@@ -45,18 +44,11 @@ def run_changes(table: Any, base_snapshot_id: int | None, head_snapshot_id: int 
         chain.append(snap)
         snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
     for snap in reversed(chain):  # oldest first: a file a later snapshot deletes is not live
-        for manifest in snap.manifests(table.io):
-            if manifest.added_snapshot_id != snap.snapshot_id:
-                continue  # written by an earlier snapshot: holds no entry this one added or deleted
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                if entry.snapshot_id != snap.snapshot_id or entry.data_file.content != DataFileContent.DATA:
-                    continue
-                path = entry.data_file.file_path
-                if entry.status == ManifestEntryStatus.ADDED:
-                    added[path] = entry.data_file
-                elif entry.status == ManifestEntryStatus.DELETED:
-                    if added.pop(path, None) is None:
-                        deleted.add(path)
+        new, gone = snapshot_data_changes(table, snap.snapshot_id)
+        added.update((f.file_path, f) for f in new)
+        for f in gone:
+            if added.pop(f.file_path, None) is None:
+                deleted.add(f.file_path)
     return added, deleted
 
 

@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
 from catalog_ext.errors import ConfigError
-from omni_iceberg.toolchain.downloads import download_verified
+from omni_iceberg.toolchain.maven_lock import ensure_locked_jars
 
 HBASE_VERSION = "2.6.1"
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 _FIX = ("run `python -m omni_iceberg.toolchain.hbase` where Maven Central is reachable, "
         "or point OMNI_CACHE at a folder whose hbase-" + HBASE_VERSION + "/jars holds them")
 
@@ -280,71 +278,10 @@ xmlenc:xmlenc:0.52
 """
 
 
-@dataclass(frozen=True)
-class MavenArtifact:
-    """One jar on a Maven repository: ``group:artifact:version[:classifier]``."""
-
-    group: str
-    artifact: str
-    version: str
-    classifier: str = ""
-
-    @classmethod
-    def parse(cls, coordinates: str) -> "MavenArtifact":
-        parts = coordinates.strip().split(":")
-        if len(parts) not in (3, 4):
-            raise ConfigError(f"bad Maven coordinates {coordinates!r}: use group:artifact:version[:classifier]")
-        return cls(*parts)
-
-    @property
-    def filename(self) -> str:
-        suffix = f"-{self.classifier}" if self.classifier else ""
-        return f"{self.artifact}-{self.version}{suffix}.jar"
-
-    def url(self, repo: str) -> str:
-        return f"{repo.rstrip('/')}/{self.group.replace('.', '/')}/{self.artifact}/{self.version}/{self.filename}"
-
-    @property
-    def coordinates(self) -> str:
-        return ":".join(p for p in (self.group, self.artifact, self.version, self.classifier) if p)
-
-
-def locked_artifacts() -> list[MavenArtifact]:
-    """Every jar of the standalone HBase + Thrift classpath, trap jars excluded (module docstring)."""
-    return [MavenArtifact.parse(line) for line in _LOCK.split() if line.strip()]
-
-
-def default_cache_dir() -> Path:
-    """``$OMNI_CACHE/hbase-<version>`` when ``OMNI_CACHE`` is set, else ``./.cache/hbase-<version>``."""
-    root = os.environ.get("OMNI_CACHE")
-    return (Path(root) if root else Path(".cache")).resolve() / f"hbase-{HBASE_VERSION}"
-
-
 def ensure_hbase_jars(cache_dir: str | os.PathLike[str] | None = None, progress: bool | None = None) -> list[Path]:
-    """Paths of every jar HBase needs, downloading (and sha1-checking) the missing ones.
-
-    A jar already in the cache was verified before the rename that put it there, so it
-    is trusted without network I/O.
-    """
-    cache = (Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()) / "jars"
-    repo = os.environ.get("OMNI_MAVEN_REPO", MAVEN_CENTRAL)
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"cannot create the HBase jar cache {cache}: {e}; set OMNI_CACHE to a writable folder") from e
-    artifacts = locked_artifacts()
-    missing = [a for a in artifacts if not (cache / a.filename).is_file()]
-    if missing:
-        from omni_iceberg.ui.progress import progress_bar
-
-        bar = progress_bar(progress, f"HBase {HBASE_VERSION} jars", "jar", total=len(missing))
-        for a in missing:
-            download_verified(a.url(repo), cache / a.filename, f"jar {a.coordinates}", _FIX)
-            if bar is not None:
-                bar.update(1)
-        if bar is not None:
-            bar.close()
-    return [cache / a.filename for a in artifacts]
+    """Paths of every jar HBase needs under ``$OMNI_CACHE/hbase-<version>/jars``, downloading
+    (and sha1-checking) the missing ones; the trap jars are not in the lock (module docstring)."""
+    return ensure_locked_jars(f"hbase-{HBASE_VERSION}", _LOCK, _FIX, cache_dir, progress)
 
 
 def write_hbase_site(conf_dir: str | os.PathLike[str], data_dir: str | os.PathLike[str], *, zookeeper_port: int,

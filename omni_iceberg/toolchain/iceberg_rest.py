@@ -29,17 +29,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omni_iceberg.toolchain.maven_lock import ensure_locked_jars
+from omni_iceberg.toolchain.maven_lock import ensure_locked_jars, jvm_command
 
 ICEBERG_VERSION = "1.10.0"
 SERVER_MAIN = "org.apache.iceberg.rest.RESTCatalogServer"
 _NAME = f"iceberg-rest-{ICEBERG_VERSION}"
 _FIX = ("run `python -m omni_iceberg.toolchain.iceberg_rest` where Maven Central is reachable, "
         f"or point OMNI_CACHE at a folder whose {_NAME}/jars holds them")
-
-#: A test server lives seconds to minutes on 2 shared cores: small heap, no C2.
-JVM_FLAGS: tuple[str, ...] = ("-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                              "-Djava.net.preferIPv4Stack=true")
 
 _LOCK = """
 com.fasterxml.jackson.core:jackson-annotations:2.19.2
@@ -100,7 +96,7 @@ def server_environment(*, port: int, warehouse: str, jdbc_uri: str,
 
 def java_command(jars: list[Path], java: str | None = None) -> list[str]:
     """The command line that runs the server with ``jars`` on its classpath."""
-    return [java or os.environ.get("OMNI_JAVA", "java"), *JVM_FLAGS, "-cp", os.pathsep.join(map(str, jars)), SERVER_MAIN]
+    return jvm_command(jars, SERVER_MAIN, java=java)
 
 
 if __name__ == "__main__":  # pragma: no cover - set-up script

@@ -11,11 +11,42 @@ needed at run time, and a second call does no network I/O.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from catalog_ext.errors import ConfigError
 from omni_iceberg.toolchain.downloads import download_verified
-from omni_iceberg.toolchain.hbase import MAVEN_CENTRAL, MavenArtifact
+
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+
+
+@dataclass(frozen=True)
+class MavenArtifact:
+    """One jar on a Maven repository: ``group:artifact:version[:classifier]``."""
+
+    group: str
+    artifact: str
+    version: str
+    classifier: str = ""
+
+    @classmethod
+    def parse(cls, coordinates: str) -> "MavenArtifact":
+        parts = coordinates.strip().split(":")
+        if len(parts) not in (3, 4):
+            raise ConfigError(f"bad Maven coordinates {coordinates!r}: use group:artifact:version[:classifier]")
+        return cls(*parts)
+
+    @property
+    def filename(self) -> str:
+        suffix = f"-{self.classifier}" if self.classifier else ""
+        return f"{self.artifact}-{self.version}{suffix}.jar"
+
+    def url(self, repo: str) -> str:
+        return f"{repo.rstrip('/')}/{self.group.replace('.', '/')}/{self.artifact}/{self.version}/{self.filename}"
+
+    @property
+    def coordinates(self) -> str:
+        return ":".join(p for p in (self.group, self.artifact, self.version, self.classifier) if p)
 
 
 def parse_lock(lock: str) -> list[MavenArtifact]:
@@ -54,3 +85,10 @@ def ensure_locked_jars(name: str, lock: str, fix: str, cache_dir: str | os.PathL
         if bar is not None:
             bar.close()
     return [cache / a.filename for a in artifacts]
+
+
+def jvm_command(jars: list[Path], main: str, *args: str, heap: str = "512m", java: str | None = None) -> list[str]:
+    """``java -cp JARS MAIN ARGS`` for a test server: it lives seconds to minutes on 2 shared
+    cores, so a small heap, the serial collector and no C2 compiler (``OMNI_JAVA`` picks java)."""
+    return [java or os.environ.get("OMNI_JAVA", "java"), f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Djava.net.preferIPv4Stack=true", "-cp", os.pathsep.join(map(str, jars)), main, *args]

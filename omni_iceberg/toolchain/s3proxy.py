@@ -20,15 +20,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omni_iceberg.toolchain.maven_lock import ensure_locked_jars
+from omni_iceberg.toolchain.maven_lock import ensure_locked_jars, jvm_command
 
 S3PROXY_VERSION = "2.4.1"
 MAIN = "org.gaul.s3proxy.Main"
 _NAME = f"s3proxy-{S3PROXY_VERSION}"
 _FIX = ("run `python -m omni_iceberg.toolchain.s3proxy` where Maven Central is reachable, "
         f"or point OMNI_CACHE at a folder whose {_NAME}/jars holds them")
-JVM_FLAGS: tuple[str, ...] = ("-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                              "-Djava.net.preferIPv4Stack=true")
 
 #: What an AWS-SDK client (pyarrow's S3FileSystem) needs in its environment for s3proxy.
 CLIENT_ENVIRONMENT = {"AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED",
@@ -175,8 +173,7 @@ def write_properties(path: str | os.PathLike[str], *, host: str, port: int, base
 
 def java_command(jars: list[Path], properties_file: str | os.PathLike[str], java: str | None = None) -> list[str]:
     """The command line that runs s3proxy with ``jars`` and ``properties_file``."""
-    return [java or os.environ.get("OMNI_JAVA", "java"), *JVM_FLAGS, "-cp", os.pathsep.join(map(str, jars)), MAIN,
-            "--properties", str(properties_file)]
+    return jvm_command(jars, MAIN, "--properties", str(properties_file), heap="384m", java=java)
 
 
 if __name__ == "__main__":  # pragma: no cover - set-up script

@@ -18,121 +18,59 @@ Example::
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import subprocess
-import tempfile
-import time
 from pathlib import Path
-from typing import Self
 
-from catalog_ext.errors import ConfigError
 from omni_iceberg.toolchain import hbase as toolchain
 from tests.services import free_port
+from tests.services.jvm import JvmServer
 
 
-class HBaseServer:
+class HBaseServer(JvmServer):
     """A private standalone HBase + Thrift 1 server on 127.0.0.1. See the module docstring."""
 
-    host = "127.0.0.1"
+    name = "HBase"
+    slug = "hbase"
+    java_package = "openjdk-17-jdk-headless"
+    poll_s = 1.0
 
     def __init__(self, *, start_timeout_s: float = 300.0) -> None:
-        self.start_timeout_s = start_timeout_s
+        super().__init__(start_timeout_s=start_timeout_s)
         self.thrift_port: int | None = None
-        self.workdir: Path | None = None
         self.conf_dir: Path | None = None
         self.jars: list[Path] = []
-        self._procs: list[subprocess.Popen] = []
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     @property
     def spec(self) -> str:
         """The ``OMNI_INDEX`` value that selects this server."""
         return f"hbase://{self.host}:{self.thrift_port}"
 
-    def start(self) -> None:
-        if shutil.which(os.environ.get("OMNI_JAVA", "java")) is None:
-            raise ConfigError("java not found; HBase needs a JDK 17+ (apt-get install -y openjdk-17-jdk-headless)")
+    def _launch(self) -> None:
+        assert self.workdir is not None
         self.jars = toolchain.ensure_hbase_jars()
-        self.workdir = Path(tempfile.mkdtemp(prefix="omni-hbase-"))
         self.conf_dir = self.workdir / "conf"
         toolchain.write_hbase_site(self.conf_dir, self.workdir / "data", zookeeper_port=free_port(),
                                    master_port=free_port(), regionserver_port=free_port(), host=self.host)
-        atexit.register(self.stop)
         self.thrift_port = free_port()
-        self._spawn("master", toolchain.MASTER_MAIN, "start")
-        self._spawn("thrift", toolchain.THRIFT_MAIN, "-b", self.host, "-p", str(self.thrift_port),
-                    "--infoport", str(free_port()), "start")
-        self._wait_ready()
+        self._spawn("master", toolchain.java_command(self.conf_dir, self.jars, toolchain.MASTER_MAIN, "start"))
+        self._spawn("thrift", toolchain.java_command(self.conf_dir, self.jars, toolchain.THRIFT_MAIN, "-b", self.host,
+                                                     "-p", str(self.thrift_port), "--infoport", str(free_port()),
+                                                     "start"))
 
-    def _spawn(self, name: str, main: str, *args: str) -> None:
-        assert self.conf_dir is not None and self.workdir is not None
-        log = open(self.workdir / f"{name}.log", "wb")
-        cmd = toolchain.java_command(self.conf_dir, self.jars, main, *args)
-        self._procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
-                                            start_new_session=True))
-
-    def _log_tail(self) -> str:
-        assert self.workdir is not None
-        out = []
-        for f in sorted(self.workdir.glob("*.log")):
-            out.append(f"--- {f.name}\n" + f.read_text(errors="replace")[-3000:])
-        return "\n".join(out)
-
-    def _wait_ready(self) -> None:
+    def _probe(self, attempt: int) -> None:
         import happybase
 
-        deadline = time.monotonic() + self.start_timeout_s
-        last: Exception | None = None
-        attempt = 0
-        while time.monotonic() < deadline:
-            for p in self._procs:
-                if p.poll() is not None:
-                    tail = self._log_tail()
-                    self.stop()
-                    raise ConfigError(f"HBase exited with code {p.returncode} during start-up:\n{tail}")
-            # a table create needs master, region server and hbase:meta all up; a fresh
-            # name per attempt, since an attempt that timed out may still have created it
-            probe = f"omni_ready_probe_{attempt}"
-            attempt += 1
-            try:
-                conn = happybase.Connection(self.host, self.thrift_port, timeout=20000)
-                conn.create_table(probe, {"f": {}})
-                conn.delete_table(probe, disable=True)
-                conn.close()
-                return
-            except Exception as e:  # noqa: BLE001 - not up yet
-                last = e
-                time.sleep(1.0)
-        tail = self._log_tail()
-        self.stop()
-        raise ConfigError(f"HBase did not become ready within {self.start_timeout_s:.0f}s ({last}):\n{tail}")
+        # a table create needs master, region server and hbase:meta all up; a fresh
+        # name per attempt, since an attempt that timed out may still have created it
+        probe = f"omni_ready_probe_{attempt}"
+        conn = happybase.Connection(self.host, self.thrift_port, timeout=20000)
+        conn.create_table(probe, {"f": {}})
+        conn.delete_table(probe, disable=True)
+        conn.close()
 
     def presplit(self, table: str, family: str, regions: int) -> None:
         """Create a pre-split table through RegionSplitter (the HBase backend's hook)."""
         assert self.conf_dir is not None
         toolchain.presplit_table(self.conf_dir, self.jars, table, family, regions)
-
-    def stop(self) -> None:
-        for p in reversed(self._procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        self._procs = []
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
 
 
 _SHARED: HBaseServer | None = None

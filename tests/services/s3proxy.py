@@ -16,41 +16,26 @@ Example::
 
 from __future__ import annotations
 
-import atexit
 import os
 import secrets
-import shutil
-import subprocess
-import tempfile
-import time
-from pathlib import Path
-from typing import Self
 
-from catalog_ext.errors import ConfigError
 from omni_iceberg.toolchain import s3proxy as toolchain
 from tests.services import free_port
+from tests.services.jvm import JvmServer
 
 
-class S3ProxyServer:
+class S3ProxyServer(JvmServer):
     """A private S3-API server on 127.0.0.1. See the module docstring."""
 
-    host = "127.0.0.1"
+    name = "s3proxy"
+    slug = "s3proxy"
     region = "us-east-1"
 
     def __init__(self, *, start_timeout_s: float = 120.0) -> None:
-        self.start_timeout_s = start_timeout_s
+        super().__init__(start_timeout_s=start_timeout_s)
         self.port: int | None = None
-        self.workdir: Path | None = None
         self.access_key = "omni" + secrets.token_hex(4)
         self.secret_key = "s3secret-" + secrets.token_hex(12)
-        self._proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     @property
     def endpoint(self) -> str:
@@ -77,61 +62,22 @@ class S3ProxyServer:
     def create_bucket(self, name: str) -> None:
         self.filesystem().create_dir(name)
 
-    def start(self) -> None:
-        if shutil.which(os.environ.get("OMNI_JAVA", "java")) is None:
-            raise ConfigError("java not found; s3proxy needs a JDK 17+ (apt-get install -y openjdk-17-jre-headless)")
+    def _launch(self) -> None:
+        assert self.workdir is not None
         # pyarrow's AWS SDK reads these at first use in this process: set them before any S3 call
         for key, value in toolchain.CLIENT_ENVIRONMENT.items():
             os.environ.setdefault(key, value)
         jars = toolchain.ensure_s3proxy_jars()
-        self.workdir = Path(tempfile.mkdtemp(prefix="omni-s3proxy-"))
         self.port = free_port()
         props = toolchain.write_properties(self.workdir / "s3proxy.properties", host=self.host, port=self.port,
                                            basedir=self.workdir / "blobs", identity=self.access_key,
                                            credential=self.secret_key)
-        atexit.register(self.stop)
-        log = open(self.workdir / "server.log", "wb")
-        self._proc = subprocess.Popen(toolchain.java_command(jars, props), stdout=log, stderr=subprocess.STDOUT,
-                                      cwd=self.workdir, start_new_session=True)
-        self._wait_ready()
+        self._spawn("server", toolchain.java_command(jars, props))
 
-    def _log_tail(self) -> str:
-        assert self.workdir is not None
-        return (self.workdir / "server.log").read_text(errors="replace")[-3000:]
-
-    def _wait_ready(self) -> None:
+    def _probe(self, attempt: int) -> None:
         import pyarrow.fs
 
-        assert self._proc is not None
-        deadline = time.monotonic() + self.start_timeout_s
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                tail = self._log_tail()
-                self.stop()
-                raise ConfigError(f"s3proxy exited with code {self._proc.returncode}:\n{tail}")
-            try:
-                self.filesystem().get_file_info(pyarrow.fs.FileSelector("", recursive=False))
-                return
-            except Exception as e:  # noqa: BLE001 - not up yet
-                last = e
-                time.sleep(0.5)
-        tail = self._log_tail()
-        self.stop()
-        raise ConfigError(f"s3proxy did not answer within {self.start_timeout_s:.0f}s ({last}):\n{tail}")
-
-    def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._proc = None
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        self.filesystem().get_file_info(pyarrow.fs.FileSelector("", recursive=False))
 
 
 if __name__ == "__main__":  # pragma: no cover - manual check: start, print, stop on Enter
