@@ -383,11 +383,16 @@ def _execute(store: FamilyStore, plan: RetentionPlan, policy: RetentionPolicy, r
                                  summary=lambda _latest: summary, view_edit=drop_versions)
         report.logical_version = new_state.version
         report.versions_expired = sorted(doomed)
-        # every file written before the swap that the new metadata does not name is garbage:
-        # a writer that wrote it based on the old metadata can no longer win its own swap
-        fence_s = started_s - 1.0
 
     view = store.views.load_view(ns, table)
+    if doomed:
+        # every file written before this run's swap that the new metadata does not name is
+        # garbage: a writer that wrote it on the old metadata can no longer win its own swap.
+        # "Before" is read off the storage's own clock - the mtime of the family document
+        # this run wrote just before swapping - never off ours (a shared filesystem or an
+        # object store may run ahead) nor a fixed slack (a fast commit would sweep nothing).
+        written = _document_mtime(view.metadata, report.logical_version)
+        fence_s = written if written is not None else started_s - 1.0
     remaining = _versions(view.metadata)
     documents = {v["summary"][SUMMARY_FAMILY] for v in remaining}
     from omni_iceberg.ui.progress import progress_bar
@@ -414,11 +419,32 @@ def _execute(store: FamilyStore, plan: RetentionPlan, policy: RetentionPolicy, r
             bar.close()
 
 
+def _document_mtime(metadata: dict[str, Any], version: int) -> float | None:
+    """Storage mtime of the family document of ``version`` (``None`` when it cannot be read)."""
+    document = next((v["summary"].get(SUMMARY_FAMILY) for v in metadata["versions"]
+                     if v["version-id"] == version), None)
+    if not document:
+        return None
+    try:
+        filesystem, path = _filesystem(document)
+        stamped = filesystem.get_file_info(path).mtime
+    except Exception:  # noqa: BLE001 - fall back to our clock
+        return None
+    return stamped.timestamp() if stamped is not None else None
+
+
+def _filesystem(uri: str) -> tuple[Any, str]:
+    """The pyarrow filesystem and in-filesystem path of a warehouse URI (one seam for listing and stat)."""
+    from pyarrow import fs as pafs
+
+    return pafs.FileSystem.from_uri(uri)
+
+
 def _list(uri_root: str) -> dict[str, tuple[int, float]]:
     """uri -> (size, mtime seconds) of the files under ``uri_root`` (not recursive)."""
     from pyarrow import fs as pafs
 
-    filesystem, root = pafs.FileSystem.from_uri(uri_root)
+    filesystem, root = _filesystem(uri_root)
     infos = filesystem.get_file_info(pafs.FileSelector(root, recursive=False, allow_not_found=True))
     prefix = uri_root[: len(uri_root) - len(root)] if uri_root.endswith(root) else ""
     return {prefix + i.path: (i.size or 0, i.mtime.timestamp() if i.mtime is not None else 0.0)
@@ -443,13 +469,15 @@ def _sweep_view_files(store: FamilyStore, view: Any, documents: set[str], droppe
     location = view.metadata["location"].rstrip("/")
     keep_docs = {d.removeprefix("file://") for d in documents}
     doomed: dict[str, int] = {}
-    for uri, (size, mtime) in _list(f"{location}/omni").items():
+    listed = _list(f"{location}/omni")
+    for uri, (size, mtime) in listed.items():
         name = uri.rsplit("/", 1)[-1]
         if name.startswith("family-") and uri.removeprefix("file://") not in keep_docs and mtime < fence_s:
             doomed[uri] = size
+    sizes = {u.removeprefix("file://"): size for u, (size, _mtime) in listed.items()}
     for d in dropped:  # named by the versions this run removed, wherever they were written
         if d.removeprefix("file://") not in {u.removeprefix("file://") for u in doomed}:
-            doomed[d] = 0
+            doomed[d] = sizes.get(d.removeprefix("file://"), 0)
     _delete(store.catalog, doomed, "metadata", report)
     # the current file and the one before it (a reader may have just read the old pointer)
     current = store.views.load_view(*view.identifier).metadata_location

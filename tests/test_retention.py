@@ -85,6 +85,60 @@ def test_keeps_the_last_k_and_tagged_versions_and_they_read_the_same_rows(omni, 
     assert again.versions_expired == [6] and _versions(omni) == [3, 4, 7, 8, 9, 10]
 
 
+class _ClockAheadFS:
+    """A real local filesystem whose mtimes read ``ahead_s`` later, as a shared
+    filesystem or object store whose clock runs ahead of this machine's would."""
+
+    def __new__(cls, ahead_s: float):
+        from datetime import timedelta
+
+        from pyarrow import fs as pafs
+
+        local = pafs.LocalFileSystem()
+
+        class Handler(pafs.FileSystemHandler):
+            def _shift(self, info):
+                if info.mtime is None:
+                    return info
+                return pafs.FileInfo(info.path, info.type, size=info.size,
+                                     mtime=info.mtime + timedelta(seconds=ahead_s))
+
+            def get_type_name(self): return "clock-ahead"
+            def equals(self, other): return self is other
+            def normalize_path(self, path): return local.normalize_path(path)
+            def get_file_info(self, paths): return [self._shift(i) for i in local.get_file_info(paths)]
+            def get_file_info_selector(self, selector): return [self._shift(i) for i in local.get_file_info(selector)]
+            def create_dir(self, path, recursive): local.create_dir(path, recursive=recursive)
+            def delete_dir(self, path): local.delete_dir(path)
+            def delete_dir_contents(self, path, missing_dir_ok=False): local.delete_dir_contents(path, missing_dir_ok)
+            def delete_root_dir_contents(self): raise NotImplementedError
+            def delete_file(self, path): local.delete_file(path)
+            def move(self, src, dest): local.move(src, dest)
+            def copy_file(self, src, dest): local.copy_file(src, dest)
+            def open_input_stream(self, path): return local.open_input_stream(path)
+            def open_input_file(self, path): return local.open_input_file(path)
+            def open_output_stream(self, path, metadata): return local.open_output_stream(path, metadata=metadata)
+            def open_append_stream(self, path, metadata): return local.open_append_stream(path, metadata=metadata)
+
+        return pafs.PyFileSystem(Handler())
+
+
+def test_a_storage_clock_ahead_of_ours_still_frees_the_expired_files(omni, tmp_path, monkeypatch):
+    """The sweep fences by file mtime; mtimes are stamped by the storage's clock, not ours."""
+    import governance.retention as retention
+
+    omni.create_table(NAME)
+    _ingest(omni, tmp_path, ["a", "b", "c", "d"])
+    skewed = _ClockAheadFS(ahead_s=300)
+    monkeypatch.setattr(retention, "_filesystem",
+                        lambda uri: (skewed, uri.removeprefix("file://")))
+    report = apply_retention(omni.store, NAME, _policy(2))
+    assert report.versions_expired == [1, 2, 3]
+    assert report.bytes_freed["metadata"] > 0, report.describe()
+    assert report.files_deleted["metadata"] > len(report.versions_expired)  # view metadata files, not only documents
+    assert _rows(omni) == _rows(omni, 5)
+
+
 def test_expired_as_of_names_the_oldest_kept_version(omni, tmp_path):
     omni.create_table(NAME)
     _ingest(omni, tmp_path, ["a", "b", "c", "d"])
