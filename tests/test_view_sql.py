@@ -9,17 +9,17 @@ SPARK = (
     "named_struct('parsed_text', CAST(NULL AS STRING)) AS `ProcessedData`, "
     "t1.`quality` AS `quality` "
     "FROM `aidata`.`web__base` VERSION AS OF 10 AS t0 "
-    "LEFT JOIN `aidata`.`web__f1` VERSION AS OF 20 AS t1 "
+    "LEFT JOIN (SELECT `_ai_unique_id_`, `_ai_append_name_`, any_value(p.`quality`) AS `quality` "
+    "FROM `aidata`.`web__f1` VERSION AS OF 20 AS p GROUP BY `_ai_unique_id_`, `_ai_append_name_`) AS t1 "
     "ON t1.`_ai_unique_id_` = t0.`_ai_unique_id_` AND t1.`_ai_append_name_` = t0.`_ai_append_name_`"
 )
 TRINO = (
     'SELECT t0."_ai_unique_id_" AS "_ai_unique_id_", t0."_ai_append_name_" AS "_ai_append_name_", '
     'CAST(ROW(t0."RawData"."raw_data") AS ROW("raw_data" VARCHAR)) AS "RawData", '
     'CAST(ROW(CAST(NULL AS VARCHAR)) AS ROW("parsed_text" VARCHAR)) AS "ProcessedData", '
-    't1."quality" AS "quality" '
-    'FROM "aidata"."web__base" FOR VERSION AS OF 10 AS t0 '
-    'LEFT JOIN "aidata"."web__f1" FOR VERSION AS OF 20 AS t1 '
-    'ON t1."_ai_unique_id_" = t0."_ai_unique_id_" AND t1."_ai_append_name_" = t0."_ai_append_name_"'
+    '(SELECT arbitrary(p."quality") FROM "aidata"."web__f1" FOR VERSION AS OF 20 AS p '
+    'WHERE p."_ai_unique_id_" = t0."_ai_unique_id_" AND p."_ai_append_name_" = t0."_ai_append_name_") AS "quality" '
+    'FROM "aidata"."web__base" FOR VERSION AS OF 10 AS t0'
 )
 
 
@@ -46,3 +46,5 @@ def test_feature_tables_without_columns_are_not_joined():
     s = s.model_copy(update={"physical_columns": s.physical_columns[:1]})
     sql = render_view_sql(s, "spark")
     assert "web__f1" not in sql and "CAST(NULL AS DOUBLE) AS `quality`" in sql
+    sql = render_view_sql(s, "trino")
+    assert "web__f1" not in sql and 'CAST(NULL AS DOUBLE) AS "quality"' in sql

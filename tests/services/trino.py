@@ -113,9 +113,9 @@ class TrinoServer:
         kwargs.setdefault("catalog", self.catalog)
         return trino.dbapi.connect(host=self.host, port=self.port, http_scheme="http", **kwargs)
 
-    def query(self, sql: str) -> list[tuple]:
-        """Run one statement and return its rows as tuples."""
-        conn = self.connect()
+    def query(self, sql: str, session: dict[str, str] | None = None) -> list[tuple]:
+        """Run one statement (with ``session`` properties, if any) and return its rows as tuples."""
+        conn = self.connect(session_properties=session) if session else self.connect()
         try:
             cur = conn.cursor()
             cur.execute(sql)
