@@ -214,7 +214,7 @@ def plan_retention(store: FamilyStore, name: str, policy: RetentionPolicy, *, no
     plan = RetentionPlan(state.table.identifier, state.version, asdict(policy),
                          manifests=[{"path": p.path, "version": p.logical_version, "exists": p.alive()}
                                     for p in pins])
-    reasons = _keep_reasons(versions, policy, [p for p in pins if p.alive()], now_ms)
+    reasons = _keep_reasons(versions, policy, [p for p in pins if p.alive()], now_ms, _version_views(store, ns, table))
     for v in versions:
         why = reasons.get(v["version-id"], [])
         plan.versions.append(VersionVerdict(v["version-id"], v["summary"].get(SUMMARY_OPERATION, ""),
@@ -243,11 +243,25 @@ def _versions(metadata: dict[str, Any]) -> list[dict[str, Any]]:
                   key=lambda v: v["version-id"])
 
 
+def _version_views(store: FamilyStore, ns: str, table: str) -> dict[int, list[str]]:
+    """version -> the pinned version views (``omni pin``) reading it; tag views follow their tag instead."""
+    from catalog_ext.pinned_views import pinned_views
+
+    out: dict[int, list[str]] = {}
+    for view in pinned_views(store, ns, table):
+        if view.tag is None:
+            out.setdefault(view.version, []).append(view.name)
+    return out
+
+
 def _keep_reasons(versions: list[dict[str, Any]], policy: RetentionPolicy, pins: list[Pin],
-                  now_ms: int) -> dict[int, list[str]]:
+                  now_ms: int, version_views: dict[int, list[str]] | None = None) -> dict[int, list[str]]:
     """version -> why it is kept (absent: expired)."""
     out: dict[int, list[str]] = {}
     ids = [v["version-id"] for v in versions]
+    for vid, names in (version_views or {}).items():
+        if vid in ids:
+            out.setdefault(vid, []).append(f"read by pinned view {', '.join(names)} (omni pin --drop to release)")
     for vid in ids[-policy.keep_last:]:
         out.setdefault(vid, []).append(f"among the last {policy.keep_last}")
     if policy.keep_tagged:
@@ -360,12 +374,13 @@ def _execute(store: FamilyStore, plan: RetentionPlan, policy: RetentionPolicy, r
             versions = _versions(metadata)
             location = metadata["location"]
             pins = [p for p in list_pins(store.catalog, location) if p.alive()]
-            still = _keep_reasons(versions, policy, pins, int(time.time() * 1000))
+            still = _keep_reasons(versions, policy, pins, int(time.time() * 1000), _version_views(store, ns, table))
             pinned = {p.logical_version for p in pins}  # with keep_pinned_by_manifests off: re-plan to refuse
             conflict = sorted(v for v in doomed if v in pinned or (v in still and not any(
                 r.startswith("among the last") or r.startswith("superseded") for r in still[v])))
             if conflict:
-                raise _Replan(f"version(s) {_ranges(conflict)} became tagged or pinned meanwhile")
+                raise _Replan(f"version(s) {_ranges(conflict)} became tagged or pinned (by a manifest or a view) "
+                              "meanwhile")
             out = dict(metadata)
             gone = [v for v in metadata["versions"] if v["version-id"] in doomed]
             out["versions"] = [v for v in metadata["versions"] if v["version-id"] not in doomed]

@@ -89,6 +89,10 @@ class Omni:
         documents = [v["summary"][SUMMARY_FAMILY] for v in view.metadata["versions"]
                      if SUMMARY_FAMILY in v.get("summary", {})]
         self.store.views.drop_view(ns, table)
+        from catalog_ext.pinned_views import drop_pinned_view, pinned_views
+
+        for pinned in pinned_views(self.store, ns, table):  # they read tables that are going away
+            drop_pinned_view(self.store, pinned)
         dropped, missing = [], []
         for t in state.tables:
             if not self.catalog.table_exists(t.identifier):
@@ -144,6 +148,12 @@ class Omni:
 
         check_label(label)
         ns, table = split_qualified(name)
+        from catalog_ext.pinned_views import PinnedViewError, tag_view_name
+
+        clash = [t for t in self.tags(name) if t != label and tag_view_name(table, t) == tag_view_name(table, label)]
+        if clash:
+            raise PinnedViewError(f"tag {label!r} of {ns}.{table} would share the view {tag_view_name(table, label)} "
+                                  f"with tag {clash[0]!r} (view names fold case, '.' and '-'); pick another name")
         previous = self.tags(name).get(label)
         latest = self.state(name).version
         target = self.version_of(name, version) if version is not None else latest
@@ -163,9 +173,69 @@ class Omni:
         new_state = self.store.commit(ns, table, updates, operation="tag",
                                       command=command or f"tag {ns}.{table} {label} --version {target}",
                                       summary=lambda _latest: update.summary())
-        return {"logical_table": new_state.table.identifier, "tag": label, "version": target,
-                "moved_from": previous if previous not in (None, target) else None,
-                "logical_version": new_state.version}
+        out = {"logical_table": new_state.table.identifier, "tag": label, "version": target,
+               "moved_from": previous if previous not in (None, target) else None,
+               "logical_version": new_state.version, "view": None}
+        out["view"] = self._tag_view(ns, table, label, target)
+        return out
+
+    def _tag_view(self, ns: str, table: str, label: str, version: int) -> str | None:
+        """The tag's pinned view, brought to ``version``; derived state, so a failure only warns."""
+        import warnings
+
+        from catalog_ext.pinned_views import pin_view
+
+        try:
+            return pin_view(self.store, ns, table, version, tag=label).name
+        except Exception as e:  # noqa: BLE001 - the tag is committed; 'omni pin NAME TAG' retries the view
+            warnings.warn(f"tag {label!r} of {ns}.{table} is committed, but its view was not made: {e}; "
+                          f"'omni pin {ns}.{table} {label}' makes it", stacklevel=3)
+            return None
+
+    def pin(self, name: str, version: int | str) -> dict[str, Any]:
+        """A plain Iceberg view of logical version ``version`` (or of a tag) for Spark SQL and Trino.
+
+        ``<table>__v<N>`` for a version - kept from retention until :meth:`unpin` - and
+        ``<table>__tag_<label>`` for a tag (it follows the tag). See catalog_ext/pinned_views.py.
+        """
+        from catalog_ext.pinned_views import pin_view
+
+        ns, table = split_qualified(name)
+        target = self.version_of(name, version)
+        latest = self.state(name).version
+        if target is None or not 1 <= target <= latest:
+            from catalog_ext.errors import NoSuchVersionError
+
+            raise NoSuchVersionError(f"cannot pin version {version} of {ns}.{table}: it has versions 1..{latest}")
+        self.store.load(ns, table, target)  # an expired version says so, naming the oldest kept one
+        is_tag = not (isinstance(version, int) or str(version).strip().isdigit())
+        view = pin_view(self.store, ns, table, target, tag=str(version) if is_tag else None)
+        return {**view.to_dict(), "catalog": self.config.catalog_name,
+                "spark": f"SELECT * FROM {self.config.catalog_name}.{view.name}",
+                "trino": f"SELECT * FROM {self.config.catalog_name}.{view.name}"}
+
+    def unpin(self, name: str, version: int | str) -> dict[str, Any]:
+        """Drop the pinned view of ``version`` (or of a tag); retention may then expire the version."""
+        from catalog_ext.pinned_views import drop_pinned_view, pinned_views
+
+        ns, table = split_qualified(name)
+        is_tag = not (isinstance(version, int) or str(version).strip().isdigit())
+        views = [v for v in pinned_views(self.store, ns, table)
+                 if (v.tag == str(version) if is_tag else (v.tag is None and v.version == int(version)))]
+        if not views:
+            from catalog_ext.views import NoSuchViewError
+
+            raise NoSuchViewError(f"{ns}.{table} has no pinned view of {'tag ' if is_tag else 'version '}{version} "
+                                  f"(see 'omni pin {ns}.{table} --list')")
+        return {"dropped": [v.name for v in views if drop_pinned_view(self.store, v)]}
+
+    def pinned_views(self, name: str) -> list[dict[str, Any]]:
+        """Every pinned view of ``name``: version views and tag views."""
+        from catalog_ext.pinned_views import pinned_views
+
+        ns, table = split_qualified(name)
+        self.store.load(ns, table)  # names the table when it is missing
+        return [v.to_dict() for v in pinned_views(self.store, ns, table)]
 
     # ---- add rows -----------------------------------------------------------------------
     def submit(self, name: str, sources: list[str], batch: str, *, field_map: dict[str, str] | list[str] | None = None,

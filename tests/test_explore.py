@@ -147,6 +147,12 @@ def test_export_streams_and_re_creates_byte_for_byte(omni, tmp_path, monkeypatch
     assert m["rows"] == omni.query("SELECT count(*) FROM web WHERE t_lang = 'en'").column(0)[0].as_py()
     assert m["feature_versions"]["t_len"] == U.t_len.definition.version
     assert set(m["pinned_snapshots"]) >= set(m["read_tables"]) and m["files"]
+    # how Spark SQL and Trino read the same rows: the version's pinned view, made by the command given
+    view = f"aidata.web__v{m['logical_version']}"
+    assert m["engine_reads"]["make_view"] == f"omni pin aidata.web {m['logical_version']}"
+    assert m["engine_reads"]["spark"] == m["engine_reads"]["trino"] == (
+        f"SELECT _ai_unique_id_, t_len, t_lang, RawData.raw_data FROM {omni.config.catalog_name}.{view} "
+        "WHERE (t_lang = 'en')")
     # later ingest + backfill + new feature version must not change a replay
     extra = tmp_path / "x.jsonl"
     extra.write_text(json.dumps({"raw_data": "<p>the late page</p>"}) + "\n")

@@ -74,8 +74,28 @@ def table(args, omni, command_line: str) -> int:
 def tag(args, omni, command_line: str) -> int:
     out = omni.tag(args.name, args.label, args.version, command=command_line)
     moved = f" (moved from version {out['moved_from']})" if out["moved_from"] else ""
+    view = f"; Spark SQL / Trino read it as {omni.config.catalog_name}.{out['view']}" if out["view"] else ""
     emit(args, out, lambda: f"{out['logical_table']}: tag {out['tag']!r} -> version {out['version']}{moved}; "
-                            f"use --as-of {out['tag']}")
+                            f"use --as-of {out['tag']}{view}")
+    return 0
+
+
+def pin(args, omni, command_line: str) -> int:
+    if args.list or args.version is None:
+        views = omni.pinned_views(args.name)
+        emit(args, {"views": views}, lambda: "\n".join(
+            f"{v['view']}  version {v['version']}" + (f"  (tag {v['tag']!r})" if v["tag"] else "") for v in views)
+            or f"{args.name}: no pinned views; 'omni pin {args.name} VERSION' makes one")
+        return 0
+    if args.drop:
+        out = omni.unpin(args.name, args.version)
+        emit(args, out, lambda: "dropped " + ", ".join(out["dropped"]))
+        return 0
+    out = omni.pin(args.name, args.version)
+    emit(args, out, lambda: f"{out['view']} reads {out['of']} version {out['version']}"
+                            + (f" (tag {out['tag']!r}; it follows the tag)" if out["tag"] else
+                               "; kept from retention until 'omni pin ... --drop'")
+                            + f"\n  Spark SQL / Trino: {out['spark']}")
     return 0
 
 
@@ -334,7 +354,7 @@ def index(args, omni, command_line: str) -> int:
 
 
 _HANDLERS = {
-    "table": table, "tag": tag, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
+    "table": table, "tag": tag, "pin": pin, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
     "export": export, "errors": errors, "lineage": lineage, "compact": compact, "trino-config": trino_config,
     "spark-config": spark_config,
     "feature": feature, "backfill": backfill, "get": get, "index": index,

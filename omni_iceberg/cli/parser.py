@@ -96,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("label", help="the tag: a letter, then letters, digits, '_', '.' or '-'; tagging again moves it")
     tg.add_argument("--version", help="version to tag (number or existing tag; default: the latest)")
 
+    pn = command(sub, "pin", "a plain view of one logical version or tag, for Spark SQL and Trino (time travel)",
+                 "omni pin web 16", "omni pin web release-1", "omni pin web --list", "omni pin web 16 --drop",
+                 "spark-sql -e \"SELECT count(*) FROM omni.aidata.web__v16\"")
+    pn.add_argument("name", help="logical table")
+    pn.add_argument("version", nargs="?", help="version number or tag (a tag's view follows the tag)")
+    pn.add_argument("--drop", action="store_true", help="drop the pinned view (retention may then expire it)")
+    pn.add_argument("--list", action="store_true", help="list the table's pinned views")
+
     # ---- add rows ----------------------------------------------------------------------------
     s = command(sub, "submit", "ingest sources as one batch (one logical commit)",
                 "omni submit web crawl.warc.gz --batch cc",

@@ -110,6 +110,7 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
         "feature_versions": {f.name: f.version for f in state.features if f.current},
         "columns": columns, "where": where, "batches": batches, "format": fmt, "rows": total, "files": files,
         "created_at": datetime.now(timezone.utc).isoformat(), "pyarrow": pa.__version__,
+        "engine_reads": _engine_reads(omni, state, columns, where, batches),
     }
     if expected is not None:
         _verify(expected, manifest)
@@ -144,6 +145,26 @@ def export_from_manifest(omni: Any, manifest_path: str, out_dir: str, progress: 
     if not isinstance(version, int) or not isinstance(table, str) or not isinstance(where, (str, type(None))):
         raise ExportError(f"{path}: logical_version must be a number, logical_table and where text")
     return export(omni, table, columns, where, fmt, out_dir, as_of=version, progress=progress, expected=m)
+
+
+def _engine_reads(omni: Any, state: Any, columns: list[str] | None, where: str | None,
+                  batches: list[str] | None) -> dict[str, str]:
+    """The same rows from Spark SQL and Trino: a SELECT on the version's pinned view.
+
+    When no pinned view of this version exists yet, ``make_view`` is the command that
+    makes it (``omni pin``); it then also keeps the version from retention.
+    """
+    from catalog_ext.pinned_views import engine_reads, pinned_views
+
+    ns, table = state.table.namespace, state.table.name
+    reads = engine_reads(omni.config.catalog_name, ns, table, state.version, pinned_views(omni.store, ns, table))
+    select = ", ".join(columns) if columns else "*"
+    filters = [f"({where})"] if where else []
+    if batches and set(batches) != {b.name for b in state.batches}:
+        filters.append("_ai_append_name_ IN (" + ", ".join("'" + b.replace("'", "''") + "'" for b in batches) + ")")
+    suffix = (" WHERE " + " AND ".join(filters)) if filters else ""
+    return {k: (v.replace("SELECT *", f"SELECT {select}", 1) + suffix if k in ("spark", "trino") else v)
+            for k, v in reads.items()}
 
 
 def _verify(expected: dict[str, Any], got: dict[str, Any]) -> None:

@@ -1,0 +1,94 @@
+"""Pinned views (catalog_ext/pinned_views.py): a version or a tag as a plain Iceberg view.
+
+Embedded SQLite catalog here; tests/test_time_travel_engines.py reads the same views
+from real Spark and Trino.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from catalog_ext.pinned_views import PROP_PINNED_OF, PROP_PINNED_TAG, PROP_PINNED_VERSION, PinnedViewError
+from catalog_ext.views import NoSuchViewError
+from governance import RetentionPolicy, apply_retention, plan_retention
+from omni_iceberg.api import Omni
+from omni_iceberg.cli import main as cli_main
+
+NAME = "web"
+
+
+@pytest.fixture
+def omni(omni_home, tmp_path):
+    o = Omni(config=omni_home)
+    o.create_table(NAME)
+    for b in ("a", "b", "c"):
+        path = tmp_path / f"{b}.jsonl"
+        path.write_text("".join(json.dumps({"raw_data": f"<p>{b} row {i}</p>"}) + "\n" for i in range(3)))
+        o.submit(NAME, [str(path)], batch=b)  # versions 2, 3, 4
+    return o
+
+
+def _view(omni: Omni, name: str):
+    return omni.store.views.load_view("aidata", name)
+
+
+def test_pin_a_version_makes_a_view_with_that_versions_sql(omni):
+    out = omni.pin(NAME, 2)
+    assert out["view"] == "aidata.web__v2" and out["version"] == 2 and out["tag"] is None
+    assert out["spark"] == f"SELECT * FROM {omni.config.catalog_name}.aidata.web__v2" == out["trino"]
+    view = _view(omni, "web__v2")
+    assert view.properties[PROP_PINNED_OF] == "aidata.web" and view.properties[PROP_PINNED_VERSION] == "2"
+    logical = omni.store.views.load_view("aidata", NAME).version(2)
+    assert view.current_version["representations"] == logical["representations"]  # exactly version 2's body
+    assert omni.store.list_tables("aidata") == ["aidata.web"]  # not a logical table
+    assert omni.pin(NAME, 2)["view"] == "aidata.web__v2"  # idempotent
+    assert [v["view"] for v in omni.pinned_views(NAME)] == ["aidata.web__v2"]
+
+
+def test_a_tag_gets_a_view_that_follows_the_tag(omni):
+    out = omni.tag(NAME, "Release-1.0", version=3)
+    assert out["view"] == "aidata.web__tag_release_1_0"
+    view = _view(omni, "web__tag_release_1_0")
+    assert view.properties[PROP_PINNED_TAG] == "Release-1.0" and view.properties[PROP_PINNED_VERSION] == "3"
+    omni.tag(NAME, "Release-1.0", version=4)  # moving the tag moves its view
+    assert _view(omni, "web__tag_release_1_0").properties[PROP_PINNED_VERSION] == "4"
+    # a different tag that folds to the same name is refused, not silently merged
+    with pytest.raises(PinnedViewError, match="would share the view web__tag_release_1_0"):
+        omni.tag(NAME, "release-1.0", version=2)
+    assert "release-1.0" not in omni.tags(NAME)  # refused before anything was committed
+
+
+def test_retention_keeps_a_pinned_version_until_it_is_unpinned(omni):
+    omni.pin(NAME, 2)
+    policy = RetentionPolicy(keep_last=1, min_age_s=0)
+    plan = plan_retention(omni.store, NAME, policy)
+    assert 2 not in plan.expire and any("pinned view aidata.web__v2" in r
+                                         for v in plan.versions if v.version == 2 for r in v.reasons)
+    apply_retention(omni.store, NAME, policy)
+    assert omni.read(NAME, as_of=2).num_rows == 3  # still readable
+    assert omni.unpin(NAME, 2) == {"dropped": ["aidata.web__v2"]}
+    with pytest.raises(NoSuchViewError):
+        omni.unpin(NAME, 2)
+    apply_retention(omni.store, NAME, policy)
+    assert 2 not in [v.version for v in omni.log(NAME)]
+
+
+def test_dropping_the_table_drops_its_pinned_views(omni):
+    omni.pin(NAME, 2)
+    omni.tag(NAME, "keep")
+    omni.drop_table(NAME)
+    assert omni.store.views.list_views("aidata") == []
+
+
+def test_cli_pin_list_and_drop(omni, capsys):
+    assert cli_main(["pin", NAME, "3"]) == 0
+    assert "aidata.web__v3 reads aidata.web version 3" in capsys.readouterr().out
+    assert cli_main(["pin", NAME, "--list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["views"][0]["view"] == "aidata.web__v3"
+    assert cli_main(["pin", NAME, "3", "--drop"]) == 0
+    assert "dropped aidata.web__v3" in capsys.readouterr().out
+    assert cli_main(["pin", NAME, "99"]) != 0
+    assert "versions 1.." in capsys.readouterr().err
