@@ -204,7 +204,24 @@ class MarkComputed:
         return {"computed": kept + tuple(new)}
 
 
-Update = (AddBatch | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
+@dataclass(frozen=True)
+class DropBatch:
+    """Remove batch ``name`` and the records of the feature units computed for it.
+
+    The rows themselves leave the physical tables through the PinSnapshot updates of
+    the same commit (governance/drop_batch.py); this is the mapping's side.
+    """
+
+    name: str
+
+    def apply(self, s: FamilyState) -> dict:
+        if s.batch(self.name) is None:
+            raise PreconditionFailed(f"batch {self.name!r} of {s.table.identifier} was dropped by another writer")
+        return {"batches": tuple(b for b in s.batches if b.name != self.name),
+                "computed": tuple(u for u in s.computed if u.batch != self.name)}
+
+
+Update = (AddBatch | DropBatch | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
           | RecordFeatureSource | MarkComputed)
 
 

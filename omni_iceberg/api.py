@@ -572,6 +572,20 @@ class Omni:
 
         return compact(self.store, name, min_files, dry_run=dry_run, progress=progress)
 
+    def drop_batch(self, name: str, batch: str, *, dry_run: bool = False, progress: bool | None = None,
+                   command: str = "") -> dict[str, Any]:
+        """Remove batch ``batch``: its rows leave every physical table and the id index, in one
+        logical commit; older versions keep reading it (governance/drop_batch.py)."""
+        from governance.drop_batch import drop_batch
+
+        return drop_batch(self.store, name, batch, dry_run=dry_run, progress=progress, command=command)
+
+    def plan_drop_batch(self, name: str, batch: str) -> Any:
+        """The files :meth:`drop_batch` would delete or rewrite (``.describe()``, ``.to_dict()``)."""
+        from governance.drop_batch import plan_drop_batch
+
+        return plan_drop_batch(self.store, name, batch)
+
     def expire(self, name: str, keep_last: int, *, keep_tagged: bool = True, min_age_s: float | None = None,
                dry_run: bool = False, progress: bool | None = None, command: str = "") -> Any:
         """Retention alone: keep the last ``keep_last`` versions (plus tagged and manifest-pinned ones).

@@ -217,6 +217,19 @@ def compact(args, omni, command_line: str) -> int:
     return 0
 
 
+def drop_batch(args, omni, command_line: str) -> int:
+    if args.dry_run:
+        plan = omni.plan_drop_batch(args.name, args.batch)
+        emit(args, {**plan.to_dict(), "dry_run": True}, plan.describe)
+        return 0
+    report = omni.drop_batch(args.name, args.batch, progress=progress(args), command=command_line)
+    removed = sum(report["rows_removed"].values())
+    emit(args, report, lambda: f"dropped batch {args.batch!r} ({report['plan']['rows']:,} rows; {removed:,} physical "
+                               f"rows in {len(report['rows_removed'])} table(s)) -> version "
+                               f"{report['logical_version']}")
+    return 0
+
+
 def trino_config(args, omni, command_line: str) -> int:
     path = omni.trino_config(args.out)
     emit(args, {"path": path}, lambda: f"wrote {path}")
@@ -355,7 +368,7 @@ def index(args, omni, command_line: str) -> int:
 
 _HANDLERS = {
     "table": table, "tag": tag, "pin": pin, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
-    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "trino-config": trino_config,
+    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "drop-batch": drop_batch, "trino-config": trino_config,
     "spark-config": spark_config,
     "feature": feature, "backfill": backfill, "get": get, "index": index,
     "maintain": maintain, "expire": expire,

@@ -163,6 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--min-files", type=int, default=2, help="compact partitions with at least this many files")
     cp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
 
+    db = command(sub, "drop-batch", "remove one ingest batch from every physical table and the id index "
+                 "(one logical commit; older versions keep it)",
+                 "omni drop-batch web cc-2024-10 --dry-run", "omni drop-batch web cc-2024-10")
+    db.add_argument("name", help="logical table")
+    db.add_argument("batch", help="the batch (_ai_append_name_) to remove")
+    db.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    db.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+
     # retention and periodic maintenance (governance/retention.py, governance/maintenance.py)
     mt = command(sub, "maintain", "run the due maintenance: stale branches, compaction, retention, orphan files",
                  "omni maintain web --dry-run", "omni maintain web --keep-last 20 --json")

@@ -1,0 +1,176 @@
+"""Drop one ingest batch: its rows leave every physical table and the id index, in one logical commit.
+
+A bad crawl, a licence withdrawn, a test batch pushed to production: the batch must go
+from the logical table without touching anything else, and readers of older versions
+must keep seeing it (an export manifest that pinned it still replays byte for byte).
+
+- prepare: per physical table, the data files at the pinned snapshot that can hold the
+  batch, from the batch column's bounds (kept in full for that reason,
+  :mod:`catalog_ext.physical`): a file that holds only the batch is deleted whole; a
+  file whose bounds span it (a compacted file) is rewritten without its rows. Files
+  whose bounds exclude the batch are never opened. A printable plan, also JSON.
+- execute: on a private branch per table starting at the pinned snapshot, ONE
+  overwrite snapshot deletes and rewrites those files (``StagedWrite.rewrite_files``).
+  The write hooks of the store update the id index before the commit: the batch's
+  ids are retired, the rewritten rows get their new positions.
+- commit: one logical version re-pins the tables and drops the batch and its computed
+  feature units from the mapping (:class:`catalog_ext.updates.DropBatch`). A writer
+  that moved a table meanwhile makes the commit fail cleanly; the branches are dropped
+  and nothing changed.
+
+The batch's rejects, errors and lineage rows stay: they are history, and say which
+version dropped it (``omni log`` names the batch).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow.compute as pc
+
+from catalog_ext.contract import BATCH_COLUMN, split_qualified
+from catalog_ext.errors import OmniError
+from catalog_ext.family import FamilyState
+from catalog_ext.iceberg_io import read_data_files
+from catalog_ext.store import FamilyStore
+from catalog_ext.updates import DropBatch, PinSnapshot
+
+OPERATION = "drop-batch"
+
+
+class NoSuchBatchError(OmniError):
+    """The batch to drop is not in the logical table's latest version."""
+
+
+@dataclass
+class TableDrop:
+    identifier: str
+    key: str
+    snapshot_id: int
+    files_deleted: list[str] = field(default_factory=list)  # hold only the batch
+    files_rewritten: list[str] = field(default_factory=list)  # hold the batch among others
+    files_untouched: int = 0
+
+
+@dataclass
+class DropBatchPlan:
+    logical_table: str
+    version: int
+    batch: str
+    rows: int
+    tables: list[TableDrop] = field(default_factory=list)
+
+    def describe(self) -> str:
+        lines = [f"drop batch {self.batch!r} ({self.rows:,} rows) from {self.logical_table} at version "
+                 f"{self.version}:"]
+        for t in self.tables:
+            lines.append(f"  {t.identifier}: delete {len(t.files_deleted)} file(s), rewrite "
+                         f"{len(t.files_rewritten)} without the batch, leave {t.files_untouched}")
+        if not self.tables:
+            lines.append("  no physical table holds its rows (they are already gone)")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _bounds(table: Any, data_file: Any) -> tuple[str | None, str | None]:
+    field_id = table.schema().find_field(BATCH_COLUMN).field_id
+    lower = (data_file.lower_bounds or {}).get(field_id)
+    upper = (data_file.upper_bounds or {}).get(field_id)
+    return (bytes(lower).decode("utf-8") if lower is not None else None,
+            bytes(upper).decode("utf-8") if upper is not None else None)
+
+
+def plan_drop_batch(store: FamilyStore, name: str, batch: str) -> DropBatchPlan:
+    """Which files of which physical tables hold ``batch`` at the latest version."""
+    from catalog_ext.suggest import did_you_mean
+
+    ns, table = split_qualified(name)
+    state: FamilyState = store.load(ns, table)
+    found = state.batch(batch)
+    if found is None:
+        known = [b.name for b in state.batches]
+        raise NoSuchBatchError(f"{state.table.identifier} has no batch {batch!r}{did_you_mean(batch, known)} "
+                               f"(batches: {', '.join(known) or 'none'}; see 'omni status {state.table.identifier}')")
+    plan = DropBatchPlan(state.table.identifier, state.version, batch, found.rows)
+    for t in state.tables:
+        if t.snapshot_id is None:
+            continue
+        ice = store.catalog.load_table(t.identifier)
+        entry = TableDrop(t.identifier, t.key, t.snapshot_id)
+        for task in ice.scan(snapshot_id=t.snapshot_id).plan_files():
+            lower, upper = _bounds(ice, task.file)
+            if lower is None or upper is None:  # no statistics: it may hold the batch
+                entry.files_rewritten.append(task.file.file_path)
+            elif lower == upper == batch:
+                entry.files_deleted.append(task.file.file_path)
+            elif lower <= batch <= upper:
+                entry.files_rewritten.append(task.file.file_path)
+            else:
+                entry.files_untouched += 1
+        if entry.files_deleted or entry.files_rewritten:
+            plan.tables.append(entry)
+    return plan
+
+
+def drop_batch(store: FamilyStore, name: str, batch: str, *, dry_run: bool = False,
+               progress: bool | None = None, command: str = "") -> dict[str, Any]:
+    """Drop ``batch`` from logical table ``name`` (see the module docstring); returns the report."""
+    from omni_iceberg.ui.progress import progress_bar
+
+    plan = plan_drop_batch(store, name, batch)
+    report: dict[str, Any] = {"plan": plan.to_dict(), "logical_version": plan.version, "rows_removed": {}}
+    if dry_run:
+        return report
+    ns, table = split_qualified(name)
+    state = store.load(ns, table, plan.version)
+    run_id = f"drop-batch-{uuid.uuid4().hex[:12]}"
+    writers = {t.key: store.staged_write(state, t.identifier, t.snapshot_id, run_id,
+                                         {"omni.operation": OPERATION, "omni.batch": batch}, rebasable=False)
+               for t in plan.tables}
+    bar = progress_bar(progress, f"drop batch {batch} from {plan.logical_table}", "file",
+                       total=sum(len(t.files_deleted) + len(t.files_rewritten) for t in plan.tables))
+    try:
+        for t in plan.tables:
+            ice = store.catalog.load_table(t.identifier)
+            live = {task.file.file_path: task.file for task in ice.scan(snapshot_id=t.snapshot_id).plan_files()}
+            deleted = [live[p] for p in t.files_deleted]
+            mixed = [live[p] for p in t.files_rewritten]
+            kept = None
+            removed = sum(f.record_count for f in deleted)
+            if mixed:
+                rows = read_data_files(ice, mixed)
+                keep = pc.invert(pc.fill_null(pc.equal(rows.column(BATCH_COLUMN), batch), False))
+                kept = rows.filter(keep)
+                removed += rows.num_rows - kept.num_rows
+            if kept is None:
+                kept = ice.schema().as_arrow().empty_table()
+            writers[t.key].rewrite_files(deleted + mixed, kept, {"omni.batch-dropped": batch})
+            report["rows_removed"][t.identifier] = removed
+            if bar is not None:
+                bar.update(len(deleted) + len(mixed))
+
+        def updates(latest: FamilyState):
+            # not rebasable: a table moved by another writer fails this commit (PinConflict)
+            return (DropBatch(batch),) + tuple(
+                PinSnapshot(t.key, writers[t.key].staged_snapshot_id, t.snapshot_id) for t in plan.tables)
+
+        new_state = store.commit(ns, table, updates, operation=OPERATION,
+                                 command=command or f"drop-batch {plan.logical_table} {batch}",
+                                 summary=lambda _: {"omni.batch": batch, "omni.rows": str(plan.rows)},
+                                 staged=list(writers.values()))
+    except BaseException:
+        for w in writers.values():  # never pinned: delete what was written
+            try:
+                w.abandon()
+            except Exception:  # noqa: BLE001 - the original error matters more; the sweep retries
+                pass
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    report["logical_version"] = new_state.version
+    return report
