@@ -144,6 +144,24 @@ class ComputedUnit(_Frozen):
     upstream: tuple[str, ...] = ()
 
 
+class MaterializedCopy(_Frozen):
+    """A physical table holding pre-joined copies of ``columns`` (``role="materialized"``).
+
+    ``signature`` is :meth:`FamilyState.coverage_signature` of ``columns`` when its rows
+    were written: the batches and the data versions of every value. While the state's
+    signature is the same, the copy holds exactly the values the source tables hold and
+    readers prefer it (one table instead of a join); once a batch arrives or a column is
+    recomputed it is stale and readers go back to the sources until it is refreshed
+    (governance/materialize.py).
+    """
+
+    table_key: str
+    columns: tuple[str, ...]
+    batches: tuple[str, ...]  # the batches whose rows it holds
+    signature: str  # coverage_signature(columns, batches) when written
+    built_version: int
+
+
 class FamilyState(_Frozen):
     """The full mapping at one logical version."""
 
@@ -162,11 +180,15 @@ class FamilyState(_Frozen):
     batches: tuple[Batch, ...] = ()
     features: tuple[FeatureBinding, ...] = ()
     computed: tuple[ComputedUnit, ...] = ()
+    materializations: tuple[MaterializedCopy, ...] = ()
 
     # ---- serialisation -------------------------------------------------------------
     def to_json(self) -> str:
         """Canonical JSON (sorted keys) so equal states serialise to equal bytes."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        doc = self.model_dump(mode="json")
+        if not doc["materializations"]:
+            del doc["materializations"]  # documents without one stay byte-identical to older ones
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "FamilyState":
@@ -188,7 +210,42 @@ class FamilyState(_Frozen):
         out: dict[str, list[PhysicalColumn]] = {}
         for pc in self.physical_columns:
             out.setdefault(pc.logical, []).append(pc)
+        if self.materializations:
+            # a fresh copy first: every reader takes the first physical column of a path
+            fresh = self.fresh_materialized_tables()
+            stale = {m.table_key for m in self.materializations} - fresh
+            for path, pcs in out.items():
+                pcs = [pc for pc in pcs if pc.table not in stale]  # a stale copy is never read
+                out[path] = sorted(pcs, key=lambda pc: pc.table not in fresh)
         return out
+
+    def coverage_signature(self, columns: tuple[str, ...] | list[str],
+                           batches: tuple[str, ...] | list[str] | None = None) -> str:
+        """What the values of ``columns`` are at this version: every batch (or ``batches``),
+        and per column the data version (or ingest) of the unit that wrote them in that
+        batch. Equal signatures, equal values."""
+        import hashlib
+
+        chosen = sorted((b for b in self.batches if batches is None or b.name in batches), key=lambda b: b.name)
+        if batches is not None and len(chosen) != len(set(batches)):
+            return "missing-batch"  # a copied batch was dropped: never equal to a copy's signature
+        parts = []
+        for path in sorted(columns):
+            producer = self.producer_of(path)
+            for b in chosen:
+                if producer is None:
+                    parts.append(f"{path}|{b.name}|ingest:{b.submit_id or b.version}")
+                else:
+                    unit = self.computed_unit(producer.name, producer.version, b.name)
+                    parts.append(f"{path}|{b.name}|{producer.key}#"
+                                 + (f"{unit.data_version or unit.run_id}" if unit else "missing"))
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+    def fresh_materialized_tables(self) -> set[str]:
+        """Keys of the materialized tables whose values equal their sources' at this version."""
+        names = {b.name for b in self.batches}
+        return {m.table_key for m in self.materializations
+                if set(m.batches) == names and m.signature == self.coverage_signature(m.columns)}
 
     @property
     def _pcols_by_table(self) -> dict[str, list[PhysicalColumn]]:
@@ -237,7 +294,7 @@ class FamilyState(_Frozen):
         """The minimal set of physical tables that hold the given logical columns."""
         keys: dict[str, None] = {}
         for path in logical_paths:
-            for pc in self.physical_columns_of(path):
+            for pc in self.physical_columns_of(path)[:1]:  # the copy that is read
                 keys.setdefault(pc.table, None)
         return [self._tables_by_key[k] for k in keys]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from catalog_ext.family import (
-    Batch, ComputedUnit, FamilyState, FeatureBinding, LogicalColumn, PhysicalColumn, PhysicalTable, PhysicalTableGroup,
+    Batch, ComputedUnit, FamilyState, FeatureBinding, LogicalColumn, MaterializedCopy, PhysicalColumn, PhysicalTable,
+    PhysicalTableGroup,
 )
 from catalog_ext.errors import CommitConflictError
 
@@ -217,11 +218,33 @@ class DropBatch:
     def apply(self, s: FamilyState) -> dict:
         if s.batch(self.name) is None:
             raise PreconditionFailed(f"batch {self.name!r} of {s.table.identifier} was dropped by another writer")
-        return {"batches": tuple(b for b in s.batches if b.name != self.name),
-                "computed": tuple(u for u in s.computed if u.batch != self.name)}
+        after = s.model_copy(update={"batches": tuple(b for b in s.batches if b.name != self.name),
+                                     "computed": tuple(u for u in s.computed if u.batch != self.name)})
+        # a materialized copy that was fresh loses the batch's rows in the same commit: still fresh
+        fresh = s.fresh_materialized_tables()
+        copies = tuple(m.model_copy(update={"batches": tuple(b for b in m.batches if b != self.name),
+                                            "signature": after.coverage_signature(m.columns)})
+                       if m.table_key in fresh else m for m in s.materializations)
+        return {"batches": after.batches, "computed": after.computed, "materializations": copies}
 
 
-Update = (AddBatch | DropBatch | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
+@dataclass(frozen=True)
+class RecordMaterialization:
+    """``copy`` now describes its table (built or refreshed); replaces the table's earlier record."""
+
+    copy: MaterializedCopy
+
+    def apply(self, s: FamilyState) -> dict:
+        if not any(t.key == self.copy.table_key for t in s.tables):
+            raise PreconditionFailed(f"materialized table {self.copy.table_key!r} is not in {s.table.identifier}")
+        missing = [c for c in self.copy.columns if not s.has_column(c)]
+        if missing:
+            raise PreconditionFailed(f"materialized column(s) {', '.join(missing)} left {s.table.identifier}")
+        kept = tuple(m for m in s.materializations if m.table_key != self.copy.table_key)
+        return {"materializations": kept + (self.copy,)}
+
+
+Update = (AddBatch | DropBatch | RecordMaterialization | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
           | RecordFeatureSource | MarkComputed)
 
 

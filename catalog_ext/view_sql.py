@@ -91,7 +91,8 @@ def render_family_select(
     ref = table_ref or (lambda t, alias: pinned_ref(t.identifier, t.snapshot_id, alias, dialect))
     wanted = _wanted(state, columns)
     base = driver or state.base_table
-    needed = {pc.table for path in wanted["leaves"] for pc in state.physical_columns_of(path)}
+    # the first physical column of a path is the one read (a fresh materialized copy when there is one)
+    needed = {pcs[0].table for path in wanted["leaves"] if (pcs := state.physical_columns_of(path))}
     others = [t for t in state.tables if t.key != base.key and t.key in needed]
     aliases = {base.key: "t0", **{t.key: f"t{i + 1}" for i, t in enumerate(others)}}
     q = lambda n: quote(n, dialect)  # noqa: E731
@@ -143,11 +144,28 @@ def render_view_sql(state: FamilyState, dialect: str) -> str:
     Every table holding any column is read, so the view shows the whole family; the
     shape lets each engine drop the tables a query does not read (module docstring).
     """
+    driver = view_driver(state)
     if dialect == "spark":
-        return render_family_select(state, dialect, table_ref=_distinct_keys_ref(state, dialect))
+        return render_family_select(state, dialect, table_ref=_distinct_keys_ref(state, dialect, driver),
+                                    driver=driver)
     if dialect == "trino":
-        return _render_scalar_lookups(state, dialect)
+        return _render_scalar_lookups(state, dialect, driver)
     raise ValueError(f"unknown dialect {dialect!r}")
+
+
+def view_driver(state: FamilyState) -> PhysicalTable:
+    """The table whose rows are the view's rows: the base, or a fresh materialized copy.
+
+    A fresh copy holds exactly the base's rows (it is built from them, batch by batch, and
+    a dropped batch leaves both), so the one covering the most columns can drive: a query
+    that reads only its columns then reads one table, without a single lookup.
+    """
+    fresh = state.fresh_materialized_tables()
+    copies = [m for m in state.materializations if m.table_key in fresh]
+    if not copies:
+        return state.base_table
+    best = max(copies, key=lambda m: (len(m.columns), m.table_key))
+    return state.physical_table(best.table_key)
 
 
 _KEYS = (ID_COLUMN, BATCH_COLUMN)
@@ -157,22 +175,23 @@ def _table_columns(state: FamilyState) -> dict[str, list[str]]:
     """Physical table key -> the top-level physical columns the logical schema reads from it."""
     out: dict[str, list[str]] = {}
     for col in state.columns:
-        for pc in state.physical_columns_of(col.path):
+        for pc in state.physical_columns_of(col.path)[:1]:  # the copy that is read
             top = pc.name.split(".", 1)[0]
             if top not in out.setdefault(pc.table, []):
                 out[pc.table].append(top)
     return out
 
 
-def _distinct_keys_ref(state: FamilyState, dialect: str) -> Callable[[PhysicalTable, str], str]:
-    """Spark FROM items: the base as is, each other table grouped by the keys (distinct keys)."""
+def _distinct_keys_ref(state: FamilyState, dialect: str, driver: PhysicalTable
+                       ) -> Callable[[PhysicalTable, str], str]:
+    """Spark FROM items: the driver as is, each other table grouped by the keys (distinct keys)."""
     columns = _table_columns(state)
     q = lambda n: quote(n, dialect)  # noqa: E731
     keys = ", ".join(q(k) for k in _KEYS)
 
     def ref(table: PhysicalTable, alias: str) -> str:
         pinned = pinned_ref(table.identifier, table.snapshot_id, "p", dialect)
-        if table.key == state.base_table.key:
+        if table.key == driver.key:
             return pinned_ref(table.identifier, table.snapshot_id, alias, dialect)
         values = "".join(f", any_value(p.{q(c)}) AS {q(c)}" for c in columns.get(table.key, []))
         return f"(SELECT {keys}{values} FROM {pinned} GROUP BY {keys}) AS {alias}"
@@ -180,11 +199,11 @@ def _distinct_keys_ref(state: FamilyState, dialect: str) -> Callable[[PhysicalTa
     return ref
 
 
-def _render_scalar_lookups(state: FamilyState, dialect: str) -> str:
-    """Trino body: the base table, every other column a correlated scalar aggregate lookup."""
+def _render_scalar_lookups(state: FamilyState, dialect: str, driver: PhysicalTable) -> str:
+    """Trino body: the driver table, every other column a correlated scalar aggregate lookup."""
     q = lambda n: quote(n, dialect)  # noqa: E731
     tables = {t.key: t for t in state.tables}
-    base = state.base_table
+    base = driver
     match = " AND ".join(f"p.{q(k)} = t0.{q(k)}" for k in _KEYS)
 
     def lookup(path: str) -> str:

@@ -7,6 +7,8 @@ it as ONE logical version that re-pins the rewritten snapshots.
 
 from governance.drop_batch import DropBatchPlan, NoSuchBatchError, drop_batch, plan_drop_batch
 from governance.maintenance import MaintainReport, clean_leftovers, maintain
+from governance.materialize import MaterializeError, MaterializePlan, materialize, plan_materialization, \
+    refresh_materializations
 from governance.retention import (
     RetentionError,
     RetentionPlan,
@@ -18,4 +20,5 @@ from governance.retention import (
 
 __all__ = ["RetentionPolicy", "RetentionPlan", "RetentionReport", "RetentionError", "plan_retention",
            "apply_retention", "maintain", "MaintainReport", "clean_leftovers", "drop_batch", "plan_drop_batch",
-           "DropBatchPlan", "NoSuchBatchError"]
+           "DropBatchPlan", "NoSuchBatchError", "materialize", "plan_materialization", "refresh_materializations",
+           "MaterializePlan", "MaterializeError"]

@@ -572,6 +572,27 @@ class Omni:
 
         return compact(self.store, name, min_files, dry_run=dry_run, progress=progress)
 
+    def materialize(self, name: str, columns: list[str], *, dry_run: bool = False, progress: bool | None = None,
+                    command: str = "") -> dict[str, Any]:
+        """Pre-join ``columns`` into one physical table that every reader prefers while it is fresh
+        (builds it, appends new batches, or rebuilds it; governance/materialize.py)."""
+        from governance.materialize import materialize
+
+        return materialize(self.store, name, columns, dry_run=dry_run, progress=progress, command=command)
+
+    def plan_materialization(self, name: str, columns: list[str]) -> Any:
+        """What :meth:`materialize` would do (``.describe()``, ``.to_dict()``)."""
+        from governance.materialize import plan_materialization
+
+        return plan_materialization(self.store, name, columns)
+
+    def refresh_materializations(self, name: str, *, dry_run: bool = False,
+                                 progress: bool | None = None) -> list[dict[str, Any]]:
+        """Bring every stale materialization of ``name`` back to the latest version."""
+        from governance.materialize import refresh_materializations
+
+        return refresh_materializations(self.store, name, dry_run=dry_run, progress=progress)
+
     def drop_batch(self, name: str, batch: str, *, dry_run: bool = False, progress: bool | None = None,
                    command: str = "") -> dict[str, Any]:
         """Remove batch ``batch``: its rows leave every physical table and the id index, in one

@@ -217,6 +217,26 @@ def compact(args, omni, command_line: str) -> int:
     return 0
 
 
+def accelerate(args, omni, command_line: str) -> int:
+    if args.refresh:
+        reports = omni.refresh_materializations(args.name, dry_run=args.dry_run, progress=progress(args))
+        emit(args, {"refreshed": reports}, lambda: "\n".join(
+            f"{r['plan']['action']} {r['plan']['identifier']}: {r['rows_written']:,} rows -> version "
+            f"{r['logical_version']}" for r in reports) or f"{args.name}: every materialization is fresh")
+        return 0
+    columns = [c for c in args.materialize.split(",") if c.strip()]
+    if args.dry_run:
+        plan = omni.plan_materialization(args.name, columns)
+        emit(args, {**plan.to_dict(), "dry_run": True}, plan.describe)
+        return 0
+    report = omni.materialize(args.name, columns, progress=progress(args), command=command_line)
+    plan = report["plan"]
+    emit(args, report, lambda: f"{plan['action']} {plan['identifier']}: {report['rows_written']:,} rows -> version "
+                               f"{report['logical_version']}; readers of {', '.join(plan['columns'])} use it while "
+                               "fresh")
+    return 0
+
+
 def drop_batch(args, omni, command_line: str) -> int:
     if args.dry_run:
         plan = omni.plan_drop_batch(args.name, args.batch)
@@ -368,7 +388,7 @@ def index(args, omni, command_line: str) -> int:
 
 _HANDLERS = {
     "table": table, "tag": tag, "pin": pin, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
-    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "drop-batch": drop_batch, "trino-config": trino_config,
+    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "drop-batch": drop_batch, "accelerate": accelerate, "trino-config": trino_config,
     "spark-config": spark_config,
     "feature": feature, "backfill": backfill, "get": get, "index": index,
     "maintain": maintain, "expire": expire,

@@ -163,6 +163,17 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--min-files", type=int, default=2, help="compact partitions with at least this many files")
     cp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
 
+    ac = command(sub, "accelerate", "pre-join co-read columns into one table every reader prefers while fresh",
+                 "omni accelerate web --materialize t_len,quality_score,RawData.url --dry-run",
+                 "omni accelerate web --refresh")
+    ac.add_argument("name", help="logical table")
+    how = ac.add_mutually_exclusive_group(required=True)
+    how.add_argument("--materialize", metavar="COLS", help="comma-separated logical columns (a stage name means all "
+                                                           "its fields) to copy into one materialized table")
+    how.add_argument("--refresh", action="store_true", help="append new batches to / rebuild every stale copy")
+    ac.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    ac.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+
     db = command(sub, "drop-batch", "remove one ingest batch from every physical table and the id index "
                  "(one logical commit; older versions keep it)",
                  "omni drop-batch web cc-2024-10 --dry-run", "omni drop-batch web cc-2024-10")
