@@ -18,6 +18,10 @@ Iceberg table ``bench.joined`` (unpartitioned, zstd); timed: a pyiceberg scan of
 the same filter and the 15 columns, written with ``pyarrow.parquet.write_table`` (zstd).
 Both outputs are checked to hold the same rows. Headline: omni wall / floor wall.
 
+Phase 2: the 15 columns are materialized into one family table (``omni accelerate
+--materialize``, untimed) and the same export is timed again against the floor. Targets
+(issue: materialized wide tables): join / materialized >= 4x, floor / materialized >= 0.8.
+
     python -m benchmarks.export [--quick] [--repeats N] [--mib M]
 """
 
@@ -32,6 +36,8 @@ from omni_iceberg.features.library.text import PARSED_TEXT
 from omni_iceberg.features.udf import feature
 
 WHERE = "word_count >= 300 AND digit_share < 0.05"
+MAT = "omni.export (materialized)"
+FLOOR2 = "floor (phase 2)"
 ICEBERG_WHERE = "word_count >= 300 and digit_share < 0.05"
 COLUMNS = ["_ai_unique_id_", "_ai_append_name_", "RawData.url", "RawData.warc_date", "RawData.content_type",
            "RawData.warc_record_id", "ProcessedData.parsed_text", "text_chars", "line_count", "word_count",
@@ -128,6 +134,23 @@ def main(argv: list[str] | None = None) -> None:
                 trials.append({"variant": name, "repeat": r, "wall_s": wall, "cpu_s": cpu, "rows": n,
                                "bytes": size, "files": files, "load": C.load_average()})
                 C.log(f"{name:12s}: {wall:.3f} s wall, {cpu:.3f} s CPU, {n} rows, {files} files, {size / 1e6:.2f} MB")
+
+        # phase 2: the 15 columns materialized as one family table (governance/materialize.py)
+        t0 = time.perf_counter()
+        mat = omni.materialize("web", COLUMNS, progress=False)
+        materialize_s = time.perf_counter() - t0
+        plan_mat = omni.explain(f"SELECT {', '.join(COLUMNS)} FROM web WHERE {WHERE}")
+        scans_mat = [ln.strip() for ln in plan_mat.splitlines() if ln.strip().startswith("scan ")]
+        C.log(f"materialized {mat['plan']['identifier']} in {materialize_s:.1f} s; export now scans {len(scans_mat)}")
+        variants2 = {MAT: run_omni, FLOOR2: run_floor}
+        for r in range(repeats):
+            for name in (list(variants2) if r % 2 == 0 else list(variants2)[::-1]):
+                (out, n, size, files, ids), wall, cpu = C.measure(variants2[name])
+                C.remove(out)
+                assert ids == expected_ids, f"{name} exported different rows"
+                trials.append({"variant": name, "repeat": r, "wall_s": wall, "cpu_s": cpu, "rows": n,
+                               "bytes": size, "files": files, "load": C.load_average()})
+                C.log(f"{name:24s}: {wall:.3f} s wall, {cpu:.3f} s CPU, {n} rows, {files} files")
     finally:
         C.remove(omni.config.home)
 
@@ -143,12 +166,23 @@ def main(argv: list[str] | None = None) -> None:
                    f"per repeat: {', '.join(f'{p:.2f}' for p in paired)}"),
         C.headline("CPU time: omni.export / floor", oc / fc, "x"),
     ]
+    mw, f2 = C.median(vals(MAT)), C.median(vals(FLOOR2))
+    heads += [
+        C.headline("wall time: omni.export over the join / over the materialized table", ow / mw, "x", ">= 4",
+                   ow / mw >= 4, f"materialized once in {materialize_s:.1f} s (untimed)"),
+        C.headline("floor / omni.export over the materialized table (1.0 = as fast as the floor)", f2 / mw, "x",
+                   ">= 0.8", f2 / mw >= 0.8),
+    ]
     n_rows = trials[0]["rows"]
     table_rows = [
         ["omni.export (4 tables joined)", f"{ow:.3f}", f"{oc:.3f}", str(n_rows),
          f"{C.median(vals('omni.export', 'files')):.0f}", f"{C.median(vals('omni.export', 'bytes')) / 1e6:.2f}"],
         ["floor (scan + write of the pre-joined table)", f"{fw:.3f}", f"{fc:.3f}", str(n_rows), "1",
          f"{C.median(vals('floor', 'bytes')) / 1e6:.2f}"],
+        ["omni.export, columns materialized (1 table)", f"{mw:.3f}", f"{C.median(vals(MAT, 'cpu_s')):.3f}",
+         str(n_rows), f"{C.median(vals(MAT, 'files')):.0f}", f"{C.median(vals(MAT, 'bytes')) / 1e6:.2f}"],
+        ["floor, phase 2", f"{f2:.3f}", f"{C.median(vals(FLOOR2, 'cpu_s')):.3f}", str(n_rows), "1",
+         f"{C.median(vals(FLOOR2, 'bytes')) / 1e6:.2f}"],
     ]
     notes = [
         f"{prep['rows']} pages; {len(COLUMNS)} columns; filter {WHERE} keeps {n_rows} rows.",
@@ -161,6 +195,9 @@ def main(argv: list[str] | None = None) -> None:
         "of every row although no exported column needs it: the planner projects top-level columns only, while "
         "pyiceberg accepts nested names such as 'RawData.url'."),
         f"{repeats} repeat(s), order alternating.",
+        (f"Phase 2: `omni accelerate web --materialize` of the 15 columns ({materialize_s:.1f} s, untimed), then "
+         f"the same export, interleaved with the floor again; it read {len(scans_mat)} table(s): "
+         + " | ".join(scans_mat) + "."),
     ]
     payload = {
         "title": "Export: 15-column filtered omni.export over 4 physical tables vs scan + write of a joined table",
@@ -175,9 +212,11 @@ def main(argv: list[str] | None = None) -> None:
     C.write_result(args, payload, started)
 
     plt, fig, (a1, a2) = C.figure(2, width=11)
-    C.plot_trials(a1, {"omni.export\n(4 tables)": vals("omni.export"), "floor\n(1 joined table)": vals("floor")},
+    C.plot_trials(a1, {"omni.export\n(4 tables)": vals("omni.export"), "floor\n(1 joined table)": vals("floor"),
+                       "omni.export\n(materialized)": vals(MAT)},
                   "wall seconds", "Export wall time (dots = trials)")
-    C.plot_ratios(a2, {"wall\nomni/floor": ratio, "CPU\nomni/floor": oc / fc}, None,
+    C.plot_ratios(a2, {"wall\nomni/floor": ratio, "CPU\nomni/floor": oc / fc, "wall\nmaterialized/floor": mw / f2},
+                  None,
                   "Cost relative to the floor (lower is better)")
     C.save_plot(plt, fig, args, f"export: {len(COLUMNS)} columns, {n_rows} of {prep['rows']} rows")
 

@@ -1,8 +1,9 @@
 """view_pruning: a filtered aggregate on the logical VIEW vs on only the tables it needs, in Spark and Trino.
 
 Set-up (untimed): one throwaway PostgreSQL catalog, one Spark session (``local[2]``,
-the product's settings) and one Trino server on it. N distinct documentation paragraphs
-(default 100,000; ``--quick`` 5,000) are ingested into two logical tables, and
+the product's settings) and one Trino server on it. N distinct records made of
+documentation paragraphs (``spark_crossover.records_jsonl``; default 100,000; ``--quick``
+5,000) are ingested into two logical tables, and
 ``omni_iceberg.demo.wide`` features backfilled so that their families hold 10 and 100
 physical tables (the base + 9 / 99 one-feature tables).
 
@@ -16,7 +17,14 @@ Variants, interleaved, each repeated (first run of each untimed: the warm-up):
   maintains (``omni.aidata.<table>``);
 - ``needed tables``: the same query as ``omni sql --dialect spark|trino`` writes it -
   only the base and the two feature tables, each at its pinned snapshot. This is the
-  baseline: what the view costs when the engine drops every table it does not read.
+  baseline: what the view costs when the engine drops every table it does not read;
+- ``plain-join body`` (10 tables only: at 100 it runs for minutes): the body the view had
+  before, every table LEFT JOINed plainly (``render_family_select``), as a subquery -
+  what the engines cannot prune;
+- ``view, materialized`` (100 tables, measured last): the same view query after
+  ``omni accelerate --materialize`` copied every column into one table
+  (governance/materialize.py): the view then drives from that copy and names no other
+  table, so nothing grows with the width, not even analysis.
 
 Headlines: view / needed tables per engine and width (target <= 1.5x), and the view's
 growth from 10 to 100 tables per engine (target <= 1.2x). The EXPLAIN of every view
@@ -27,6 +35,7 @@ query is kept, with the physical tables it scans (must be 3 at both widths).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -35,7 +44,7 @@ from benchmarks import common as C
 from benchmarks.spark_fusion import SparkBench
 
 WIDTHS = (10, 100)  # physical tables in the family, base included
-VIEW, NEEDED = "view", "needed tables"
+VIEW, NEEDED, PLAIN, MAT = "view", "needed tables", "plain-join body", "view, materialized"
 ENGINES = ("spark", "trino")
 
 
@@ -50,7 +59,9 @@ def logical_query(table: str) -> str:
 def set_up(omni: Any, records: int) -> dict[str, Any]:
     from omni_iceberg.demo.wide import wide_features
 
-    source = C.paragraphs_jsonl(records)
+    from benchmarks.spark_crossover import records_jsonl
+
+    source = records_jsonl(records)
     out: dict[str, Any] = {}
     for width in WIDTHS:
         name = table_name(width)
@@ -93,11 +104,16 @@ class Engines:
 
 
 def queries(omni: Any, width: int, engine: str) -> dict[str, str]:
+    from catalog_ext.view_sql import render_family_select
+
     name = table_name(width)
     needed = omni.translate(logical_query(name), engine)
-    if engine == "spark":  # Spark's session catalog is not omni's: name the catalog (Trino's connection does)
-        needed = re.sub(r"(`aidata`\.`)", r"`omni`.\1", needed)
-    return {VIEW: logical_query(f"omni.aidata.{name}"), NEEDED: needed}
+    out = {VIEW: logical_query(f"omni.aidata.{name}"), NEEDED: needed}
+    if width == WIDTHS[0]:
+        out[PLAIN] = logical_query(f"({render_family_select(omni.state(name), engine)}) AS v")
+    if engine == "spark":  # name omni's catalog in Spark (Trino's connection has it as its default)
+        out = {k: re.sub(r"(`aidata`\.`)", r"`omni`.\1", v) for k, v in out.items()}
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,19 +150,50 @@ def main(argv: list[str] | None = None) -> None:
                 plans[f"{e} {w}"] = {"scans": scanned_tables(e, plan), "plan": plan}
             for r in range(repeats):
                 for w, e in cells:
-                    order = [VIEW, NEEDED] if r % 2 == 0 else [NEEDED, VIEW]
+                    order = list(texts[(w, e)]) if r % 2 == 0 else list(reversed(texts[(w, e)]))
                     for variant in order:
                         t0 = time.perf_counter()
                         eng.run(e, texts[(w, e)][variant])
                         wall = time.perf_counter() - t0
-                        trials.append({"engine": e, "width": w, "variant": variant, "repeat": r, "wall_s": wall})
-                        C.log(f"{e:5s} {w:3d} tables {variant:13s}: {wall:.2f} s")
+                        t1 = time.perf_counter()  # EXPLAIN alone: resolving, analysing and planning
+                        eng.explain(e, texts[(w, e)][variant])
+                        plan_s = time.perf_counter() - t1
+                        trials.append({"engine": e, "width": w, "variant": variant, "repeat": r, "wall_s": wall,
+                                       "explain_s": plan_s})
+                        C.log(f"{e:5s} {w:3d} tables {variant:13s}: {wall:.2f} s (EXPLAIN alone {plan_s:.2f} s)")
 
-    def med(e: str, w: int, v: str) -> float:
-        return C.median(t["wall_s"] for t in trials if (t["engine"], t["width"], t["variant"]) == (e, w, v))
+            # phase 2: the wide family with every column materialized into one copy
+            wide = table_name(WIDTHS[1])
+            t0 = time.perf_counter()
+            report = omni.materialize(wide, ["RawData"] + [c.path for c in omni.state(wide).columns
+                                                             if c.kind == "feature"], progress=False)
+            materialize_s = round(time.perf_counter() - t0, 1)
+            C.log(f"materialized {report['plan']['identifier']}: {report['rows_written']:,} rows in "
+                  f"{materialize_s} s")
+            for e in ENGINES:
+                texts[(WIDTHS[1], e)][MAT] = texts[(WIDTHS[1], e)][VIEW]
+                rows = eng.run(e, texts[(WIDTHS[1], e)][MAT])  # warm-up
+                checks[f"{e} {WIDTHS[1]} {MAT}"] = [(int(r[0]), round(float(r[1]), 6)) for r in rows]
+                plan = eng.explain(e, texts[(WIDTHS[1], e)][MAT])
+                plans[f"{e} {WIDTHS[1]} materialized"] = {"scans": scanned_tables(e, plan), "plan": plan}
+            for r in range(repeats):
+                for e in ENGINES:
+                    for variant in ([MAT, NEEDED] if r % 2 == 0 else [NEEDED, MAT]):
+                        t0 = time.perf_counter()
+                        eng.run(e, texts[(WIDTHS[1], e)][variant])
+                        wall = time.perf_counter() - t0
+                        t1 = time.perf_counter()
+                        eng.explain(e, texts[(WIDTHS[1], e)][variant])
+                        plan_s = time.perf_counter() - t1
+                        trials.append({"engine": e, "width": WIDTHS[1], "variant": variant + (" (phase 2)" if
+                                       variant == NEEDED else ""), "repeat": r, "wall_s": wall, "explain_s": plan_s})
+                        C.log(f"{e:5s} {WIDTHS[1]:3d} tables {variant:18s}: {wall:.2f} s (EXPLAIN alone "
+                              f"{plan_s:.2f} s)")
 
-    same = all(checks[f"{e} {w} {VIEW}"] == checks[f"{e} {w} {NEEDED}"] == checks[f"spark {w} {VIEW}"]
-               for w in WIDTHS for e in ENGINES)
+    def med(e: str, w: int, v: str, key: str = "wall_s") -> float:
+        return C.median(t[key] for t in trials if (t["engine"], t["width"], t["variant"]) == (e, w, v))
+
+    same = len({json.dumps(c) for c in checks.values()}) == 1
     heads, rows = [], []
     for e in ENGINES:
         for w in WIDTHS:
@@ -154,11 +201,34 @@ def main(argv: list[str] | None = None) -> None:
             heads.append(C.headline(f"{e}: view / needed tables, {w} tables", ratio, "x", "<= 1.5", ratio <= 1.5,
                                     f"view {med(e, w, VIEW):.2f} s, needed {med(e, w, NEEDED):.2f} s (medians, warm)"))
             rows.append([e, str(w), f"{med(e, w, VIEW):.2f}", f"{med(e, w, NEEDED):.2f}", f"{ratio:.2f}",
-                         str(len(plans[f"{e} {w}"]["scans"]))])
+                         str(len(plans[f"{e} {w}"]["scans"])),
+                         f"{med(e, w, VIEW, 'explain_s'):.2f} / {med(e, w, NEEDED, 'explain_s'):.2f}",
+                         f"{med(e, w, PLAIN):.2f}" if PLAIN in texts[(w, e)] else "not run"])
+        plain = med(e, WIDTHS[0], PLAIN) / med(e, WIDTHS[0], VIEW)
+        heads.append(C.headline(f"{e}: plain-join body / view, {WIDTHS[0]} tables", plain, "x", "> 1", plain > 1,
+                                f"what the old body cost: {med(e, WIDTHS[0], PLAIN):.2f} s"))
         growth = med(e, WIDTHS[1], VIEW) / med(e, WIDTHS[0], VIEW)
         heads.append(C.headline(f"{e}: view growth, {WIDTHS[0]} -> {WIDTHS[1]} tables", growth, "x", "<= 1.2",
                                 growth <= 1.2))
-    pruned = all(len(p["scans"]) == 3 for p in plans.values())
+    for e in ENGINES:
+        ratio = med(e, WIDTHS[1], MAT) / med(e, WIDTHS[1], NEEDED + " (phase 2)")
+        heads.append(C.headline(f"{e}: materialized view / needed tables, {WIDTHS[1]} tables", ratio, "x", "<= 1.5",
+                                ratio <= 1.5, f"view {med(e, WIDTHS[1], MAT):.2f} s (EXPLAIN "
+                                f"{med(e, WIDTHS[1], MAT, 'explain_s'):.2f} s), needed "
+                                f"{med(e, WIDTHS[1], NEEDED + ' (phase 2)'):.2f} s"))
+        growth = med(e, WIDTHS[1], MAT) / med(e, WIDTHS[0], VIEW)
+        heads.append(C.headline(f"{e}: view growth, {WIDTHS[0]} tables -> {WIDTHS[1]} materialized", growth, "x",
+                                "<= 1.2", growth <= 1.2))
+        rows.append([e, f"{WIDTHS[1]}, materialized", f"{med(e, WIDTHS[1], MAT):.2f}",
+                     f"{med(e, WIDTHS[1], NEEDED + ' (phase 2)'):.2f}",
+                     f"{med(e, WIDTHS[1], MAT) / med(e, WIDTHS[1], NEEDED + ' (phase 2)'):.2f}",
+                     str(len(plans[f"{e} {WIDTHS[1]} materialized"]["scans"])),
+                     f"{med(e, WIDTHS[1], MAT, 'explain_s'):.2f} / "
+                     f"{med(e, WIDTHS[1], NEEDED + ' (phase 2)', 'explain_s'):.2f}", "not run"])
+    pruned = all(len(p["scans"]) == 3 for k, p in plans.items() if "materialized" not in k)
+    one_table = all(len(p["scans"]) == 1 for k, p in plans.items() if "materialized" in k)
+    heads.append(C.headline("materialized view plans scan one table (both engines)", 1.0 if one_table else 0.0,
+                            "bool", "1", one_table))
     heads.append(C.headline("view plans scan only the 3 needed tables (every engine, width)", 1.0 if pruned else 0.0,
                             "bool", "1", pruned))
     heads.append(C.headline("same answer from view and needed tables, both engines", 1.0 if same else 0.0,
@@ -172,15 +242,22 @@ def main(argv: list[str] | None = None) -> None:
         "Trino 476 single node; one PostgreSQL JDBC catalog for both.",
         "`view` is the Iceberg view omni maintains; `needed tables` is `omni sql --dialect <engine>`'s rewrite of the "
         "same query (base + the 2 feature tables at their pinned snapshots): the engine-side optimum for this query.",
+        "`EXPLAIN s` times EXPLAIN of the same text alone (resolving every table the text names, analysis, "
+        "optimisation): the part of a view query that grows with the family's width even when its scans do not.",
+        f"`{table_name(WIDTHS[1])}, materialized`: after the timed rounds above, `omni accelerate --materialize` "
+        f"copied RawData and all {WIDTHS[1] - 1} features into one table ({materialize_s} s, untimed); the view then "
+        "drives from it. `needed tables` is timed again in that phase (same SQL text as before).",
         "Tables each view plan scans: " + "; ".join(f"{k}: {', '.join(v['scans'])}" for k, v in plans.items()) + ".",
     ]
     payload = {
         "title": "The logical view costs what a query reads: Spark and Trino, 10 vs 100 physical tables",
         "params": {"records": records, "repeats": repeats, "widths": list(WIDTHS), "setup": setup,
+                   "materialize_s": materialize_s,
                    "checks": checks, "queries": {f"{e} {w}": texts[(w, e)] for w, e in cells}},
         "headline": heads,
         "table": {"columns": ["engine", "physical tables", "view s (median)", "needed tables s (median)",
-                              "view / needed", "tables the view scans"], "rows": rows},
+                              "view / needed", "tables the view scans", "EXPLAIN s view / needed",
+                              "plain-join body s (median)"], "rows": rows},
         "notes": notes,
         "explain": {k: v["plan"] for k, v in plans.items()},
         "trials": trials,
@@ -191,7 +268,8 @@ def main(argv: list[str] | None = None) -> None:
     for ax, e in ((a1, "spark"), (a2, "trino")):
         C.plot_trials(ax, {f"{v}\n{w} tables": [t["wall_s"] for t in trials
                                                   if (t["engine"], t["width"], t["variant"]) == (e, w, v)]
-                           for w in WIDTHS for v in (VIEW, NEEDED)},
+                           for w in WIDTHS for v in texts[(w, e)]
+                           if any(t["variant"] == v for t in trials)},
                       "wall seconds", f"{e}: filtered aggregate over 2 features")
     C.save_plot(plt, fig, args, f"view_pruning: {records:,} rows, view vs needed tables")
 
