@@ -264,15 +264,34 @@ def main(argv: list[str] | None = None) -> None:
     }
     C.write_result(args, payload, started)
 
-    plt, fig, (a1, a2) = C.figure(2, width=12)
+    plot(args, trials, records)
+
+
+SHORT = {VIEW: "view", NEEDED: "needed", PLAIN: "old\nplain join", MAT: "view,\nmaterialized"}
+
+
+def plot(args: Any, trials: list[dict[str, Any]], records: int) -> None:
+    """Wall time per (width, variant), one panel per engine (``--replot`` redraws it from the JSON)."""
+    plt, fig, (a1, a2) = C.figure(2, width=13)
     for ax, e in ((a1, "spark"), (a2, "trino")):
-        C.plot_trials(ax, {f"{v}\n{w} tables": [t["wall_s"] for t in trials
-                                                  if (t["engine"], t["width"], t["variant"]) == (e, w, v)]
-                           for w in WIDTHS for v in texts[(w, e)]
-                           if any(t["variant"] == v for t in trials)},
-                      "wall seconds", f"{e}: filtered aggregate over 2 features")
-    C.save_plot(plt, fig, args, f"view_pruning: {records:,} rows, view vs needed tables")
+        cells: dict[str, list[float]] = {}
+        for t in trials:
+            if t["engine"] == e and t["variant"] in SHORT:
+                cells.setdefault(f"{SHORT[t['variant']]}\n{t['width']} tables", []).append(t["wall_s"])
+        C.plot_trials(ax, cells, "wall seconds", f"{e}: filtered aggregate over 2 features")
+    C.save_plot(plt, fig, args, f"view_pruning: {records:,} rows, the view vs only the needed tables")
+
+
+def replot() -> None:
+    import argparse
+    import json as _json
+
+    doc = _json.loads((C.RESULTS / "view_pruning.json").read_text())
+    args = argparse.Namespace(name="view_pruning", quick=doc["quick"])
+    plot(args, doc["trials"], doc["params"]["records"])
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    replot() if sys.argv[1:] == ["--replot"] else main()
