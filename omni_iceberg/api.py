@@ -572,6 +572,15 @@ class Omni:
 
         return compact(self.store, name, min_files, dry_run=dry_run, progress=progress)
 
+    def accelerate(self, name: str, *, materialize: list[str] | None = None, refresh: bool = False,
+                   dry_run: bool = False, progress: bool | None = None) -> Any:
+        """``omni accelerate``: :meth:`materialize` ``materialize`` columns, or ``refresh`` every stale copy."""
+        if (materialize is None) == (not refresh):
+            raise ValueError("accelerate: pass exactly one of materialize=[columns] or refresh=True")
+        if refresh:
+            return self.refresh_materializations(name, dry_run=dry_run, progress=progress)
+        return self.materialize(name, materialize, dry_run=dry_run, progress=progress)
+
     def materialize(self, name: str, columns: list[str], *, dry_run: bool = False, progress: bool | None = None,
                     command: str = "") -> dict[str, Any]:
         """Pre-join ``columns`` into one physical table that every reader prefers while it is fresh

@@ -68,6 +68,9 @@ def test_a_fresh_copy_replaces_the_join_for_every_reader(omni):
     some = omni.read(NAME, columns=["_ai_unique_id_", "t_len"]).to_pylist()[:3]
     got = omni.get(NAME, [r["_ai_unique_id_"] for r in some], columns=["t_len"]).to_pylist()
     assert [g["t_len"] for g in got] == [r["t_len"] for r in some]
+    assert omni.accelerate(NAME, refresh=True) == []  # every copy is fresh: nothing to do
+    with pytest.raises(ValueError, match="exactly one"):
+        omni.accelerate(NAME)
 
 
 def test_a_new_batch_makes_it_stale_and_a_refresh_appends_only_that_batch(omni, tmp_path):
