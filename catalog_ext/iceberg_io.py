@@ -42,19 +42,28 @@ def commit_data_files(table: Any, data_files: Iterable[Any], branch: str, proper
 
 def commit_data_files_on_new_branch(table: Any, data_files: Iterable[Any], branch: str, base_snapshot_id: int,
                                     properties: dict[str, str]) -> Any:
-    """Create ``branch`` at ``base_snapshot_id`` and append ``data_files`` on it, as one commit.
+    """Create ``branch`` at ``base_snapshot_id``, then append ``data_files`` on it.
 
-    Saves a catalog commit per staged table. If another writer created ``branch`` in
-    between, pyiceberg's own retry re-applies only the append, on the branch as found -
-    what the two-commit path did too (its branch creation lost, then it appended).
+    Two catalog commits on purpose. In one transaction, pyiceberg's own retry after a
+    concurrent commit to the table (another writer's branch) rebuilds only the snapshot:
+    it drops the branch creation and appends on a branch that no longer exists - a
+    snapshot with NO parent, holding only these files, so every row of the base vanished
+    from the version that pins it (found by the two-writer concurrency test). The append
+    alone retries safely: the branch it targets exists and only this writer moves it.
+    The parent is checked after the commit, so this can never pass silently again.
     """
-    from pyiceberg.table.update.snapshot import ManageSnapshots
-
+    if branch not in table.metadata.refs:
+        table.manage_snapshots().create_branch(base_snapshot_id, branch).commit()
     with table.transaction() as tx:
-        ManageSnapshots(tx).create_branch(base_snapshot_id, branch).commit()
         with tx.update_snapshot(snapshot_properties=properties, branch=branch).fast_append() as append:
             for data_file in data_files:
                 append.append_data_file(data_file)
+    head = table.metadata.snapshot_by_name(branch)
+    if head is None or head.parent_snapshot_id != base_snapshot_id:
+        # an invariant, not a race: retrying would append onto the wrong parent again
+        raise RuntimeError(
+            f"staging branch {branch} of {table.name()} was moved while its first snapshot was committed "
+            f"(parent {head.parent_snapshot_id if head else None}, expected {base_snapshot_id})")
     return table
 
 

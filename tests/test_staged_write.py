@@ -74,3 +74,37 @@ def test_attach_finds_the_cleared_batches_again(tmp_path):
     again = StagedWrite(omni.catalog, table.identifier, table.snapshot_id, "bf-resume", {})
     again.attach("omni.unit")  # a resumed run must not delete what it already rewrote
     assert again.cleared_batches == ["a", "b"] and again.staged_snapshot_id == w.staged_snapshot_id
+
+
+def test_a_new_staging_branch_keeps_its_parent_when_its_commit_races(tmp_path, monkeypatch):
+    """Regression: a concurrent commit to the table while a writer created its staging branch
+    and first snapshot made pyiceberg's retry drop the branch creation, leaving a snapshot
+    with no parent - every earlier row of the table vanished from the version pinning it."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table import Table
+
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"a {i}"}) + "\n" for i in range(5)))
+    omni.submit("web", [str(src)], batch="a")
+    base = omni.state("web").base_table
+    real = Table._do_commit
+    calls = {"n": 0}
+
+    def rival_first(self, updates, requirements):  # the first commit attempt finds the table moved
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise CommitFailedException("simulated: another writer committed to this table")
+        return real(self, updates, requirements)
+
+    mine = StagedWrite(omni.catalog, base.identifier, base.snapshot_id, "race", {"omni.operation": "ingest"})
+    schema = omni.catalog.load_table(base.identifier).schema().as_arrow()
+    row = {"_ai_unique_id_": ["z" * 32], "_ai_append_name_": ["b"], "RawData": [{"raw_data": "b 0"}]}
+    mine.write(pa.Table.from_pydict(row, schema=schema))
+    monkeypatch.setattr(Table, "_do_commit", rival_first)
+    staged = mine.checkpoint()
+    monkeypatch.setattr(Table, "_do_commit", real)
+    table = omni.catalog.load_table(base.identifier)
+    assert table.snapshot_by_id(staged).parent_snapshot_id == base.snapshot_id
+    assert table.scan(snapshot_id=staged).to_arrow().num_rows == 6  # the 5 rows before it, and its own
