@@ -122,18 +122,23 @@ def main(argv: list[str] | None = None) -> None:
             return (out, data.num_rows, (out / "part-0.parquet").stat().st_size, 1,
                     sorted(data.column("_ai_unique_id_").to_pylist()))
 
-        variants = {"omni.export": run_omni, "floor": run_floor}
-        names = list(variants)
-        expected_ids = None
-        for r in range(repeats):
-            for name in (names if r % 2 == 0 else names[::-1]):
-                (out, n, size, files, ids), wall, cpu = C.measure(variants[name])
-                C.remove(out)
-                expected_ids = expected_ids or ids
-                assert ids == expected_ids, f"{name} exported different rows"
-                trials.append({"variant": name, "repeat": r, "wall_s": wall, "cpu_s": cpu, "rows": n,
-                               "bytes": size, "files": files, "load": C.load_average()})
-                C.log(f"{name:12s}: {wall:.3f} s wall, {cpu:.3f} s CPU, {n} rows, {files} files, {size / 1e6:.2f} MB")
+        expected_ids: list[str] = []
+
+        def rounds(variants: dict) -> None:
+            """``repeats`` interleaved rounds (order alternating); every export must hold the same ids."""
+            names = list(variants)
+            for r in range(repeats):
+                for name in (names if r % 2 == 0 else names[::-1]):
+                    (out, n, size, files, ids), wall, cpu = C.measure(variants[name])
+                    C.remove(out)
+                    expected_ids[:] = expected_ids or ids
+                    assert ids == expected_ids, f"{name} exported different rows"
+                    trials.append({"variant": name, "repeat": r, "wall_s": wall, "cpu_s": cpu, "rows": n,
+                                   "bytes": size, "files": files, "load": C.load_average()})
+                    C.log(f"{name:26s}: {wall:.3f} s wall, {cpu:.3f} s CPU, {n} rows, {files} files, "
+                          f"{size / 1e6:.2f} MB")
+
+        rounds({"omni.export": run_omni, "floor": run_floor})
 
         # phase 2: the 15 columns materialized as one family table (governance/materialize.py)
         t0 = time.perf_counter()
@@ -142,15 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         plan_mat = omni.explain(f"SELECT {', '.join(COLUMNS)} FROM web WHERE {WHERE}")
         scans_mat = [ln.strip() for ln in plan_mat.splitlines() if ln.strip().startswith("scan ")]
         C.log(f"materialized {mat['plan']['identifier']} in {materialize_s:.1f} s; export now scans {len(scans_mat)}")
-        variants2 = {MAT: run_omni, FLOOR2: run_floor}
-        for r in range(repeats):
-            for name in (list(variants2) if r % 2 == 0 else list(variants2)[::-1]):
-                (out, n, size, files, ids), wall, cpu = C.measure(variants2[name])
-                C.remove(out)
-                assert ids == expected_ids, f"{name} exported different rows"
-                trials.append({"variant": name, "repeat": r, "wall_s": wall, "cpu_s": cpu, "rows": n,
-                               "bytes": size, "files": files, "load": C.load_average()})
-                C.log(f"{name:24s}: {wall:.3f} s wall, {cpu:.3f} s CPU, {n} rows, {files} files")
+        rounds({MAT: run_omni, FLOOR2: run_floor})
     finally:
         C.remove(omni.config.home)
 

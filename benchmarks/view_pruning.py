@@ -116,6 +116,19 @@ def queries(omni: Any, width: int, engine: str) -> dict[str, str]:
     return out
 
 
+def trial(eng: Engines, engine: str, width: int, variant: str, sql: str, repeat: int) -> dict[str, Any]:
+    """One timed run of ``sql``, then its EXPLAIN alone (resolving, analysing, planning), timed apart."""
+    t0 = time.perf_counter()
+    eng.run(engine, sql)
+    wall = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    eng.explain(engine, sql)
+    plan_s = time.perf_counter() - t1
+    C.log(f"{engine:5s} {width:3d} tables {variant:24s}: {wall:.2f} s (EXPLAIN alone {plan_s:.2f} s)")
+    return {"engine": engine, "width": width, "variant": variant, "repeat": repeat, "wall_s": wall,
+            "explain_s": plan_s}
+
+
 def main(argv: list[str] | None = None) -> None:
     def options(p):
         p.add_argument("--records", type=int, default=None, help="rows per table (default 100000; quick 5000)")
@@ -152,15 +165,7 @@ def main(argv: list[str] | None = None) -> None:
                 for w, e in cells:
                     order = list(texts[(w, e)]) if r % 2 == 0 else list(reversed(texts[(w, e)]))
                     for variant in order:
-                        t0 = time.perf_counter()
-                        eng.run(e, texts[(w, e)][variant])
-                        wall = time.perf_counter() - t0
-                        t1 = time.perf_counter()  # EXPLAIN alone: resolving, analysing and planning
-                        eng.explain(e, texts[(w, e)][variant])
-                        plan_s = time.perf_counter() - t1
-                        trials.append({"engine": e, "width": w, "variant": variant, "repeat": r, "wall_s": wall,
-                                       "explain_s": plan_s})
-                        C.log(f"{e:5s} {w:3d} tables {variant:13s}: {wall:.2f} s (EXPLAIN alone {plan_s:.2f} s)")
+                        trials.append(trial(eng, e, w, variant, texts[(w, e)][variant], r))
 
             # phase 2: the wide family with every column materialized into one copy
             wide = table_name(WIDTHS[1])
@@ -179,16 +184,8 @@ def main(argv: list[str] | None = None) -> None:
             for r in range(repeats):
                 for e in ENGINES:
                     for variant in ([MAT, NEEDED] if r % 2 == 0 else [NEEDED, MAT]):
-                        t0 = time.perf_counter()
-                        eng.run(e, texts[(WIDTHS[1], e)][variant])
-                        wall = time.perf_counter() - t0
-                        t1 = time.perf_counter()
-                        eng.explain(e, texts[(WIDTHS[1], e)][variant])
-                        plan_s = time.perf_counter() - t1
-                        trials.append({"engine": e, "width": WIDTHS[1], "variant": variant + (" (phase 2)" if
-                                       variant == NEEDED else ""), "repeat": r, "wall_s": wall, "explain_s": plan_s})
-                        C.log(f"{e:5s} {WIDTHS[1]:3d} tables {variant:18s}: {wall:.2f} s (EXPLAIN alone "
-                              f"{plan_s:.2f} s)")
+                        label = variant + (" (phase 2)" if variant == NEEDED else "")
+                        trials.append(trial(eng, e, WIDTHS[1], label, texts[(WIDTHS[1], e)][variant], r))
 
     def med(e: str, w: int, v: str, key: str = "wall_s") -> float:
         return C.median(t[key] for t in trials if (t["engine"], t["width"], t["variant"]) == (e, w, v))

@@ -144,6 +144,11 @@ class ComputedUnit(_Frozen):
     upstream: tuple[str, ...] = ()
 
 
+#: fresh_materialized_tables answers, by the identity of their inputs (oldest evicted first)
+_FRESH_MEMO: dict[tuple[int, ...], tuple[tuple[object, ...], frozenset[str]]] = {}
+_FRESH_MEMO_SIZE = 64
+
+
 class MaterializedCopy(_Frozen):
     """A physical table holding pre-joined copies of ``columns`` (``role="materialized"``).
 
@@ -229,6 +234,7 @@ class FamilyState(_Frozen):
         chosen = sorted((b for b in self.batches if batches is None or b.name in batches), key=lambda b: b.name)
         if batches is not None and len(chosen) != len(set(batches)):
             return "missing-batch"  # a copied batch was dropped: never equal to a copy's signature
+        units = {(u.feature, u.version, u.batch): u for u in self.computed}  # the latest record wins
         parts = []
         for path in sorted(columns):
             producer = self.producer_of(path)
@@ -236,16 +242,31 @@ class FamilyState(_Frozen):
                 if producer is None:
                     parts.append(f"{path}|{b.name}|ingest:{b.submit_id or b.version}")
                 else:
-                    unit = self.computed_unit(producer.name, producer.version, b.name)
+                    unit = units.get((producer.name, producer.version, b.name))
                     parts.append(f"{path}|{b.name}|{producer.key}#"
                                  + (f"{unit.data_version or unit.run_id}" if unit else "missing"))
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
     def fresh_materialized_tables(self) -> set[str]:
-        """Keys of the materialized tables whose values equal their sources' at this version."""
+        """Keys of the materialized tables whose values equal their sources' at this version.
+
+        Every ``physical_columns_of`` asks this, so the answer is memoised by the identity of
+        the four tuples it depends on (the memo holds them, so their ids cannot be reused).
+        """
+        if not self.materializations:
+            return set()
+        inputs = (self.materializations, self.batches, self.computed, self.features)
+        key = tuple(id(x) for x in inputs)
+        hit = _FRESH_MEMO.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], inputs)):
+            return set(hit[1])
         names = {b.name for b in self.batches}
-        return {m.table_key for m in self.materializations
-                if set(m.batches) == names and m.signature == self.coverage_signature(m.columns)}
+        fresh = frozenset(m.table_key for m in self.materializations
+                          if set(m.batches) == names and m.signature == self.coverage_signature(m.columns))
+        _FRESH_MEMO[key] = (inputs, fresh)
+        while len(_FRESH_MEMO) > _FRESH_MEMO_SIZE:
+            _FRESH_MEMO.pop(next(iter(_FRESH_MEMO)))
+        return set(fresh)
 
     @property
     def _pcols_by_table(self) -> dict[str, list[PhysicalColumn]]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
 import pyarrow as pa
 
@@ -49,12 +49,18 @@ def file_batch(table: Any, data_file: Any) -> str | None:
     for pos, f in enumerate(spec.fields):
         if f.name == BATCH_COLUMN:
             return str(data_file.partition[pos])
+    lower, upper = file_batch_bounds(table, data_file)
+    return lower if lower is not None and lower == upper else None
+
+
+def file_batch_bounds(table: Any, data_file: Any) -> tuple[str | None, str | None]:
+    """(lowest, highest) batch name a data file holds, from the batch column's statistics
+    (None where the file has none)."""
     field_id = table.schema().find_field(BATCH_COLUMN).field_id
     lower = (data_file.lower_bounds or {}).get(field_id)
     upper = (data_file.upper_bounds or {}).get(field_id)
-    if lower is None or lower != upper:
-        return None
-    return bytes(lower).decode("utf-8")
+    return (bytes(lower).decode("utf-8") if lower is not None else None,
+            bytes(upper).decode("utf-8") if upper is not None else None)
 
 
 def iceberg_type(type_str: str) -> Any:
@@ -399,6 +405,16 @@ class StagedWrite:
                                         extra_files=self.pending_files)
         self.pending_files, self.branch_files, self.staged_snapshot_id = [], [], None
         return result
+
+
+def abandon_all(writers: Iterable[StagedWrite]) -> None:
+    """Abandon every writer of a failed operation, ignoring failures: the error that made the
+    operation fail matters more, and the stale-branch sweep retries what is left."""
+    for writer in writers:
+        try:
+            writer.abandon()
+        except Exception:  # noqa: BLE001 - see the docstring
+            pass
 
 
 def _is_ancestor(table: Any, ancestor_id: int, snapshot_id: int | None) -> bool:

@@ -30,7 +30,7 @@ from typing import Any
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
 from catalog_ext.iceberg_io import read_data_files
-from catalog_ext.physical import file_batch
+from catalog_ext.physical import abandon_all, file_batch
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import PinSnapshot
 from governance.maintenance import clean_leftovers
@@ -191,11 +191,7 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
                                  summary=lambda _: {"omni.tables": ",".join(t.key for t in plan.tables)},
                                  staged=list(writers.values()))
     except BaseException:
-        for w in writers.values():  # the rewritten files were never pinned: delete them
-            try:
-                w.abandon()
-            except Exception:  # noqa: BLE001 - the original error matters more; the sweep retries
-                pass
+        abandon_all(writers.values())  # the rewritten files were never pinned: delete them
         raise
     finally:
         if bar is not None:

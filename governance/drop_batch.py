@@ -34,6 +34,7 @@ from catalog_ext.contract import BATCH_COLUMN, split_qualified
 from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState
 from catalog_ext.iceberg_io import read_data_files
+from catalog_ext.physical import abandon_all, file_batch_bounds
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import DropBatch, PinSnapshot
 
@@ -76,14 +77,6 @@ class DropBatchPlan:
         return asdict(self)
 
 
-def _bounds(table: Any, data_file: Any) -> tuple[str | None, str | None]:
-    field_id = table.schema().find_field(BATCH_COLUMN).field_id
-    lower = (data_file.lower_bounds or {}).get(field_id)
-    upper = (data_file.upper_bounds or {}).get(field_id)
-    return (bytes(lower).decode("utf-8") if lower is not None else None,
-            bytes(upper).decode("utf-8") if upper is not None else None)
-
-
 def plan_drop_batch(store: FamilyStore, name: str, batch: str) -> DropBatchPlan:
     """Which files of which physical tables hold ``batch`` at the latest version."""
     from catalog_ext.suggest import did_you_mean
@@ -102,7 +95,7 @@ def plan_drop_batch(store: FamilyStore, name: str, batch: str) -> DropBatchPlan:
         ice = store.catalog.load_table(t.identifier)
         entry = TableDrop(t.identifier, t.key, t.snapshot_id)
         for task in ice.scan(snapshot_id=t.snapshot_id).plan_files():
-            lower, upper = _bounds(ice, task.file)
+            lower, upper = file_batch_bounds(ice, task.file)
             if lower is None or upper is None:  # no statistics: it may hold the batch
                 entry.files_rewritten.append(task.file.file_path)
             elif lower == upper == batch:
@@ -163,11 +156,7 @@ def drop_batch(store: FamilyStore, name: str, batch: str, *, dry_run: bool = Fal
                                  summary=lambda _: {"omni.batch": batch, "omni.rows": str(plan.rows)},
                                  staged=list(writers.values()))
     except BaseException:
-        for w in writers.values():  # never pinned: delete what was written
-            try:
-                w.abandon()
-            except Exception:  # noqa: BLE001 - the original error matters more; the sweep retries
-                pass
+        abandon_all(writers.values())  # never pinned: delete what was written
         raise
     finally:
         if bar is not None:

@@ -34,6 +34,7 @@ from typing import Any
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES, split_qualified
 from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState, MaterializedCopy, PhysicalColumn, PhysicalTable, PhysicalTableGroup
+from catalog_ext.physical import abandon_all
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddPhysicalColumns, AddPhysicalTable, PinSnapshot, RecordMaterialization
 
@@ -215,10 +216,7 @@ def materialize(store: FamilyStore, name: str, columns: list[str], *, dry_run: b
                                                     "omni.rows": str(report["rows_written"])},
                                  staged=[writer])
     except BaseException:
-        try:
-            writer.abandon()
-        except Exception:  # noqa: BLE001 - the original error matters more; the sweep retries
-            pass
+        abandon_all([writer])
         raise
     finally:
         if bar is not None:

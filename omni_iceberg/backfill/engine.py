@@ -31,7 +31,7 @@ from catalog_ext import system_tables
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
 from catalog_ext.staging import sweep_stale_branches
-from catalog_ext.physical import StagedWrite, arrow_type, key_arrow_fields
+from catalog_ext.physical import StagedWrite, abandon_all, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, PinSnapshot
 from catalog_ext.errors import ConfigError, OmniError
 from omni_iceberg.backfill.bookkeeping import UNIT_PROPERTY, checkpoint_properties, error_row, unit_label
@@ -434,11 +434,7 @@ class BackfillRun:
     def fail(self, error: BaseException) -> None:
         self.report.status = "failed"
         if isinstance(error, (FeatureDefinitionError, ErrorBudgetExceededError)):
-            for w in self.writers.values():  # a definition bug or budget breach: do not resume this work
-                try:
-                    w.abandon()
-                except Exception:  # noqa: BLE001
-                    pass
+            abandon_all(self.writers.values())  # a definition bug or budget breach: do not resume this work
         self._record_run("failed", None, f"{type(error).__name__}: {error}")
 
     def record(self, new_state: FamilyState) -> None:
