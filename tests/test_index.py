@@ -102,7 +102,8 @@ def test_lookup_reads_only_the_indexed_rows_with_nested_fields(omni, name, spec,
             expect["RawData.url"], expect["RawData.lang"], expect["_ai_append_name_"])
     [base] = lookup.tables
     assert base.method == "index" and base.reason == ""
-    assert 0 < base.files_read <= len(ask)
+    # small leaves are answered from the entries' inline values: no data file opened
+    assert base.files_read == 0 and 0 < base.files_inline <= len(ask)
     whole = get_rows(omni, name, ask[:2], index=spec)  # default: the whole logical row, stages as structs
     assert whole.column("RawData").to_pylist()[0]["url"] == full[ask[0]]["RawData.url"]
 
@@ -253,6 +254,46 @@ def test_a_wrong_position_is_never_returned_and_verify_calls_it_stale(omni, name
     assert report.stale == 1 and a in report.examples["stale"][0]
 
 
+def test_large_values_are_read_from_the_file_small_ones_from_the_index(omni, name, spec, indexed_writes, tmp_path):
+    from omni_iceberg.index.inline import STRING_MAX
+
+    path = tmp_path / "long.jsonl"
+    with open(path, "w") as f:
+        for i in range(40):
+            f.write(json.dumps({"raw_data": f"page {i} " + "x" * (STRING_MAX + 50),
+                                "url": f"https://example.org/long/{i}"}) + "\n")
+    omni.create_table(name)
+    omni.submit(name, [str(path)], batch="a")
+    full = {r[ID_COLUMN]: r for r in omni.read(name, columns=[ID_COLUMN, "RawData.url", "RawData.raw_data"]
+                                               ).to_pylist()}
+    ask = sorted(full)[::5]
+    small = get_rows(omni, name, ask, columns=["RawData.url"], explain=True, index=spec)
+    assert small.tables[0].files_read == 0 and small.tables[0].files_inline > 0
+    large = get_rows(omni, name, ask, columns=["RawData.url", "RawData.raw_data"], explain=True, index=spec)
+    assert large.tables[0].method == "index" and large.tables[0].files_read > 0 and large.tables[0].files_inline == 0
+    assert "data file(s) read" in large.explain_text()
+    for got in (small.rows.to_pylist(), large.rows.to_pylist()):
+        for r in got:
+            assert r["RawData.url"] == full[r[ID_COLUMN]]["RawData.url"]
+    assert [r["RawData.raw_data"] for r in large.rows.to_pylist()] == [full[i]["RawData.raw_data"] for i in ask]
+
+
+def test_verify_reports_inline_values_that_differ_from_the_row(omni, name, spec, indexed_writes, tmp_path):
+    from omni_iceberg.index.keys import file_key
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 20)], batch="a")
+    idx = _index(omni, name, spec)
+    ids = _ids(omni, name)
+    loc = idx.at(omni.catalog, omni.state(name)).locations("base", [ids[3]])[ids[3]][0]
+    assert loc.inline and loc.layout.slots
+    forged = bytes(len(loc.inline))  # same width, every value zeroed
+    idx.backend.delete_entries([(bytes.fromhex(ids[3]), file_key(loc.path))])
+    idx.backend.put_entries([(bytes.fromhex(ids[3]), file_key(loc.path), loc.position, forged)])
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert report.stale == 1 and ids[3] in report.examples["stale"][0] and "inline" in report.examples["stale"][0]
+
+
 def test_feature_columns_join_from_their_own_tables(omni, name, spec, indexed_writes, tmp_path):
     from tests import feature_udfs as U
 
@@ -345,7 +386,7 @@ def test_cli_get_and_index_commands(omni, name, tmp_path, monkeypatch, capsys):
     assert lines[0][ID_COLUMN] == some and lines[0][FOUND_COLUMN] and not lines[1][FOUND_COLUMN]
     assert lines[2]["explain"]["tables"][0]["method"] == "index"
     assert main(home + ["get", name, some, "--explain"]) == 0
-    assert "index -> 1 data file(s)" in capsys.readouterr().out
+    assert "index -> 0 data file(s) read, 1 answered from inline values" in capsys.readouterr().out
     assert main(home + ["get", name, "not-an-id"]) == 2
     assert "not-an-id" in capsys.readouterr().err
 

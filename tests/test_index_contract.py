@@ -59,12 +59,13 @@ def _id(n: int) -> bytes:
 
 def test_entries_round_trip_several_files_per_id(backend):
     f1, f2 = file_key("file:///a.parquet"), file_key("file:///b.parquet")
-    backend.put_entries([(_id(1), f1, 0), (_id(2), f1, 1), (_id(1), f2, 7)])
+    backend.put_entries([(_id(1), f1, 0), (_id(2), f1, 1, b"\x00inline\xff"), (_id(1), f2, 7)])
     got = backend.get_entries([_id(2), _id(1), _id(3)])
-    assert sorted(got[_id(1)]) == sorted([(f1, 0), (f2, 7)])
-    assert got[_id(2)] == [(f1, 1)]
+    assert sorted(got[_id(1)]) == sorted([(f1, 0, b""), (f2, 7, b"")])
+    assert got[_id(2)] == [(f1, 1, b"\x00inline\xff")]  # inline values come back byte for byte
     assert _id(3) not in got
-    assert sorted(backend.scan_entries()) == sorted([(_id(1), f1, 0), (_id(1), f2, 7), (_id(2), f1, 1)])
+    assert sorted(backend.scan_entries()) == sorted([(_id(1), f1, 0, b""), (_id(1), f2, 7, b""),
+                                                     (_id(2), f1, 1, b"\x00inline\xff")])
 
 
 def test_entries_of_two_writers_never_overwrite_each_other(open_backend):
@@ -76,7 +77,7 @@ def test_entries_of_two_writers_never_overwrite_each_other(open_backend):
     backend.put_entries([(i, f2, n + 1000) for n, i in enumerate(ids)])
     t1.join()
     got = backend.get_entries(ids)
-    assert all(sorted(got[i]) == sorted([(f1, n), (f2, n + 1000)]) for n, i in enumerate(ids))
+    assert all(sorted(got[i]) == sorted([(f1, n, b""), (f2, n + 1000, b"")]) for n, i in enumerate(ids))
 
 
 def test_delete_entries_and_bulk_get_beyond_one_request(backend):
@@ -85,7 +86,7 @@ def test_delete_entries_and_bulk_get_beyond_one_request(backend):
     backend.put_entries([(i, f, n) for n, i in enumerate(ids)])
     backend.delete_entries([(ids[0], f), (ids[-1], f)])
     got = backend.get_entries(ids)
-    assert len(got) == 2498 and ids[0] not in got and got[ids[1]] == [(f, 1)]
+    assert len(got) == 2498 and ids[0] not in got and got[ids[1]] == [(f, 1, b"")]
 
 
 def test_meta_records_by_key_and_prefix(backend):
@@ -106,7 +107,7 @@ def test_drop_empties_the_index_and_it_stays_usable(backend):
     backend.drop()
     assert backend.get_entries([_id(5)]) == {} and list(backend.scan_meta(b"")) == []
     backend.put_entries([(_id(6), f, 1)])
-    assert backend.get_entries([_id(6)]) == {_id(6): [(f, 1)]}
+    assert backend.get_entries([_id(6)]) == {_id(6): [(f, 1, b"")]}
 
 
 def test_writer_resumes_an_unfinished_run_without_duplicating(backend):
@@ -133,7 +134,7 @@ def test_hbase_entries_table_is_presplit_on_the_id_space():
     starts = sorted(r["start_key"] for r in regions)
     assert starts[0] == b"" and starts[1][:1] == bytes([256 // PRESPLIT_REGIONS])
     b.put_entries([(_id(1), file_key("file:///p.parquet"), 3)])
-    assert b.get_entries([_id(1)]) == {_id(1): [(file_key("file:///p.parquet"), 3)]}
+    assert b.get_entries([_id(1)]) == {_id(1): [(file_key("file:///p.parquet"), 3, b"")]}
     b.close()
 
 

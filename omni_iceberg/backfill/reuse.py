@@ -151,7 +151,7 @@ def _read_through_index(src: _Source, ids: list[str], columns: list[str], catalo
     if problem:
         return None
     pieces = []
-    for _, values in done:
+    for _, values, _ in done:
         if any(c not in values for c in columns):
             return None  # a file from before a column existed: let the scan fill it in
         piece = pa.table({ID_COLUMN: values[ID_COLUMN], **{c: values[c] for c in columns}})

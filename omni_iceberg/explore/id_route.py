@@ -109,7 +109,7 @@ def read_through_index(route: IndexRoute, key: str, table: Any, columns: list[st
         route.reasons[key] = problem
         return None
     pieces = []
-    for wanted, values in done:
+    for wanted, values, _ in done:
         piece = pa.Table.from_arrays([_build(f, values, "", len(wanted)) for f in target], schema=target)
         if batches:  # read from the rows: a compacted file holds several batches
             piece = piece.filter(pc.is_in(values[BATCH_COLUMN].cast(pa.string()), value_set=pa.array(batches)))

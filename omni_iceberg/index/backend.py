@@ -2,9 +2,11 @@
 
 A backend is a key-value store with two keyspaces:
 
-* **entries**: ``id (16 bytes) + file key (8 bytes) -> row position``. One id has one
-  entry per data file that ever held it (a compaction adds a second one), so entries
-  are only added, never overwritten: two writers can never clobber each other.
+* **entries**: ``id (16 bytes) + file key (8 bytes) -> row position (4 bytes) + inline
+  values`` (the row's small columns, see :mod:`omni_iceberg.index.inline`; empty for
+  entries written without them). One id has one entry per data file that ever held it
+  (a compaction adds a second one), so entries are only added, never overwritten: two
+  writers can never clobber each other.
 * **meta**: ``b"F" + file key -> FileRecord`` and ``b"R" + run id -> RunRecord``.
 
 Visibility is NOT a backend concern: the backend stores what writers wrote, and
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
+import struct
 from typing import Iterable, Iterator, Sequence
 
 FILE_PREFIX = b"F"
@@ -33,6 +36,8 @@ class FileRecord:
     run: str
     batch: str
     rows: int
+    #: the file's inline layout (:meth:`omni_iceberg.index.inline.Layout.to_json`); empty: none
+    inline: list = field(default_factory=list)
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -72,7 +77,21 @@ class RunRecord:
         return cls(**d)
 
 
-Entry = tuple[bytes, bytes, int]  # (id key, file key, row position in the file)
+#: (id key, file key, row position in the file[, inline values]) - writers may leave the last out
+Entry = tuple
+#: (file key, row position, inline values) of one id, as backends return them
+Located = tuple[bytes, int, bytes]
+_POS = struct.Struct(">I")
+
+
+def entry_value(entry: Entry) -> bytes:
+    """The stored value of an entry: big-endian position, then the inline values."""
+    return _POS.pack(entry[2]) + (entry[3] if len(entry) > 3 else b"")
+
+
+def parse_value(value: bytes) -> tuple[int, bytes]:
+    """(position, inline values) of a stored value (old 4-byte values have no inline part)."""
+    return _POS.unpack_from(value)[0], bytes(value[_POS.size:])
 
 
 class IndexBackend(ABC):
@@ -86,8 +105,8 @@ class IndexBackend(ABC):
         """Store entries durably (one batch; the caller bounds its size)."""
 
     @abstractmethod
-    def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[tuple[bytes, int]]]:
-        """id key -> [(file key, position)] for the ids that have entries; sorted input is fastest."""
+    def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[Located]]:
+        """id key -> [(file key, position, inline values)] for the ids that have entries."""
 
     @abstractmethod
     def delete_entries(self, keys: Sequence[tuple[bytes, bytes]]) -> None:
@@ -95,7 +114,7 @@ class IndexBackend(ABC):
 
     @abstractmethod
     def scan_entries(self) -> Iterator[Entry]:
-        """Every entry, in key order (verify)."""
+        """Every entry as (id key, file key, position, inline values), in key order (verify)."""
 
     @abstractmethod
     def put_meta(self, items: dict[bytes, bytes]) -> None:

@@ -26,6 +26,7 @@ from catalog_ext.family import FamilyState
 from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import FILE_PREFIX, RUN_PREFIX, FileRecord, IndexBackend, RunRecord
 from omni_iceberg.index.errors import IndexCorruptError
+from omni_iceberg.index.inline import IndexedRows, Layout, payloads
 from omni_iceberg.index.keys import file_key, id_key, id_of
 
 #: entries per backend write: bounds a writer's memory and one LMDB txn / HBase batch
@@ -46,6 +47,9 @@ class Location:
     position: int
     batch: str
     run: str
+    #: the row's inline values and the file's layout for them (empty: read the file)
+    inline: bytes = b""
+    layout: Layout = Layout()
 
 
 @dataclass
@@ -71,6 +75,7 @@ class IdIndex:
         self.logical_identifier = logical_identifier
         self._files: dict[bytes, FileRecord] = {}  # immutable once written
         self._complete: dict[bytes, RunRecord] = {}  # a complete run never changes again
+        self._layouts: dict[bytes, Layout] = {}  # parsed once per file record
 
     def __repr__(self) -> str:
         return f"IdIndex({self.logical_identifier} at {self.backend.location})"
@@ -99,9 +104,16 @@ class IdIndex:
     def all_runs(self) -> list[RunRecord]:
         return [RunRecord.from_bytes(v) for _, v in self.backend.scan_meta(RUN_PREFIX)]
 
+    def layout(self, fkey: bytes, rec: FileRecord) -> Layout:
+        found = self._layouts.get(fkey)
+        if found is None:
+            found = self._layouts[fkey] = Layout.from_json(rec.inline)
+        return found
+
     def forget_caches(self) -> None:
         self._files.clear()
         self._complete.clear()
+        self._layouts.clear()
 
     # ---- write ------------------------------------------------------------------------
     def writer(self, table: str, run: str, *, source: str = "writer") -> "IndexWriter":
@@ -125,15 +137,26 @@ class IdIndex:
 
     def locations(self, cov: Coverage, ids: Sequence[str]) -> dict[str, list[Location]]:
         """id -> locations visible under ``cov`` (one physical table at one snapshot)."""
+        return self.locations_in([cov], ids)[cov.table]
+
+    def locations_in(self, covs: Sequence[Coverage], ids: Sequence[str]) -> dict[str, dict[str, list[Location]]]:
+        """Per physical table of ``covs``: id -> visible locations, from ONE backend read.
+
+        All tables' entries of an id are adjacent under its key, so reading them once and
+        sorting them out by file record costs a table count less than asking per table.
+        """
         entries = self.backend.get_entries([id_key(i) for i in ids])
-        files = self.files(fk for locs in entries.values() for fk, _ in locs)
-        out: dict[str, list[Location]] = {}
+        files = self.files(loc[0] for locs in entries.values() for loc in locs)
+        by_table = {c.table: c for c in covs}
+        out: dict[str, dict[str, list[Location]]] = {c.table: {} for c in covs}
         for ikey, locs in entries.items():
-            for fk, pos in locs:
+            for fk, pos, inline in locs:
                 rec = files.get(fk)
-                if rec is None or rec.table != cov.table or rec.run not in cov.visible_runs or fk in cov.retired:
+                cov = by_table.get(rec.table) if rec is not None else None
+                if cov is None or rec.run not in cov.visible_runs or fk in cov.retired:
                     continue
-                out.setdefault(id_of(ikey), []).append(Location(rec.path, pos, rec.batch, rec.run))
+                out[cov.table].setdefault(id_of(ikey), []).append(
+                    Location(rec.path, pos, rec.batch, rec.run, inline, self.layout(fk, rec)))
         return out
 
     def at(self, catalog: Any, state: FamilyState) -> "IndexView":
@@ -165,29 +188,33 @@ class IndexWriter:
         return file_key(path).hex() in self.record.files
 
     def add_file(self, path: str, *, batch: str, ids: Sequence[str] | None = None) -> int:
-        """Index every row of data file ``path`` (ids in row order; read from the file if None)."""
-        from omni_iceberg.index.parquet_rows import read_ids
+        """Index every row of data file ``path``: its ids in row order and their inline values,
+        read from the file (``ids`` given: those, without inline values - tests and tools)."""
+        from omni_iceberg.index.inline import read_for_index
 
         if self.record.complete:
             raise IndexCorruptError(f"run {self.run} of {self.table} is already complete; start a new run")
-        fkey = file_key(path)
-        if fkey.hex() in self.record.files:
+        if file_key(path).hex() in self.record.files:
             return 0  # resumed run: this file is already indexed
-        ids = list(ids) if ids is not None else read_ids(path, self.io)
+        rows = IndexedRows(list(ids), Layout(), None) if ids is not None else read_for_index(path, self.io)
+        return self._add(path, batch, rows)
+
+    def _add(self, path: str, batch: str, rows: IndexedRows) -> int:
+        fkey = file_key(path)
         known = self.index.files([fkey]).get(fkey)
         if known is not None and known.path != path:
             raise IndexCorruptError(f"file key {fkey.hex()} names both {known.path} and {path}; "
                                     "rebuild the index (`omni index rebuild`)")
-        rec = FileRecord(path=path, table=self.table, run=self.run, batch=batch, rows=len(ids))
+        ids = rows.ids
+        rec = FileRecord(path=path, table=self.table, run=self.run, batch=batch, rows=len(ids),
+                         inline=rows.layout.to_json())
         starts = list(range(0, len(ids), PUT_BATCH)) or [0]
         for start in starts[:-1]:
-            self.index.backend.put_entries([(id_key(rid), fkey, start + i)
-                                            for i, rid in enumerate(ids[start:start + PUT_BATCH])])
+            self.index.backend.put_entries(_entries(fkey, rows, start, start + PUT_BATCH))
         # the last chunk goes with the file record and the run record that lists the file:
         # one transaction where the backend has them (one fsync per file, not three)
-        last = starts[-1]
         self.record = replace(self.record, files=self.record.files + (fkey.hex(),), rows=self.record.rows + len(ids))
-        self.index.backend.write([(id_key(rid), fkey, last + i) for i, rid in enumerate(ids[last:])],
+        self.index.backend.write(_entries(fkey, rows, starts[-1], len(ids)),
                                  {FILE_PREFIX + fkey: rec.to_bytes(), self._key: self.record.to_bytes()})
         return len(ids)
 
@@ -197,32 +224,32 @@ class IndexWriter:
         Falls back to :meth:`add_file` per file when they hold more than ``PUT_BATCH`` rows
         together (memory and one transaction stay bounded).
         """
-        from omni_iceberg.index.parquet_rows import read_ids
+        from omni_iceberg.index.inline import read_for_index
 
         if self.record.complete:
             raise IndexCorruptError(f"run {self.run} of {self.table} is already complete; start a new run")
         todo = [(p, b) for p, b in dict.fromkeys(files) if file_key(p).hex() not in self.record.files]
-        loaded = [(p, b, read_ids(p, self.io)) for p, b in todo]
-        if sum(len(ids) for _, _, ids in loaded) > PUT_BATCH:
-            return sum(self.add_file(p, batch=b, ids=ids) for p, b, ids in loaded)
+        loaded = [(p, b, read_for_index(p, self.io)) for p, b in todo]
+        if sum(len(r.ids) for _, _, r in loaded) > PUT_BATCH:
+            return sum(self._add(p, b, r) for p, b, r in loaded)
         known = self.index.files([file_key(p) for p, _, _ in loaded])
-        entries, meta, keys, rows = [], {}, [], 0
-        for path, batch, ids in loaded:
+        entries, meta, keys, total = [], {}, [], 0
+        for path, batch, rows in loaded:
             fkey = file_key(path)
             if fkey in known and known[fkey].path != path:
                 raise IndexCorruptError(f"file key {fkey.hex()} names both {known[fkey].path} and {path}; "
                                         "rebuild the index (`omni index rebuild`)")
-            entries += [(id_key(rid), fkey, i) for i, rid in enumerate(ids)]
+            entries += _entries(fkey, rows, 0, len(rows.ids))
             meta[FILE_PREFIX + fkey] = FileRecord(path=path, table=self.table, run=self.run, batch=batch,
-                                                  rows=len(ids)).to_bytes()
+                                                  rows=len(rows.ids), inline=rows.layout.to_json()).to_bytes()
             keys.append(fkey.hex())
-            rows += len(ids)
+            total += len(rows.ids)
         if not loaded:
             return 0
-        self.record = replace(self.record, files=self.record.files + tuple(keys), rows=self.record.rows + rows)
+        self.record = replace(self.record, files=self.record.files + tuple(keys), rows=self.record.rows + total)
         meta[self._key] = self.record.to_bytes()
         self.index.backend.write(entries, meta)
-        return rows
+        return total
 
     def reopen(self) -> None:
         """Let a complete run take more files or retirements: only before its logical commit.
@@ -253,6 +280,13 @@ class IndexWriter:
         self.index.backend.put_meta({self._key: self.record.to_bytes()})
 
 
+def _entries(fkey: bytes, rows: IndexedRows, lo: int, hi: int) -> list[tuple[bytes, bytes, int, bytes]]:
+    """Backend entries for rows ``lo:hi`` of one file."""
+    ids = rows.ids[lo:hi]
+    values = payloads(rows.matrix, lo, hi) if rows.matrix is not None else [b""] * len(ids)
+    return [(id_key(rid), fkey, lo + i, v) for i, (rid, v) in enumerate(zip(ids, values))]
+
+
 class IndexView:
     """Resolve ids at one logical version (see :mod:`core` docstring)."""
 
@@ -269,6 +303,12 @@ class IndexView:
     def locations(self, table_key: str, ids: Sequence[str]) -> dict[str, list[Location]]:
         """id -> visible locations in one physical table; only meaningful when authoritative."""
         return self.index.locations(self.coverage(table_key), ids)
+
+    def locations_of(self, table_keys: Sequence[str], ids: Sequence[str]) -> dict[str, dict[str, list[Location]]]:
+        """:meth:`locations` for several physical tables at once (one backend read), by table key."""
+        covs = {key: self.coverage(key) for key in table_keys}
+        found = self.index.locations_in(list(covs.values()), ids)
+        return {key: found[cov.table] for key, cov in covs.items()}
 
     def contains_many(self, table_key: str, sorted_ids: Sequence[str]) -> set[str]:
         """The ids among ``sorted_ids`` that have a row in ``table_key`` at this version (dedup).

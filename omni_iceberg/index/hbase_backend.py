@@ -3,7 +3,8 @@
 Key design. Two HBase tables per logical table:
 
 * ``omni-idx-<ns>-<name>``: row key = the id's 16 raw bytes, one column family ``l``,
-  one qualifier per data file (its 8-byte file key), value = the row position (4 bytes).
+  one qualifier per data file (its 8-byte file key), value = the row position (4 bytes)
+  followed by the row's inline values (small columns; see ``omni_iceberg.index.inline``).
   All locations of an id are one row, so a lookup of N ids is one multi-get of N rows,
   and a row's cells never overwrite each other (each file has its own qualifier).
 * ``omni-idx-<ns>-<name>-meta``: file and run records (family ``m``), a few rows per
@@ -28,10 +29,9 @@ written once and never updated, so there is nothing for cell versions to keep.
 from __future__ import annotations
 
 import socket
-import struct
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from omni_iceberg.index.backend import Entry, IndexBackend
+from omni_iceberg.index.backend import Entry, IndexBackend, Located, entry_value, parse_value
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import ID_BYTES
 
@@ -40,7 +40,6 @@ META_FAMILY = b"m"
 META_COLUMN = b"m:v"
 PRESPLIT_REGIONS = 16
 BATCH_SIZE = 5000
-_POS = struct.Struct(">I")
 #: Thrift 1 multi-gets of this many rows at most (bounds one response's size).
 GET_CHUNK = 1000
 
@@ -124,19 +123,19 @@ class HBaseBackend(IndexBackend):
     def put_entries(self, entries: Sequence[Entry]) -> None:
         def put():
             with self._entries.batch(batch_size=BATCH_SIZE) as b:
-                for rid, fkey, pos in entries:
-                    b.put(rid, {ENTRY_FAMILY + b":" + fkey: _POS.pack(pos)})
+                for e in entries:
+                    b.put(e[0], {ENTRY_FAMILY + b":" + e[1]: entry_value(e)})
 
         self._call(put)
 
-    def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[tuple[bytes, int]]]:
+    def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[Located]]:
         keys = sorted(set(id_keys))
-        out: dict[bytes, list[tuple[bytes, int]]] = {}
+        out: dict[bytes, list[Located]] = {}
         prefix = len(ENTRY_FAMILY) + 1
         for i in range(0, len(keys), GET_CHUNK):
             chunk = keys[i:i + GET_CHUNK]
             for row, cells in self._call(lambda: self._entries.rows(chunk, columns=[ENTRY_FAMILY])):
-                out[row] = sorted((q[prefix:], _POS.unpack(v)[0]) for q, v in cells.items())
+                out[row] = sorted((q[prefix:], *parse_value(v)) for q, v in cells.items())
         return out
 
     def delete_entries(self, keys: Sequence[tuple[bytes, bytes]]) -> None:
@@ -151,7 +150,7 @@ class HBaseBackend(IndexBackend):
         prefix = len(ENTRY_FAMILY) + 1
         for row, cells in self._call(lambda: self._entries.scan(batch_size=2000)):
             for q, v in sorted(cells.items()):
-                yield row[:ID_BYTES], q[prefix:], _POS.unpack(v)[0]
+                yield (row[:ID_BYTES], q[prefix:], *parse_value(v))
 
     # ---- meta -------------------------------------------------------------------------
     def put_meta(self, items: dict[bytes, bytes]) -> None:

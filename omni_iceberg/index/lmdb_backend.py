@@ -14,12 +14,11 @@ through :func:`_open_env` by real path.
 from __future__ import annotations
 
 import os
-import struct
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from omni_iceberg.index.backend import Entry, IndexBackend
+from omni_iceberg.index.backend import Entry, IndexBackend, Located, entry_value, parse_value
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 
@@ -28,7 +27,6 @@ from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 #: holding many indexes (a service, the test suite) ran out of it at a fixed 1 TiB each.
 MAP_SIZE = 1 << 30
 MAX_MAP_SIZE = 1 << 42
-_POS = struct.Struct(">I")
 _ENVS: dict[str, object] = {}
 _ENVS_LOCK = threading.Lock()
 
@@ -102,12 +100,12 @@ class LmdbBackend(IndexBackend):
 
     # ---- entries ----------------------------------------------------------------------
     def put_entries(self, entries: Sequence[Entry]) -> None:
-        items = sorted((rid + fkey, _POS.pack(pos)) for rid, fkey, pos in entries)
+        items = sorted((e[0] + e[1], entry_value(e)) for e in entries)
         self._write(lambda txn: txn.cursor(db=self._entries).putmulti(items))
 
-    def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[tuple[bytes, int]]]:
+    def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[Located]]:
         def walk(txn):
-            out: dict[bytes, list[tuple[bytes, int]]] = {}
+            out: dict[bytes, list[Located]] = {}
             cur = txn.cursor(db=self._entries)
             for rid in sorted(set(id_keys)):
                 if not cur.set_range(rid):
@@ -115,14 +113,14 @@ class LmdbBackend(IndexBackend):
                 for key, value in cur:
                     if key[:ID_BYTES] != rid:
                         break
-                    out.setdefault(rid, []).append((key[ID_BYTES:], _POS.unpack(value)[0]))
+                    out.setdefault(rid, []).append((key[ID_BYTES:], *parse_value(value)))
             return out
 
         return self._read(walk)
 
     def write(self, entries: Sequence[Entry], meta: dict[bytes, bytes]) -> None:
         # one transaction, one fsync: a file's entries and the records naming them land together
-        items = sorted((rid + fkey, _POS.pack(pos)) for rid, fkey, pos in entries)
+        items = sorted((e[0] + e[1], entry_value(e)) for e in entries)
 
         def put(txn):
             txn.cursor(db=self._entries).putmulti(items)
@@ -143,7 +141,7 @@ class LmdbBackend(IndexBackend):
     def scan_entries(self) -> Iterator[Entry]:
         with self._env.begin(db=self._entries) as txn:
             for key, value in txn.cursor():
-                yield key[:ID_BYTES], key[ID_BYTES:ID_BYTES + FILE_KEY_BYTES], _POS.unpack(value)[0]
+                yield (key[:ID_BYTES], key[ID_BYTES:ID_BYTES + FILE_KEY_BYTES], *parse_value(value))
 
     # ---- meta -------------------------------------------------------------------------
     def put_meta(self, items: dict[bytes, bytes]) -> None:

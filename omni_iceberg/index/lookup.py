@@ -36,7 +36,8 @@ class TableAccess:
     snapshot_id: int | None
     method: str  # "index" or "scan"
     reason: str = ""
-    files_read: int = 0
+    files_read: int = 0  # data files opened
+    files_inline: int = 0  # data files whose rows were answered from the index's inline values
     rows: int = 0
 
 
@@ -62,8 +63,8 @@ class Lookup:
         lines = [f"lookup of {self.rows.num_rows} id(s) in {self.logical_table} at version {self.version} "
                  f"(index: {self.index}); {len(self.not_found)} not found"]
         for t in self.tables:
-            how = (f"index -> {t.files_read} data file(s)" if t.method == "index"
-                   else f"bucket-pruned scan (fallback: {t.reason})")
+            how = (f"index -> {t.files_read} data file(s) read, {t.files_inline} answered from inline values"
+                   if t.method == "index" else f"bucket-pruned scan (fallback: {t.reason})")
             lines.append(f"  {t.key} = {t.identifier}@{t.snapshot_id}: {how}, {t.rows} row(s)")
         return "\n".join(lines)
 
@@ -107,8 +108,10 @@ def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[
     per_table = plan_columns(state, leaves)
     result = Lookup(pa.table({}), state.table.identifier, state.version, index.backend.location)
     joined: pa.Table | None = None
+    indexed = [] if force_scan else [k for k in per_table if view.coverage(k).authoritative]
+    located = view.locations_of(indexed, wanted) if indexed else {}
     for key, cols in per_table.items():
-        part, access = _table_part(view, key, cols, wanted, state, force_scan)
+        part, access = _table_part(view, key, cols, wanted, state, force_scan, located.get(key))
         result.tables.append(access)
         joined = part if joined is None else _left_join(joined, part)
     assert joined is not None
@@ -132,14 +135,15 @@ def _open(omni: Any, state: FamilyState, spec: str | None) -> IdIndex:
 
 
 def _table_part(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str],
-                state: FamilyState, force_scan: bool = False) -> tuple[pa.Table, TableAccess]:
+                state: FamilyState, force_scan: bool = False, located: dict[str, list[Any]] | None = None
+                ) -> tuple[pa.Table, TableAccess]:
     meta = state.physical_table(key)
     access = TableAccess(key, meta.identifier, meta.snapshot_id, "index")
     cov = view.coverage(key)
     if force_scan:
         access.reason = "scan forced by the caller"
     elif cov.authoritative:
-        part, problem = _read_indexed(view, key, cols, ids, state, access)
+        part, problem = _read_indexed(view, key, cols, ids, state, access, located)
         if problem is None:
             access.rows = part.num_rows
             return part, access
@@ -153,22 +157,23 @@ def _table_part(view: IndexView, key: str, cols: list[tuple[str, str]], ids: lis
 
 
 def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str], state: FamilyState,
-                  access: TableAccess) -> tuple[pa.Table, str | None]:
-    from omni_iceberg.index.parquet_rows import by_file, read_located
+                  access: TableAccess, located: dict[str, list[Any]] | None = None) -> tuple[pa.Table, str | None]:
+    from omni_iceberg.index.parquet_rows import FROM_INLINE, by_file, read_located
 
-    files, _ = by_file(view.locations(key, ids), unique=False)
+    files, _ = by_file(view.locations(key, ids) if located is None else located, unique=False)
     done, problem = read_located(files, [p for p, _ in cols], data_file_io(view.catalog, next(iter(files), "")))
     if problem:
         return pa.table({}), f"{problem}; run `omni index verify {state.table.identifier}`"
     pieces = []
-    for expected, values in done:
+    for expected, values, _ in done:
         arrays = [pa.array(expected, pa.string()), values[BATCH_COLUMN].cast(pa.string())]
         for phys, logical in cols:
             typ = arrow_type(state.column(logical).type)
             arr = values.get(phys)
             arrays.append(pa.nulls(len(expected), typ) if arr is None else arr.cast(typ))
         pieces.append(pa.Table.from_arrays(arrays, names=KEYS + [lg for _, lg in cols]))
-    access.files_read = len(files)
+    access.files_inline = sum(1 for *_, how in done if how == FROM_INLINE)
+    access.files_read = len(done) - access.files_inline
     if not pieces:
         return _empty(cols, state), None
     return pa.concat_tables(pieces), None

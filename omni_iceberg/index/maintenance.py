@@ -143,7 +143,7 @@ class VerifyReport:
 
 def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool | None = None) -> VerifyReport:
     """Compare the index with every physical table at ``state`` (see module docstring)."""
-    from omni_iceberg.index.parquet_rows import read_ids
+    from omni_iceberg.index.inline import payloads, read_for_index
     from omni_iceberg.ui.progress import progress_bar
 
     report = VerifyReport(state.table.identifier, state.version)
@@ -162,15 +162,26 @@ def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool |
         live_keys = {file_key(p) for p in live}
         bar = progress_bar(progress, f"verify {meta.identifier}", "file", total=len(live))
         for path in live:
-            ids = read_ids(path, table.io)
+            rows = read_for_index(path, table.io)
+            ids = rows.ids
             report.rows_checked += len(ids)
             fkey = file_key(path)
             usable = fkey in files and files[fkey].run in cov.visible_runs and fkey not in cov.retired
             entries = index.backend.get_entries([id_key(i) for i in ids]) if usable else {}
+            # inline values must be the file's own: what a lookup returns without opening it
+            recorded = files[fkey].inline if usable else []
+            expected = (payloads(rows.matrix) if rows.matrix is not None and recorded == rows.layout.to_json()
+                        else None)
             for pos, rid in enumerate(ids):
-                mine = [p for fk, p in entries.get(id_key(rid), ()) if fk == fkey]
-                if pos in mine:
+                mine = [(p, v) for fk, p, v in entries.get(id_key(rid), ()) if fk == fkey]
+                at = [v for p, v in mine if p == pos]
+                if at and recorded and (expected is None or at[0] != expected[pos]):
+                    report.stale += 1
+                    report._example("stale", f"{rid}: inline values of {path} row {pos} differ from the row")
                     continue
+                if at:
+                    continue
+                mine = [p for p, _ in mine]
                 if mine:  # an entry for this file, at another row: a lookup would read a wrong row
                     report.stale += 1
                     report._example("stale", f"{rid}: entry says {path} row {mine[0]}, the row is {pos}")
@@ -195,7 +206,7 @@ def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool |
             report._example("dangling", f"{run.rows} entries of run {run.run} on {run.table}: "
                                         "never committed at this version (crashed, lost a race, or still running)")
     orphan = 0
-    for rid, fkey, _ in index.backend.scan_entries():
+    for rid, fkey, *_ in index.backend.scan_entries():
         if fkey not in files:
             orphan += 1
             if orphan <= EXAMPLES:

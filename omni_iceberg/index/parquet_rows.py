@@ -35,7 +35,7 @@ def _footer(path: str, io: Any = None) -> tuple[Any, list[int], pa.Schema]:
             return hit
     import pyarrow.parquet as pq
 
-    with _open(path, io) as f:
+    with open_input(path, io) as f:
         pf = pq.ParquetFile(f)
         meta, schema = pf.metadata, pf.schema_arrow
     starts, total = [], 0
@@ -50,19 +50,7 @@ def _footer(path: str, io: Any = None) -> tuple[Any, list[int], pa.Schema]:
     return entry
 
 
-def read_ids(path: str, io: Any = None) -> list[str]:
-    """The id column of a data file, in row order (what a writer or rebuild indexes).
-
-    Not through the footer cache: a rebuild reads every file once, and would only push
-    out the footers that lookups reuse.
-    """
-    import pyarrow.parquet as pq
-
-    with _open(path, io) as f:
-        return pq.ParquetFile(f).read(columns=[ID_COLUMN]).column(0).to_pylist()
-
-
-def _open(path: str, io: Any = None) -> Any:
+def open_input(path: str, io: Any = None) -> Any:
     """A seekable input for ``path``: local files directly; others through ``io``.
 
     ``io`` is the table's or catalog's pyiceberg FileIO: object stores need its settings
@@ -116,7 +104,7 @@ def read_positions(path: str, positions: list[int], columns: list[str], io: Any 
         by_group.setdefault(g, []).append((i, pos - starts[g]))
     order: list[int] = []
     parts: dict[str, list[pa.Array]] = {c: [] for c in present}
-    with _open(path, io) as f:
+    with open_input(path, io) as f:
         pf = pq.ParquetFile(f, metadata=meta)  # the cached footer: no footer read or parse
         groups = {g: pf.read_row_group(g, columns=present) for g in sorted(by_group)}
     for g, wanted in sorted(by_group.items()):
@@ -140,42 +128,72 @@ def read_positions(path: str, positions: list[int], columns: list[str], io: Any 
     return out
 
 
-def by_file(locations: dict[str, list[Any]], *, unique: bool = True) -> tuple[dict[str, list[tuple[str, int]]], str]:
-    """``{path: [(id, position)]}`` from ``IndexView.locations``; with ``unique``, ("", problem)
+def by_file(locations: dict[str, list[Any]], *, unique: bool = True) -> tuple[dict[str, list[tuple[str, Any]]], str]:
+    """``{path: [(id, Location)]}`` from ``IndexView.locations``; with ``unique``, ("", problem)
     when an id has several locations (the index cannot say which row is the id's)."""
-    out: dict[str, list[tuple[str, int]]] = {}
+    out: dict[str, list[tuple[str, Any]]] = {}
     for rid, locs in locations.items():
         if unique and len(locs) > 1:
             return {}, f"id {rid} has {len(locs)} locations in the index"
         for loc in locs:
-            out.setdefault(loc.path, []).append((rid, loc.position))
+            out.setdefault(loc.path, []).append((rid, loc))
     return out, ""
 
 
-def read_located(files: dict[str, list[tuple[str, int]]], columns: list[str], io: Any = None
-                 ) -> tuple[list[tuple[list[str], dict[str, pa.Array]]], str]:
-    """Read ``columns`` - and always the id and the batch (a compacted file holds several
-    batches) - of the rows at ``{path: [(id, position)]}``, checking each row holds its id.
+#: how ``read_located`` answered one file: from the entries' inline values, or by reading it
+FROM_INLINE, FROM_FILE = "inline", "file"
 
-    Returns per file (the ids, in the order read, and their values), or ([], problem)
-    naming a file whose rows hold other ids: the caller then scans instead. Files are read
-    in parallel (Parquet decoding releases the GIL) when there are more than two.
+
+def read_located(files: dict[str, list[tuple[str, Any]]], columns: list[str], io: Any = None
+                 ) -> tuple[list[tuple[list[str], dict[str, pa.Array], str]], str]:
+    """Read ``columns`` - and always the id and the batch (a compacted file holds several
+    batches) - of the rows at ``{path: [(id, Location)]}``.
+
+    A file whose inline values hold every wanted column is answered from them (no file
+    opened; see :mod:`omni_iceberg.index.inline`). The others are read by position,
+    checking each row holds its id. Returns per file (the ids, in the order read, their
+    values, and ``FROM_INLINE`` or ``FROM_FILE``), or ([], problem) naming a file whose rows hold other ids: the caller
+    then scans instead. Files are read in parallel (Parquet decoding releases the GIL)
+    when there are more than two.
     """
     wanted_columns = list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *columns]))
+    out, to_read = [], []
+    for path, wanted in files.items():
+        values = _from_inline(wanted, wanted_columns)
+        if values is None:
+            to_read.append((path, wanted))
+        else:
+            out.append(([rid for rid, _ in wanted], values, FROM_INLINE))
 
     def read(item):
         path, wanted = item
-        return path, wanted, read_positions(path, [pos for _, pos in wanted], wanted_columns, io)
+        return path, wanted, read_positions(path, [loc.position for _, loc in wanted], wanted_columns, io)
 
-    done = list(_pool().map(read, files.items())) if len(files) > 2 else [read(i) for i in files.items()]
-    out = []
+    done = list(_pool().map(read, to_read)) if len(to_read) > 2 else [read(i) for i in to_read]
     for path, wanted, values in done:
         ids = [rid for rid, _ in wanted]
         got = values.get(ID_COLUMN)
         if got is None or got.to_pylist() != ids:
             return [], f"index entries for {path} point at rows holding other ids"
-        out.append((ids, values))
+        out.append((ids, values, FROM_FILE))
     return out, ""
+
+
+def _from_inline(wanted: list[tuple[str, Any]], columns: list[str]) -> dict[str, pa.Array] | None:
+    """The values of ``columns`` from the rows' inline values, or None when they lack one."""
+    from omni_iceberg.index.inline import decode
+
+    layout = wanted[0][1].layout
+    names = layout.names
+    batch_known = bool(wanted[0][1].batch)  # one batch per file unless compacted: in its record
+    need = [c for c in columns if c != ID_COLUMN and not (c == BATCH_COLUMN and batch_known)]
+    if not all(c in names for c in need) or not all(loc.inline for _, loc in wanted):
+        return None
+    values = decode(layout, [loc.inline for _, loc in wanted], need)
+    values[ID_COLUMN] = pa.array([rid for rid, _ in wanted], pa.string())
+    if BATCH_COLUMN not in values:
+        values[BATCH_COLUMN] = pa.array([loc.batch for _, loc in wanted], pa.string())
+    return values
 
 
 #: files read at once by one lookup

@@ -1,0 +1,282 @@
+"""Inline values: the small columns of an indexed row, stored in its index entry.
+
+Why: the index names a data file and a row, but pyarrow can only decode whole row
+groups, so a point read cost a row-group decode per physical table (~1 ms each), and
+a 1,000-id lookup touched nearly every row group of every table - little better than
+a scan. Most of a logical row without its raw content is small: the batch name, a
+URL, feature scores, labels. Those values are copied into the entry when the file is
+indexed, so a lookup of them is a key-value read and a decode, no data file opened.
+Large values (raw content, parsed text) stay in Parquet; a lookup that asks for them
+reads the row group as before.
+
+Per data file, a :class:`Layout` fixes which leaves are inlined and how wide each is,
+so every row of the file encodes to the same number of bytes: a null bitmap, then per
+leaf either the fixed-width little-endian value or a 2-byte length and the bytes padded
+to the file's widest value. Fixed widths make both directions whole-array numpy
+operations - no per-row Python beyond slicing the bytes - which is what keeps the
+ingest cost of indexing small. The layout is stored in the file's index record.
+
+Which leaves: top-level columns and struct fields (not lists or maps) of integer,
+floating, boolean, string and binary types; strings only when their average
+size in the file (from the Parquet footer, before reading anything) is at most
+:data:`STRING_AVG_MAX` and their longest value at most :data:`STRING_MAX`; leaves are
+taken in schema order while the row fits in :data:`ROW_MAX` bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog_ext.contract import ID_COLUMN
+
+#: a string leaf is a candidate when its average uncompressed size in the file is at most this
+STRING_AVG_MAX = 64
+#: ... and is inlined only when its longest value in the file fits this (a 2-byte length prefix)
+STRING_MAX = 256
+#: footer bytes per row group a column may have besides its values (headers, dictionary)
+PAGE_OVERHEAD = 1024
+#: bytes of inline values per row at most: bounds the index's size per row
+ROW_MAX = 512
+
+_FIXED: dict[str, str] = {  # kind -> numpy dtype of the stored value
+    "i1": "<i1", "i2": "<i2", "i4": "<i4", "i8": "<i8",
+    "u1": "<u1", "u2": "<u2", "u4": "<u4", "u8": "<u8",
+    "f4": "<f4", "f8": "<f8", "b1": "<u1",
+}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One inlined leaf: dotted name, kind (numpy code, or ``s`` string / ``y`` binary), bytes."""
+
+    name: str
+    kind: str
+    width: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the rows of one data file are inlined (see the module docstring)."""
+
+    slots: tuple[Slot, ...] = ()
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(s.name for s in self.slots)
+
+    @property
+    def row_bytes(self) -> int:
+        return _bitmap_bytes(len(self.slots)) + sum(_stored(s) for s in self.slots)
+
+    def to_json(self) -> list[list[Any]]:
+        return [[s.name, s.kind, s.width] for s in self.slots]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Sequence[Any]] | None) -> "Layout":
+        return cls(tuple(Slot(str(n), str(k), int(w)) for n, k, w in (data or ())))
+
+
+def _bitmap_bytes(n: int) -> int:
+    return (n + 7) // 8 if n else 0
+
+
+def _stored(slot: Slot) -> int:
+    return slot.width + 2 if slot.kind in ("s", "y") else slot.width
+
+
+def _fixed_kind(t: pa.DataType) -> str | None:
+    if pa.types.is_boolean(t):
+        return "b1"
+    if pa.types.is_integer(t):
+        return ("u" if pa.types.is_unsigned_integer(t) else "i") + str(t.bit_width // 8)
+    if pa.types.is_float32(t):
+        return "f4"
+    if pa.types.is_float64(t):
+        return "f8"
+    return None  # temporal types too: their unit and zone would have to travel with the layout
+
+
+def _leaves(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
+    """(dotted name, type) of every leaf reachable through structs only, in schema order."""
+    out: list[tuple[str, pa.DataType]] = []
+
+    def walk(prefix: str, t: pa.DataType) -> None:
+        if pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                walk(f"{prefix}.{t.field(i).name}", t.field(i).type)
+        else:
+            out.append((prefix, t))
+
+    for f in schema:
+        if f.name != ID_COLUMN:
+            walk(f.name, f.type)
+    return out
+
+
+def candidates(metadata: Any, schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
+    """Leaves worth reading for inlining, judged from the footer alone (no data read)."""
+    sizes: dict[str, int] = {}
+    for g in range(metadata.num_row_groups):
+        rg = metadata.row_group(g)
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            sizes[col.path_in_schema] = sizes.get(col.path_in_schema, 0) + col.total_uncompressed_size
+    rows = max(1, metadata.num_rows)
+    # page headers and dictionaries weigh on small files: allow them before judging values
+    overhead = PAGE_OVERHEAD * max(1, metadata.num_row_groups)
+    out = []
+    for name, t in _leaves(schema):
+        if _fixed_kind(t) is not None:
+            out.append((name, t))
+        elif (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+              or pa.types.is_large_binary(t)) and (sizes.get(name, 0) - overhead) / rows <= STRING_AVG_MAX:
+            out.append((name, t))
+    return out
+
+
+def leaf(table: pa.Table, dotted: str) -> pa.Array:
+    head, *rest = dotted.split(".")
+    arr = table.column(head).combine_chunks()
+    for sub in rest:
+        arr = pc.struct_field(arr, sub)
+    return arr
+
+
+def plan(columns: Sequence[tuple[str, pa.Array]]) -> Layout:
+    """The layout for these leaf values: strings within :data:`STRING_MAX`, rows within :data:`ROW_MAX`."""
+    slots: list[Slot] = []
+    used = 0
+    for name, arr in columns:
+        kind = _fixed_kind(arr.type)
+        if kind is not None:
+            slot = Slot(name, kind, int(np.dtype(_FIXED[kind]).itemsize))
+        else:
+            lengths = pc.binary_length(arr)
+            longest = pc.max(lengths).as_py() or 0
+            if longest > STRING_MAX:
+                continue
+            is_text = pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
+            slot = Slot(name, "s" if is_text else "y", int(longest))
+        if used + _stored(slot) + _bitmap_bytes(len(slots) + 1) > ROW_MAX:
+            continue
+        slots.append(slot)
+        used += _stored(slot)
+    return Layout(tuple(slots))
+
+
+def encode(layout: Layout, columns: dict[str, pa.Array], rows: int) -> np.ndarray:
+    """A ``rows x layout.row_bytes`` uint8 matrix: row ``i`` is the inline value of row ``i``."""
+    width = layout.row_bytes
+    mat = np.zeros((rows, width), np.uint8)
+    start = _bitmap_bytes(len(layout.slots))
+    for j, slot in enumerate(layout.slots):
+        arr = columns[slot.name]
+        if arr.null_count:
+            nulls = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), np.uint8)
+            mat[:, j // 8] |= (nulls << (j % 8)).astype(np.uint8)
+        if slot.kind in ("s", "y"):
+            _put_bytes(mat, start, slot.width, arr)
+        else:
+            dtype = np.dtype(_FIXED[slot.kind])
+            if slot.kind == "b1":
+                arr = arr.cast(pa.uint8())
+            values = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype)
+            mat[:, start:start + slot.width] = values.view(np.uint8).reshape(rows, slot.width)
+        start += _stored(slot)
+    return mat
+
+
+def _put_bytes(mat: np.ndarray, start: int, width: int, arr: pa.Array) -> None:
+    """Length (2 bytes) and bytes of each value, padded to ``width``, without a per-row loop."""
+    if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
+        arr = arr.cast(pa.string() if pa.types.is_large_string(arr.type) else pa.binary())
+    rows = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset:arr.offset + rows + 1]
+    lengths = np.diff(offsets).astype(np.int64)
+    if arr.null_count:  # a null's offsets may span bytes in some writers: store it as empty
+        lengths[np.asarray(arr.is_null().to_numpy(zero_copy_only=False))] = 0
+    mat[:, start:start + 2] = lengths.astype("<u2").view(np.uint8).reshape(rows, 2)
+    total = int(lengths.sum())
+    if not total:
+        return
+    data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+    row_of = np.repeat(np.arange(rows), lengths)
+    within = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    source = np.repeat(offsets[:-1].astype(np.int64), lengths) + within
+    mat[row_of, start + 2 + within] = data[source]
+
+
+def payloads(mat: np.ndarray, lo: int = 0, hi: int | None = None) -> list[bytes]:
+    """Rows ``lo:hi`` of an :func:`encode` matrix as one bytes value each."""
+    part = mat[lo:hi]
+    width = part.shape[1] if part.ndim == 2 else 0
+    if not width:
+        return [b""] * len(part)
+    buf = part.tobytes()
+    return [buf[i:i + width] for i in range(0, len(buf), width)]
+
+
+def decode(layout: Layout, values: Sequence[bytes], names: Sequence[str]) -> dict[str, pa.Array]:
+    """The leaves ``names`` of rows whose inline values are ``values`` (all from files of ``layout``)."""
+    rows, width = len(values), layout.row_bytes
+    mat = np.frombuffer(b"".join(values), np.uint8).reshape(rows, width) if rows else np.zeros((0, width), np.uint8)
+    wanted = set(names)
+    out: dict[str, pa.Array] = {}
+    start = _bitmap_bytes(len(layout.slots))
+    for j, slot in enumerate(layout.slots):
+        if slot.name in wanted:
+            nulls = ((mat[:, j // 8] >> (j % 8)) & 1).astype(bool)
+            out[slot.name] = _column(mat, start, slot, nulls)
+        start += _stored(slot)
+    return out
+
+
+def _column(mat: np.ndarray, start: int, slot: Slot, nulls: np.ndarray) -> pa.Array:
+    rows = mat.shape[0]
+    mask = pa.array(nulls) if nulls.any() else None
+    if slot.kind in ("s", "y"):
+        lengths = np.ascontiguousarray(mat[:, start:start + 2]).view("<u2").ravel().astype(np.int32)
+        body = mat[:, start + 2:start + 2 + slot.width]
+        data = body[np.arange(slot.width)[None, :] < lengths[:, None]]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        typ = pa.string() if slot.kind == "s" else pa.binary()
+        arr = pa.Array.from_buffers(typ, rows, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data.tobytes())])
+    else:
+        values = np.ascontiguousarray(mat[:, start:start + slot.width]).view(_FIXED[slot.kind]).ravel()
+        arr = pa.array(values.astype(bool) if slot.kind == "b1" else values)
+    if mask is not None:
+        arr = pc.if_else(mask, pa.scalar(None, arr.type), arr)
+    return arr
+
+
+@dataclass
+class IndexedRows:
+    """What indexing one data file needs: its ids in row order, and their inline values."""
+
+    ids: list[str]
+    layout: Layout
+    matrix: np.ndarray | None
+
+
+def read_for_index(path: str, io: Any = None) -> IndexedRows:
+    """Ids of a data file in row order, and the inline values of its small leaves."""
+    import pyarrow.parquet as pq
+
+    from omni_iceberg.index.parquet_rows import open_input
+
+    with open_input(path, io) as f:
+        pf = pq.ParquetFile(f)
+        wanted = candidates(pf.metadata, pf.schema_arrow)
+        heads = list(dict.fromkeys([ID_COLUMN] + [name for name, _ in wanted]))
+        table = pf.read(columns=heads)
+    ids = table.column(ID_COLUMN).to_pylist()
+    values = [(name, leaf(table, name)) for name, _ in wanted]
+    layout = plan(values)
+    if not layout.slots:
+        return IndexedRows(ids, layout, None)
+    return IndexedRows(ids, layout, encode(layout, dict(values), len(ids)))
