@@ -17,6 +17,7 @@ from catalog_ext.errors import (
 )
 from omni_iceberg.ingest import pipeline
 from omni_iceberg.ingest.identity import content_id
+from omni_iceberg.ingest.sources import SourceBlock
 
 
 @pytest.fixture
@@ -236,7 +237,7 @@ def test_memory_stays_bounded_by_chunks(omni, tmp_path, monkeypatch):
 
     def counting_reader(*args, **kwargs):
         for item in real_iter(*args, **kwargs):
-            seen["pulled"] += 1
+            seen["pulled"] += len(item) if isinstance(item, SourceBlock) else 1  # a block: many records
             seen["max_ahead"] = max(seen["max_ahead"], seen["pulled"] - seen["written"])
             yield item
 

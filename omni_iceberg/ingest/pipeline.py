@@ -48,10 +48,12 @@ from omni_iceberg.ingest.dedup import ExistingIds
 from omni_iceberg.ingest.identity import content_id, random_id
 from omni_iceberg.ingest.recheck import WinnerCheck
 from omni_iceberg.ingest.sources import iter_sources, reader_for
-from omni_iceberg.ingest.sources.records import RecordProblem, SourceRecord
+from omni_iceberg.ingest.sources.records import RecordProblem, SourceBlock, SourceRecord
 from omni_iceberg.ui.progress import progress_bar
 
 CHUNK_ROWS = 20_000
+#: JSONL lines parsed together by Arrow (the fast path, see sources.jsonl); 0 = line by line
+BLOCK_ROWS = 10_000
 CHUNK_BYTES = 32 * 1024 * 1024
 MAX_REJECT_MESSAGES = 20
 
@@ -81,12 +83,14 @@ class SubmitReport:
 
 
 class _Chunk:
-    """Column buffers for one chunk of accepted rows."""
+    """Column buffers for one chunk of accepted rows: per-record values, and whole Arrow blocks."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.values: dict[str, list[Any]] = {}
         self.bytes = 0
+        #: (ids, columns named by target field) of blocks taken whole (the JSONL fast path)
+        self.blocks: list[tuple[list[str], pa.Table]] = []
 
     def add(self, rid: str, record: dict[str, Any], size: int) -> None:
         n = len(self.ids)
@@ -101,6 +105,17 @@ class _Chunk:
                 col.append(None)
         self.bytes += size
 
+    def add_block(self, ids: list[str], columns: pa.Table, size: int) -> None:
+        self.blocks.append((ids, columns))
+        self.bytes += size
+
+    def fields(self) -> list[str]:
+        """Names of the fields any row of the chunk has, in first-seen order."""
+        return list(dict.fromkeys([*self.values, *(n for _, cols in self.blocks for n in cols.column_names)]))
+
+    def all_ids(self) -> list[str]:
+        return self.ids + [rid for ids, _ in self.blocks for rid in ids]
+
     def drop(self, ids: set[str]) -> int:
         """Remove the rows whose id is in ``ids``; return how many went."""
         keep = [i for i, rid in enumerate(self.ids) if rid not in ids]
@@ -108,10 +123,26 @@ class _Chunk:
         if removed:
             self.ids = [self.ids[i] for i in keep]
             self.values = {name: [col[i] for i in keep] for name, col in self.values.items()}
+        blocks = []
+        for block_ids, columns in self.blocks:
+            keep = [i for i, rid in enumerate(block_ids) if rid not in ids]
+            removed += len(block_ids) - len(keep)
+            if len(keep) < len(block_ids):
+                block_ids, columns = [block_ids[i] for i in keep], columns.take(pa.array(keep, pa.int64()))
+            blocks.append((block_ids, columns))
+        self.blocks = blocks
         return removed
 
+    def column(self, name: str, typ: pa.DataType) -> pa.Array:
+        """All rows' values of one field: per-record rows first, then the blocks in order."""
+        parts = [pa.array(self.values.get(name, [None] * len(self.ids)), type=typ)]
+        for block_ids, columns in self.blocks:
+            parts.append(columns.column(name).combine_chunks().cast(typ) if name in columns.column_names
+                         else pa.nulls(len(block_ids), typ))
+        return pa.concat_arrays(parts)
+
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.ids) + sum(len(ids) for ids, _ in self.blocks)
 
 
 def submit(
@@ -165,28 +196,48 @@ def submit(
     rejects: list[dict[str, Any]] = []
     chunk = _Chunk()
     bar = progress_bar(progress, f"ingest {name}/{batch}", "doc")
+
+    def take(item: SourceRecord) -> None:
+        record, problem = _map_record(item, field_map, types)
+        if problem is not None:
+            _reject(report, rejects, problem, batch, state)
+            return
+        raw = record[RAW_CONTENT_FIELD]
+        rid = content_id(raw) if dedup else random_id()
+        if dedup:
+            if rid in staged_ids:  # twice in this batch; earlier batches are asked per chunk
+                report.duplicates += 1
+                return
+            staged_ids.add(rid)
+        chunk.add(rid, record, len(raw))
+
     try:
-        for item in iter_sources(sources, kind):
-            report.read += 1
+        for item in iter_sources(sources, kind, block_rows=min(BLOCK_ROWS, chunk_rows)):
+            count = len(item) if isinstance(item, SourceBlock) else 1
+            report.read += count
             if bar is not None:
-                bar.update(1)
+                bar.update(count)
             if isinstance(item, RecordProblem):
                 _reject(report, rejects, item, batch, state)
                 continue
             if unused_map:
-                unused_map.difference_update(item.fields.keys() & unused_map)
-            record, problem = _map_record(item, field_map, types)
-            if problem is not None:
-                _reject(report, rejects, problem, batch, state)
-                continue
-            raw = record[RAW_CONTENT_FIELD]
-            rid = content_id(raw) if dedup else random_id()
-            if dedup:
-                if rid in staged_ids:  # twice in this batch; earlier batches are asked per chunk
-                    report.duplicates += 1
-                    continue
-                staged_ids.add(rid)
-            chunk.add(rid, record, len(raw))
+                unused_map.difference_update(_field_names(item) & unused_map)
+            if isinstance(item, SourceBlock):
+                if len(chunk) and len(chunk) + len(item) > chunk_rows:  # chunks stay within chunk_rows
+                    _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types,
+                           known_fields, report)
+                    chunk = _Chunk()
+                mapped = _map_block(item, field_map, types)
+                if mapped is None:  # a per-record decision is needed: the same lines, one by one
+                    for one in item.records():
+                        if isinstance(one, RecordProblem):
+                            _reject(report, rejects, one, batch, state)
+                        else:
+                            take(one)
+                else:
+                    _take_block(item, mapped, field_map, dedup, staged_ids, chunk, report, rejects, batch, state)
+            else:
+                take(item)
             if len(chunk) >= chunk_rows or chunk.bytes >= chunk_bytes:
                 _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types,
                        known_fields, report)
@@ -295,7 +346,7 @@ def _without_existing(chunk: _Chunk, existing: ExistingIds | None, staged_ids: s
     """Drop the chunk's rows whose id an earlier batch holds (one bulk lookup per chunk)."""
     if existing is None or not len(chunk):
         return chunk
-    taken = existing.existing(chunk.ids)
+    taken = existing.existing(chunk.all_ids())
     if taken:
         report.duplicates += chunk.drop(taken)
         staged_ids -= taken
@@ -324,9 +375,7 @@ def _map_record(
             return None, _problem(item, str(e), key)
     raw = out.get(RAW_CONTENT_FIELD)
     if raw is None:
-        mapped_from = next((s for s, t in field_map.items() if t == RAW_CONTENT_FIELD), None)
-        hint = f" (mapped from '{mapped_from}')" if mapped_from else " (use --map SOURCE_FIELD=raw_data)"
-        return None, _problem(item, f"missing mapped field{hint}", RAW_CONTENT_FIELD)
+        return None, _problem(item, _missing_raw(field_map), RAW_CONTENT_FIELD)
     if not isinstance(raw, str):
         return None, _problem(item, f"raw content must be text, got {F.value_type(raw)}", RAW_CONTENT_FIELD)
     if not raw.strip():
@@ -343,6 +392,79 @@ def _map_record(
         if key not in types and value is not None:
             types[key] = F.value_type(value)
     return out, None
+
+
+#: column types of a block the pipeline takes whole, as the table's field types
+_BLOCK_KINDS = {"string": "string", "int64": "long", "bool": "boolean"}
+
+
+def _field_names(item: SourceRecord | SourceBlock) -> set[str]:
+    return set(item.table.column_names) if isinstance(item, SourceBlock) else set(item.fields)
+
+
+def _map_block(block: SourceBlock, field_map: dict[str, str], types: dict[str, str]) -> pa.Table | None:
+    """The block's columns renamed to their fields and fitted to the table's types, or None
+    when a record needs its own decision (see :class:`SourceBlock`).
+
+    Column by column, the checks are :func:`_map_record`'s: two source fields landing in
+    one field, or a column whose type the table's field cannot take, fall back; the raw
+    content's checks are per row and stay in :func:`_take_block`. New fields take the
+    column's type, as the first record holding them would.
+    """
+    names = block.table.column_names
+    if F.collision(names, field_map) is not None:
+        return None
+    columns, fitted = [], []
+    for source, column in zip(names, block.table.columns):
+        target = F.target_name(source, field_map)
+        kind = _BLOCK_KINDS.get(str(column.type))
+        if kind is None:  # all null: nothing to store, no type to learn
+            continue
+        expected = types.get(target)
+        if expected is not None and expected != kind and not (expected == "double" and kind == "long"):
+            return None
+        if target == RAW_CONTENT_FIELD and kind != "string":
+            return None
+        columns.append(target)
+        fitted.append(column.cast(pa.float64()) if expected == "double" else column)
+    for target, column in zip(columns, fitted):
+        if target not in types and column.null_count < len(column):
+            types[target] = _BLOCK_KINDS.get(str(column.type), "double")
+    return pa.Table.from_arrays(fitted, names=columns) if columns else pa.table({})
+
+
+def _take_block(block: SourceBlock, mapped: pa.Table, field_map: dict[str, str], dedup: bool, staged_ids: set[str],
+                chunk: _Chunk, report: SubmitReport, rejects: list, batch: str, state: FamilyState) -> None:
+    """Add a mapped block's rows to the chunk: raw content checked per row, ids, in-batch dedup."""
+    raws = mapped.column(RAW_CONTENT_FIELD).to_pylist() if RAW_CONTENT_FIELD in mapped.column_names else \
+        [None] * len(block)
+    keep: list[int] = []
+    ids: list[str] = []
+    size = 0
+    for i, raw in enumerate(raws):
+        if raw is None or not raw.strip():
+            reason = _missing_raw(field_map) if raw is None else "empty raw content"
+            _reject(report, rejects, RecordProblem(block.source_file, reason, line=block.lines[i],
+                                                   field=RAW_CONTENT_FIELD), batch, state)
+            continue
+        rid = content_id(raw) if dedup else random_id()
+        if dedup:
+            if rid in staged_ids:
+                report.duplicates += 1
+                continue
+            staged_ids.add(rid)
+        keep.append(i)
+        ids.append(rid)
+        size += len(raw)
+    if keep:
+        rows = mapped if len(keep) == len(raws) else mapped.take(pa.array(keep, pa.int64()))
+        chunk.add_block(ids, rows, size)
+
+
+def _missing_raw(field_map: dict[str, str]) -> str:
+    mapped_from = next((s for s, t in field_map.items() if t == RAW_CONTENT_FIELD), None)
+    hint = f" (mapped from '{mapped_from}')" if mapped_from else " (use --map SOURCE_FIELD=raw_data)"
+    return f"missing mapped field{hint}"
 
 
 def _problem(item: SourceRecord, reason: str, field_name: str) -> RecordProblem:
@@ -374,7 +496,7 @@ def _flush(writer: StagedWrite, chunk: _Chunk, batch: str, types: dict[str, str]
            report: SubmitReport) -> None:
     if not len(chunk):
         return
-    new = [f for f in chunk.values if f not in known and types.get(f)]
+    new = [f for f in chunk.fields() if f not in known and types.get(f)]
     if new:
         _add_raw_fields(writer, new, types)
         known.update(new)
@@ -384,10 +506,10 @@ def _flush(writer: StagedWrite, chunk: _Chunk, batch: str, types: dict[str, str]
                     for f in writer.table.schema().find_field(RAW_STAGE).field_type.fields]
     struct_type = pa.struct([pa.field(f, t) for f, t in table_fields])
     n = len(chunk)
-    arrays = [pa.array(chunk.values.get(f, [None] * n), type=t) for f, t in table_fields]
+    arrays = [chunk.column(f, t) for f, t in table_fields]
     raw_struct = pa.StructArray.from_arrays(arrays, fields=list(struct_type))
     data = pa.Table.from_arrays(
-        [pa.array(chunk.ids, pa.string()), pa.array([batch] * n, pa.string()), raw_struct],
+        [pa.array(chunk.all_ids(), pa.string()), pa.array([batch] * n, pa.string()), raw_struct],
         schema=pa.schema(key_arrow_fields() + [pa.field(RAW_STAGE, struct_type)]),
     )
     writer.write(data)

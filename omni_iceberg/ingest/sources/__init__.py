@@ -44,6 +44,7 @@ from omni_iceberg.ingest.sources.jsonl import JsonlReader
 from omni_iceberg.ingest.sources.pdf import PdfReader
 from omni_iceberg.ingest.sources.records import (
     RecordProblem,
+    SourceBlock,
     SourceItem,
     SourceReader,
     SourceRecord,
@@ -125,18 +126,24 @@ def missing_reason(path: Path) -> str:
 
 
 def iter_sources(
-    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], kind: str | None = None
-) -> Iterator[SourceItem]:
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], kind: str | None = None,
+    *, block_rows: int = 0,
+) -> Iterator[SourceItem | SourceBlock]:
     """Read several sources one after the other, as one stream of records and problems.
 
     Every path is resolved to a reader before the first record is read, so a typo in
-    the last path fails at once instead of after a long read.
+    the last path fails at once instead of after a long read. With ``block_rows``,
+    readers that can (JSONL) yield :class:`SourceBlock` of up to that many records
+    where the input allows it; the others ignore it.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     plan = [(reader_for(p, kind), os.fspath(p)) for p in paths]
     for reader, path in plan:
-        yield from reader.read(path)
+        if block_rows and hasattr(reader, "read_blocks"):
+            yield from reader.read_blocks(path, block_rows)
+        else:
+            yield from reader.read(path)
 
 
 def _detect_file(path: Path) -> SourceReader | None:
@@ -165,6 +172,7 @@ __all__ = [
     "READERS",
     "FOLDER_PRIORITY",
     "RecordProblem",
+    "SourceBlock",
     "SourceItem",
     "SourceReader",
     "SourceRecord",

@@ -11,7 +11,7 @@ unknown format) raise :class:`catalog_ext.errors.SourceError` instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol, Union
+from typing import Any, Callable, Iterator, Protocol, Union
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,28 @@ class RecordProblem:
         if self.field:
             return f"{where}: field '{self.field}': {self.reason}"
         return f"{where}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceBlock:
+    """Many consecutive records of one file, already parsed into Arrow columns.
+
+    Only readers asked for blocks yield them (the JSONL fast path, see
+    :mod:`.jsonl`), and only for input whose columns are plain - text, 64-bit
+    integers, booleans, nulls - so the pipeline can check and map them column by
+    column. ``lines`` is the 1-based line of each row. ``records`` re-reads the same
+    lines one record at a time: the pipeline falls back to it whenever the block needs
+    a per-record decision (two fields landing in one column, a type clash with the
+    table), so both paths accept and reject exactly the same records.
+    """
+
+    table: Any  # pyarrow.Table: one row per record
+    source_file: str
+    lines: list[int]
+    records: Callable[[], Iterator["SourceRecord | RecordProblem"]]
+
+    def __len__(self) -> int:
+        return len(self.lines)
 
 
 SourceItem = Union[SourceRecord, RecordProblem]
