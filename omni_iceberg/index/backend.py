@@ -84,6 +84,34 @@ Located = tuple[bytes, int, bytes]
 _POS = struct.Struct(">I")
 
 
+@dataclass(frozen=True)
+class FileEntries:
+    """The entries of one data file (or a slice of it) already in stored form.
+
+    What writers hand backends in bulk: built with whole-array operations (see
+    ``IndexWriter``), so a million rows cost no per-row Python tuple or packing.
+    ``keys`` are ``id key + file key``; ``values`` are :func:`entry_value` of each.
+    """
+
+    file_key: bytes
+    keys: list[bytes]
+    values: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def stored_pairs(entries: Sequence["Entry | FileEntries"]) -> list[tuple[bytes, bytes]]:
+    """``(id key + file key, stored value)`` of every entry, tuples and :class:`FileEntries` alike."""
+    pairs: list[tuple[bytes, bytes]] = []
+    for e in entries:
+        if isinstance(e, FileEntries):
+            pairs += zip(e.keys, e.values)
+        else:
+            pairs.append((e[0] + e[1], entry_value(e)))
+    return pairs
+
+
 def entry_value(entry: Entry) -> bytes:
     """The stored value of an entry: big-endian position, then the inline values."""
     return _POS.pack(entry[2]) + (entry[3] if len(entry) > 3 else b"")
@@ -101,7 +129,7 @@ class IndexBackend(ABC):
     location: str
 
     @abstractmethod
-    def put_entries(self, entries: Sequence[Entry]) -> None:
+    def put_entries(self, entries: Sequence[Entry | FileEntries]) -> None:
         """Store entries durably (one batch; the caller bounds its size)."""
 
     @abstractmethod
@@ -132,7 +160,7 @@ class IndexBackend(ABC):
     def delete_meta(self, keys: Iterable[bytes]) -> None:
         """Remove meta records."""
 
-    def write(self, entries: Sequence[Entry], meta: dict[bytes, bytes]) -> None:
+    def write(self, entries: Sequence[Entry | FileEntries], meta: dict[bytes, bytes]) -> None:
         """Entries, then meta records. Backends with transactions do both in one (LMDB)."""
         if entries:
             self.put_entries(entries)

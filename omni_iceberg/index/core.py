@@ -22,12 +22,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
+import numpy as np
+
 from catalog_ext.family import FamilyState
 from omni_iceberg.index import visibility
-from omni_iceberg.index.backend import FILE_PREFIX, RUN_PREFIX, FileRecord, IndexBackend, RunRecord
+from omni_iceberg.index.backend import FILE_PREFIX, RUN_PREFIX, FileEntries, FileRecord, IndexBackend, RunRecord
 from omni_iceberg.index.errors import IndexCorruptError
 from omni_iceberg.index.inline import IndexedRows, Layout, payloads
-from omni_iceberg.index.keys import file_key, id_key, id_of
+from omni_iceberg.index.keys import ID_BYTES, file_key, id_key, id_of
 
 #: entries per backend write: bounds a writer's memory and one LMDB txn / HBase batch
 PUT_BATCH = 50_000
@@ -210,11 +212,11 @@ class IndexWriter:
                          inline=rows.layout.to_json())
         starts = list(range(0, len(ids), PUT_BATCH)) or [0]
         for start in starts[:-1]:
-            self.index.backend.put_entries(_entries(fkey, rows, start, start + PUT_BATCH))
+            self.index.backend.put_entries([_entries(fkey, rows, start, start + PUT_BATCH)])
         # the last chunk goes with the file record and the run record that lists the file:
         # one transaction where the backend has them (one fsync per file, not three)
         self.record = replace(self.record, files=self.record.files + (fkey.hex(),), rows=self.record.rows + len(ids))
-        self.index.backend.write(_entries(fkey, rows, starts[-1], len(ids)),
+        self.index.backend.write([_entries(fkey, rows, starts[-1], len(ids))],
                                  {FILE_PREFIX + fkey: rec.to_bytes(), self._key: self.record.to_bytes()})
         return len(ids)
 
@@ -239,7 +241,7 @@ class IndexWriter:
             if fkey in known and known[fkey].path != path:
                 raise IndexCorruptError(f"file key {fkey.hex()} names both {known[fkey].path} and {path}; "
                                         "rebuild the index (`omni index rebuild`)")
-            entries += _entries(fkey, rows, 0, len(rows.ids))
+            entries.append(_entries(fkey, rows, 0, len(rows.ids)))
             meta[FILE_PREFIX + fkey] = FileRecord(path=path, table=self.table, run=self.run, batch=batch,
                                                   rows=len(rows.ids), inline=rows.layout.to_json()).to_bytes()
             keys.append(fkey.hex())
@@ -280,11 +282,18 @@ class IndexWriter:
         self.index.backend.put_meta({self._key: self.record.to_bytes()})
 
 
-def _entries(fkey: bytes, rows: IndexedRows, lo: int, hi: int) -> list[tuple[bytes, bytes, int, bytes]]:
-    """Backend entries for rows ``lo:hi`` of one file."""
-    ids = rows.ids[lo:hi]
-    values = payloads(rows.matrix, lo, hi) if rows.matrix is not None else [b""] * len(ids)
-    return [(id_key(rid), fkey, lo + i, v) for i, (rid, v) in enumerate(zip(ids, values))]
+def _entries(fkey: bytes, rows: IndexedRows, lo: int, hi: int) -> FileEntries:
+    """Stored entries for rows ``lo:hi`` of one file, built as whole arrays (no per-row packing)."""
+    n = min(hi, len(rows.ids)) - lo
+    if n <= 0:
+        return FileEntries(fkey, [], [])
+    ids = np.frombuffer(bytes.fromhex("".join(rows.ids[lo:lo + n])), np.uint8).reshape(n, ID_BYTES)
+    keys = np.hstack([ids, np.broadcast_to(np.frombuffer(fkey, np.uint8), (n, len(fkey)))])
+    positions = np.arange(lo, lo + n, dtype=">u4").view(np.uint8).reshape(n, 4)
+    values = positions if rows.matrix is None else np.hstack([positions, rows.matrix[lo:lo + n]])
+    # in key order already: the backend's sort of several files' entries then only merges runs
+    order = np.argsort(keys.view(f"S{keys.shape[1]}").ravel(), kind="stable")
+    return FileEntries(fkey, payloads(keys[order]), payloads(values[order]))
 
 
 class IndexView:

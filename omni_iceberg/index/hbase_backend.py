@@ -31,7 +31,7 @@ from __future__ import annotations
 import socket
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from omni_iceberg.index.backend import Entry, IndexBackend, Located, entry_value, parse_value
+from omni_iceberg.index.backend import Entry, FileEntries, IndexBackend, Located, parse_value, stored_pairs
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import ID_BYTES
 
@@ -120,11 +120,13 @@ class HBaseBackend(IndexBackend):
                     raise
 
     # ---- entries ----------------------------------------------------------------------
-    def put_entries(self, entries: Sequence[Entry]) -> None:
+    def put_entries(self, entries: Sequence[Entry | FileEntries]) -> None:
+        pairs = stored_pairs(entries)
+
         def put():
             with self._entries.batch(batch_size=BATCH_SIZE) as b:
-                for e in entries:
-                    b.put(e[0], {ENTRY_FAMILY + b":" + e[1]: entry_value(e)})
+                for key, value in pairs:
+                    b.put(key[:ID_BYTES], {ENTRY_FAMILY + b":" + key[ID_BYTES:]: value})
 
         self._call(put)
 

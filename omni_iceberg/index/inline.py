@@ -204,6 +204,14 @@ def _put_bytes(mat: np.ndarray, start: int, width: int, arr: pa.Array) -> None:
     total = int(lengths.sum())
     if not total:
         return
+    if pa.types.is_string(arr.type) and pc.all(pc.string_is_ascii(arr)).as_py() is not False:
+        # ASCII (URLs, names, labels): characters are bytes, so Arrow's padding gives the
+        # fixed-width block directly - several times faster than scattering the bytes
+        padded = pc.utf8_rpad(arr.fill_null(""), width=width, padding="\x00")
+        first = np.frombuffer(padded.buffers()[1], np.int32)[padded.offset]
+        body = np.frombuffer(padded.buffers()[2], np.uint8)[first:first + rows * width]
+        mat[:, start + 2:start + 2 + width] = body.reshape(rows, width)
+        return
     data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
     row_of = np.repeat(np.arange(rows), lengths)
     within = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)

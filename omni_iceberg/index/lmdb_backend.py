@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from omni_iceberg.index.backend import Entry, IndexBackend, Located, entry_value, parse_value
+from omni_iceberg.index.backend import Entry, FileEntries, IndexBackend, Located, parse_value, stored_pairs
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 
@@ -60,6 +60,13 @@ def _close_env(path: Path) -> None:
         env.close()
 
 
+def _items(entries: Sequence[Entry | FileEntries]) -> list[tuple[bytes, bytes]]:
+    """(key, value) pairs in key order: LMDB appends sorted keys to its pages instead of splitting them."""
+    pairs = stored_pairs(entries)
+    pairs.sort()
+    return pairs
+
+
 class LmdbBackend(IndexBackend):
     """Index of one logical table in the LMDB environment at ``path``."""
 
@@ -99,8 +106,8 @@ class LmdbBackend(IndexBackend):
                 return fn(txn)
 
     # ---- entries ----------------------------------------------------------------------
-    def put_entries(self, entries: Sequence[Entry]) -> None:
-        items = sorted((e[0] + e[1], entry_value(e)) for e in entries)
+    def put_entries(self, entries: Sequence[Entry | FileEntries]) -> None:
+        items = _items(entries)
         self._write(lambda txn: txn.cursor(db=self._entries).putmulti(items))
 
     def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[Located]]:
@@ -118,9 +125,9 @@ class LmdbBackend(IndexBackend):
 
         return self._read(walk)
 
-    def write(self, entries: Sequence[Entry], meta: dict[bytes, bytes]) -> None:
+    def write(self, entries: Sequence[Entry | FileEntries], meta: dict[bytes, bytes]) -> None:
         # one transaction, one fsync: a file's entries and the records naming them land together
-        items = sorted((e[0] + e[1], entry_value(e)) for e in entries)
+        items = _items(entries)
 
         def put(txn):
             txn.cursor(db=self._entries).putmulti(items)
