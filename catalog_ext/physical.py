@@ -108,6 +108,9 @@ def create_physical_table(
         "write.parquet.compression-codec": "zstd",
         "write.distribution-mode": "hash",
         f"write.metadata.metrics.column.{BATCH_COLUMN}": "full",  # exact batch bounds: batch pruning
+        # every commit copies the metadata log (pyiceberg deep-copies the metadata per update):
+        # keep it short; omni pins snapshots, never old metadata files (retention sweeps those)
+        "write.metadata.previous-versions-max": "10",
         **properties,
     }
     table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=table_props)
