@@ -19,6 +19,10 @@ Both return the full logical row without raw content (``_ai_append_name_``,
 ``RawData.url``, the three features) and are checked to be equal. Lookups of 1 and of
 1,000 ids; P50 / P99 per variant; headline: scan / index at the P50.
 ``get_rows`` (which also loads the version from the catalog) is timed for 1 id too.
+Last, one more batch of ``SUBMIT_ROWS`` records is submitted into the big table and into a
+table holding one batch of 1,000 rows (dedup goes through the index for both), each in a
+fresh interpreter: peak anonymous memory (``RssAnon``, sampled every 5 ms), peak RSS
+(``VmHWM``, which also counts the memory-mapped LMDB pages the lookups touched) and time.
 
 ``--row-group-rows`` sets ``write.parquet.row-group-limit`` on the family's tables before
 writing: a point read decodes whole row groups (pyarrow has no page-level reads), so
@@ -40,6 +44,8 @@ from benchmarks import common as C
 from omni_iceberg.features import feature
 
 COLUMNS = ["_ai_append_name_", "RawData.url", "ix_len", "ix_digits", "ix_tag"]
+#: records of the extra batch whose submit is measured against an empty table's
+SUBMIT_ROWS = 100_000
 
 
 @feature(outputs={"ix_len": "long"}, inputs=["RawData.raw_data"], form="batch", batch_size=65536)
@@ -92,10 +98,64 @@ def add_headlines(payload: dict) -> dict:
         C.headline("1,000 ids: scan / index (P50)", many["scan_over_index_p50"], "x", ">= 1000",
                    many["scan_over_index_p50"] >= 1000),
     ]
+    sub = res.get("submit")
+    if sub:
+        big, small = sub["into_table"], sub["into_small_table"]
+        payload["headline"] += [
+            C.headline(f"submit of {sub['rows']:,} rows: peak anonymous RSS into the {payload['rows']:,}-row "
+                       "table / into a 1,000-row table", big["peak_anon_mib"] / small["peak_anon_mib"], "x",
+                       "~1 (independent)", big["peak_anon_mib"] / small["peak_anon_mib"] <= 1.1,
+                       f"{big['peak_anon_mib']:.0f} MiB vs {small['peak_anon_mib']:.0f} MiB; dedup by "
+                       f"{big['dedup']} and {small['dedup']}, {big['written']:,} rows written"),
+            C.headline("the same, peak RSS with file-backed pages (VmHWM: includes the LMDB index pages "
+                       "the dedup lookups touched, which the kernel reclaims)", big["peak_mib"] / small["peak_mib"],
+                       "x", "", None, f"{big['peak_mib']:.0f} MiB vs {small['peak_mib']:.0f} MiB"),
+            C.headline("the same submit: time into the big table / into the 1,000-row table",
+                       big["seconds"] / small["seconds"], "x", "", None,
+                       f"{big['seconds']:.1f} s vs {small['seconds']:.1f} s"),
+        ]
     payload["table"] = {"columns": ["ids", "variant", "P50 ms", "P99 ms"],
                         "rows": [[k.split("_")[0], v, res[k][v]["p50_ms"], res[k][v]["p99_ms"]]
                                  for k in ("1_ids", "1000_ids") for v in ("index", "scan")]}
     return payload
+
+
+#: run in a fresh interpreter: peak RSS of one submit, nothing else in the process
+_SUBMIT_CHILD = """
+import json, sys, threading, time
+from catalog_ext.config import OmniConfig
+from omni_iceberg.api import Omni
+
+def status(key):
+    return [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(key)][0] / 1024
+
+peak_anon, done = [0.0], threading.Event()
+def sample():  # the kernel keeps no peak of anonymous memory: sample it
+    while not done.is_set():
+        peak_anon[0] = max(peak_anon[0], status("RssAnon:"))
+        time.sleep(0.005)
+
+home, table, source, batch = sys.argv[1:5]
+omni = Omni(OmniConfig.resolve(catalog=f"sqlite:///{home}/catalog.db", warehouse=f"{home}/warehouse", home=home))
+before = status("VmHWM:")
+threading.Thread(target=sample, daemon=True).start()
+report = omni.submit(table, [source], batch=batch, progress=False)
+done.set()
+print(json.dumps({"before_mib": before, "peak_mib": status("VmHWM:"), "peak_anon_mib": peak_anon[0],
+                  "written": report.written, "dedup": report.dedup, "seconds": report.seconds}))
+"""
+
+
+def submit_rss(home, table: str, source, batch: str) -> dict:
+    """Peak RSS of one ``omni submit`` of ``source`` into ``table``, in a process of its own."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _SUBMIT_CHILD, str(home), table, str(source), batch],
+                          cwd=C.ROOT, capture_output=True, text=True, check=False, env=dict(os.environ))
+    if proc.returncode != 0:
+        raise SystemExit(f"submit child failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -186,6 +246,18 @@ def main(argv: list[str] | None = None) -> None:
             summary[key]["scan_over_index_p50"] = round(statistics.median(times["scan"]) /
                                                         statistics.median(times["index"]), 1)
         summary["get_rows_1_id_incl_version_load"] = {"p50_ms": round(statistics.median(cli_like) * 1e3, 3)}
+        # one more batch into the big table vs the same batch into an empty table: peak RSS
+        # and time of the submit must not depend on what the table already holds
+        extra = scratch / "extra.jsonl"
+        synthetic_jsonl(extra, rows + 10_000_000, SUBMIT_ROWS)
+        home = omni.config.home
+        big = submit_rss(home, "syn", extra, "extra")
+        small_batch = scratch / "small.jsonl"  # a table with one small batch: dedup goes through the index too
+        synthetic_jsonl(small_batch, rows + 20_000_000, 1_000)
+        omni.create_table("syn_small")
+        omni.submit("syn_small", [str(small_batch)], batch="b0", progress=False)
+        small = submit_rss(home, "syn_small", extra, "extra")
+        summary["submit"] = {"rows": SUBMIT_ROWS, "into_table": big, "into_small_table": small}
         payload = {"rows": rows, "batch_rows": batch_rows, "row_group_rows": args.row_group_rows, "index_backend": "hbase" if spec.startswith("hbase") else "lmdb", "synthetic_records": True,
                    "setup_seconds": {k: round(v, 1) for k, v in setup.items()}, "index_entries": rows * 4,
                    "results": summary, "load_average": C.load_average()}
