@@ -262,6 +262,68 @@ def _column(mat: np.ndarray, start: int, slot: Slot, nulls: np.ndarray) -> pa.Ar
     return arr
 
 
+_ARROW = {"i1": pa.int8(), "i2": pa.int16(), "i4": pa.int32(), "i8": pa.int64(), "u1": pa.uint8(),
+          "u2": pa.uint16(), "u4": pa.uint32(), "u8": pa.uint64(), "f4": pa.float32(), "f8": pa.float64(),
+          "b1": pa.bool_(), "s": pa.string(), "y": pa.binary()}
+_STRUCT = {"i1": "<b", "i2": "<h", "i4": "<i", "i8": "<q", "u1": "<B", "u2": "<H", "u4": "<I", "u8": "<Q",
+           "f4": "<f", "f8": "<d", "b1": "<?"}
+_READERS: dict[tuple[int, tuple[str, ...]], tuple[Layout, list[tuple[int, int, str, Any, int]]]] = {}
+
+
+def _reader(layout: Layout, names: tuple[str, ...]) -> list[tuple[int, int, str, Any, int]]:
+    """Per wanted leaf: (slot index, byte offset, kind, struct or None, width), cached per layout.
+
+    Keyed by the layout object's identity (the index keeps one per file record), which
+    is cheaper than hashing its slots per row; the entry holds the layout, so the
+    identity cannot be reused by another object while cached.
+    """
+    import struct
+
+    key = (id(layout), names)
+    hit = _READERS.get(key)
+    found = hit[1] if hit is not None and hit[0] is layout else None
+    if found is None:
+        at, offsets = _bitmap_bytes(len(layout.slots)), {}
+        for j, slot in enumerate(layout.slots):
+            offsets[slot.name] = (j, at, slot)
+            at += _stored(slot)
+        found = []
+        for name in names:
+            j, at, slot = offsets[name]
+            found.append((j, at, slot.kind, struct.Struct(_STRUCT[slot.kind]) if slot.kind in _STRUCT else None,
+                          slot.width))
+        if len(_READERS) > 4096:
+            _READERS.clear()
+        _READERS[key] = (layout, found)
+    return found
+
+
+def decode_rows(rows: Sequence[tuple[Layout, bytes]], names: Sequence[str]) -> dict[str, pa.Array]:
+    """The leaves ``names`` of rows from files of any layouts, one Arrow array per leaf.
+
+    For lookups, whose rows come a few per file from many files: a per-row decode of
+    the few wanted fields costs far less than array work per file (:func:`decode`).
+    Every layout must hold every name; the arrays take the type of the first row's slot.
+    """
+    names = tuple(names)
+    columns: list[list[Any]] = [[] for _ in names]
+    kinds: list[str | None] = [None] * len(names)
+    for layout, value in rows:
+        nulls = int.from_bytes(value[:_bitmap_bytes(len(layout.slots))], "little")
+        for i, (j, at, kind, unpack, width) in enumerate(_reader(layout, names)):
+            if kinds[i] is None:
+                kinds[i] = kind
+            if nulls >> j & 1:
+                columns[i].append(None)
+            elif unpack is not None:
+                columns[i].append(unpack.unpack_from(value, at)[0])
+            else:
+                length = value[at] | value[at + 1] << 8
+                raw = value[at + 2:at + 2 + length]
+                columns[i].append(raw.decode("utf-8") if kind == "s" else bytes(raw))
+    return {name: pa.array(col, _ARROW[kinds[i] or "s"]) for i, (name, col) in enumerate(zip(names, columns))}
+
+
 @dataclass
 class IndexedRows:
     """What indexing one data file needs: its ids in row order, and their inline values."""

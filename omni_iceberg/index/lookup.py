@@ -172,8 +172,8 @@ def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: l
             arr = values.get(phys)
             arrays.append(pa.nulls(len(expected), typ) if arr is None else arr.cast(typ))
         pieces.append(pa.Table.from_arrays(arrays, names=KEYS + [lg for _, lg in cols]))
-    access.files_inline = sum(1 for *_, how in done if how == FROM_INLINE)
-    access.files_read = len(done) - access.files_inline
+    access.files_read = sum(1 for *_, how in done if how != FROM_INLINE)  # one piece per file read
+    access.files_inline = len(files) - access.files_read  # inline pieces may merge several files
     if not pieces:
         return _empty(cols, state), None
     return pa.concat_tables(pieces), None

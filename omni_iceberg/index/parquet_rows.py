@@ -157,13 +157,17 @@ def read_located(files: dict[str, list[tuple[str, Any]]], columns: list[str], io
     when there are more than two.
     """
     wanted_columns = list(dict.fromkeys([ID_COLUMN, BATCH_COLUMN, *columns]))
-    out, to_read = [], []
+    out, to_read, few = [], [], []
     for path, wanted in files.items():
-        values = _from_inline(wanted, wanted_columns)
-        if values is None:
+        need = _inline_need(wanted, wanted_columns)
+        if need is None:
             to_read.append((path, wanted))
+        elif len(wanted) < FEW_ROWS_PER_FILE:
+            few.append((wanted, need))
         else:
-            out.append(([rid for rid, _ in wanted], values, FROM_INLINE))
+            out.append(([rid for rid, _ in wanted], _from_inline(wanted, need), FROM_INLINE))
+    for piece in _few_from_inline(few):
+        out.append(piece)
 
     def read(item):
         path, wanted = item
@@ -179,21 +183,50 @@ def read_located(files: dict[str, list[tuple[str, Any]]], columns: list[str], io
     return out, ""
 
 
-def _from_inline(wanted: list[tuple[str, Any]], columns: list[str]) -> dict[str, pa.Array] | None:
-    """The values of ``columns`` from the rows' inline values, or None when they lack one."""
-    from omni_iceberg.index.inline import decode
+#: below this many rows of one file, inline values are decoded row by row with the other
+#: files' rows (a point lookup touches many files a row or two each); above, per file as arrays
+FEW_ROWS_PER_FILE = 64
 
+
+def _inline_need(wanted: list[tuple[str, Any]], columns: list[str]) -> list[str] | None:
+    """The leaves to decode from the rows' inline values, or None when they lack one."""
     layout = wanted[0][1].layout
     names = layout.names
     batch_known = bool(wanted[0][1].batch)  # one batch per file unless compacted: in its record
     need = [c for c in columns if c != ID_COLUMN and not (c == BATCH_COLUMN and batch_known)]
     if not all(c in names for c in need) or not all(loc.inline for _, loc in wanted):
         return None
-    values = decode(layout, [loc.inline for _, loc in wanted], need)
+    return need
+
+
+def _from_inline(wanted: list[tuple[str, Any]], need: list[str]) -> dict[str, pa.Array]:
+    """``need`` of one file's rows from their inline values, plus the id and the batch."""
+    from omni_iceberg.index.inline import decode
+
+    values = decode(wanted[0][1].layout, [loc.inline for _, loc in wanted], need)
     values[ID_COLUMN] = pa.array([rid for rid, _ in wanted], pa.string())
     if BATCH_COLUMN not in values:
         values[BATCH_COLUMN] = pa.array([loc.batch for _, loc in wanted], pa.string())
     return values
+
+
+def _few_from_inline(groups: list[tuple[list[tuple[str, Any]], list[str]]]
+                     ) -> list[tuple[list[str], dict[str, pa.Array], str]]:
+    """Files with few wanted rows, decoded together: one piece per set of decoded leaves."""
+    from omni_iceberg.index.inline import decode_rows
+
+    by_need: dict[tuple[str, ...], list[tuple[str, Any]]] = {}
+    for wanted, need in groups:
+        by_need.setdefault(tuple(need), []).extend(wanted)
+    pieces = []
+    for need, rows in by_need.items():
+        values = decode_rows([(loc.layout, loc.inline) for _, loc in rows], need)
+        ids = [rid for rid, _ in rows]
+        values[ID_COLUMN] = pa.array(ids, pa.string())
+        if BATCH_COLUMN not in values:
+            values[BATCH_COLUMN] = pa.array([loc.batch for _, loc in rows], pa.string())
+        pieces.append((ids, values, FROM_INLINE))
+    return pieces
 
 
 #: files read at once by one lookup
