@@ -422,9 +422,10 @@ def _execute(store: FamilyStore, plan: RetentionPlan, policy: RetentionPolicy, r
                 remove_pin(store.catalog, pin)  # its manifest is gone: it pins nothing any more
         if bar is not None:
             bar.update(1)
+        index = _index_of(store, states)
         for ident, pinned in sorted(pins_by_table.items()):
             try:
-                _expire_table(store.catalog, ident, pinned, started_s, fence_s, policy, report)
+                _expire_table(store.catalog, ident, pinned, started_s, fence_s, policy, report, index)
             except Exception as e:  # noqa: BLE001 - one table's failure leaves it for the next run
                 report.errors.append(f"{ident}: {type(e).__name__}: {e}")
             if bar is not None:
@@ -502,8 +503,18 @@ def _sweep_view_files(store: FamilyStore, view: Any, documents: set[str], droppe
     _delete(store.catalog, stale, "metadata", report)
 
 
+def _index_of(store: Any, states: list[Any]) -> Any:
+    """The table's id index when one is configured (the cut records are pruned with it), else None."""
+    if not states:
+        return None
+    try:
+        return store.open_index(states[-1])
+    except Exception:  # noqa: BLE001 - without it the records are only not pruned
+        return None
+
+
 def _expire_table(catalog: Any, identifier: str, pinned: set[int], started_s: float, fence_s: float,
-                  policy: RetentionPolicy, report: RetentionReport) -> None:
+                  policy: RetentionPolicy, report: RetentionReport, index: Any = None) -> None:
     """Expire one physical table's unpinned snapshots, record the cut runs, delete what only they reached."""
     from omni_iceberg.index.visibility import EXPIRED_RUNS_PROPERTY
 
@@ -514,7 +525,7 @@ def _expire_table(catalog: Any, identifier: str, pinned: set[int], started_s: fl
         result.clear()
         if not ids:
             return
-        record = _cut_record(ice, set(ids))
+        record = _cut_record(ice, set(ids), index)
         # the snapshot objects themselves: committing updates ``ice`` in place
         result["snapshots"] = [ice.snapshot_by_id(i) for i in ids]
         result["ids"] = ids
@@ -549,11 +560,13 @@ def _expire_table(catalog: Any, identifier: str, pinned: set[int], started_s: fl
     _delete(catalog, stale, "metadata", report)
 
 
-def _cut_record(table: Any, doomed: set[int]) -> str:
+def _cut_record(table: Any, doomed: set[int], index: Any = None) -> str:
     """The new ``omni.index.expired-runs`` value once ``doomed`` snapshots are gone.
 
     Each surviving snapshot whose parent is doomed becomes a cut: it gets the runs of
-    its whole ancestry below it (through earlier cuts). Records of doomed snapshots go.
+    its whole ancestry below it (through earlier cuts), pruned with the index to the
+    runs that still matter (:func:`_runs_that_matter`) so the record follows the live
+    data, not the history. Records of doomed snapshots go.
     """
     from omni_iceberg.index.visibility import ancestry_runs, expired_runs
 
@@ -563,10 +576,60 @@ def _cut_record(table: Any, doomed: set[int]) -> str:
         if snap.snapshot_id in doomed or snap.parent_snapshot_id not in doomed:
             continue
         runs, problems = ancestry_runs(table, snap.parent_snapshot_id, records)
+        runs = list(dict.fromkeys(runs))
+        if index is not None and not problems:
+            runs = _runs_that_matter(table, snap.snapshot_id, runs, index)
         # problems travel with the runs: an ancestry that was already incomplete stays reported
-        out[snap.snapshot_id] = {"runs": list(dict.fromkeys(runs)), "problems": problems}
+        out[snap.snapshot_id] = {"runs": runs, "problems": problems}
     return json.dumps({str(k): {"runs": v["runs"], **({"problems": v["problems"]} if v["problems"] else {})}
                        for k, v in sorted(out.items())}, separators=(",", ":"), sort_keys=True)
+
+
+def _runs_that_matter(table: Any, snapshot_id: int, runs: list[str], index: Any) -> list[str]:
+    """The runs of a cut ancestry a reader at ``snapshot_id`` or later still needs, oldest first.
+
+    An index entry counts when its file's run is visible and no visible run retired the
+    file. A run none of whose files is live at the cut counts for nothing any more - its
+    files are gone from every later snapshot too - unless it retired a file of a run that
+    is kept (dropping it would bring that retired file back), and so on to a fixpoint.
+    Anything the index cannot answer (a live file it has no record of, a run it has no
+    complete record of) keeps every run: unpruned is larger, never wrong.
+    """
+    from omni_iceberg.index.keys import file_key
+
+    ident = ".".join(table.name())
+    live = [t.file.file_path for t in table.scan(snapshot_id=snapshot_id).plan_files()]
+    records = index.files([file_key(p) for p in live])
+    if len(records) < len(set(live)):
+        return runs
+    keep = {rec.run for rec in records.values()} & set(runs)
+    run_records = index.runs_of(ident, runs)
+    if any(r not in run_records or not run_records[r].complete for r in runs):
+        return runs
+    retired = {r: [bytes.fromhex(k) for k in run_records[r].retired] for r in runs}
+    owners = {k: rec.run for k, rec in index.files([k for ks in retired.values() for k in ks]).items()}
+    changed = True
+    while changed:
+        changed = False
+        for r in runs:
+            if r not in keep and any(owners.get(k) in keep for k in retired[r]):
+                keep.add(r)
+                changed = True
+    _mark_expired(index, ident, [run_records[r] for r in runs if r not in keep], snapshot_id)
+    return [r for r in runs if r in keep]
+
+
+def _mark_expired(index: Any, ident: str, dropped: list[Any], snapshot_id: int) -> None:
+    """Say in each dropped run's index record why no version sees it any more (verify reads it)."""
+    from dataclasses import replace
+
+    from omni_iceberg.index.core import run_key
+    from omni_iceberg.index.maintenance import EXPIRED_MARK
+
+    marked = {run_key(ident, rec.run): replace(rec, extra={**rec.extra, EXPIRED_MARK: str(snapshot_id)}).to_bytes()
+              for rec in dropped if not rec.extra.get(EXPIRED_MARK)}
+    if marked:
+        index.backend.put_meta(marked)
 
 
 def _guarded_expire_class():

@@ -389,6 +389,38 @@ def test_the_index_stays_authoritative_after_expiry(omni, tmp_path):
     assert len(runs) < 3
 
 
+def test_the_expiry_record_keeps_only_runs_with_live_files(omni, tmp_path):
+    """After a compaction the ingest runs own no live file: the cut record drops them, so
+    what a lookup walks follows the live data, not every batch ever ingested."""
+    import json as _json
+
+    from omni_iceberg.index import FOUND_COLUMN, get_rows, open_index, verify, visibility
+
+    omni.create_table(NAME)
+    _ingest(omni, tmp_path, ["a", "b", "c", "d"], rows=30)
+    omni.compact(NAME)
+    _ingest(omni, tmp_path, ["e"], rows=30)
+    expected = {r[ID_COLUMN]: r["RawData.url"] for r in omni.read(NAME, columns=[ID_COLUMN, "RawData.url"]).to_pylist()}
+    report = apply_retention(omni.store, NAME, _policy(1))
+    assert report.snapshots_expired > 0 and not report.errors
+    visibility._CACHE.clear()
+    t = omni.state(NAME).base_table
+    table = omni.catalog.load_table(t.identifier)
+    record = _json.loads(table.metadata.properties[visibility.EXPIRED_RUNS_PROPERTY])
+    [cut] = record.values()
+    # the compaction's run, plus only those of a..d that still own a file it left alone
+    # (a bucket holding one small file is not rewritten)
+    assert any(r.startswith("compact-") for r in cut["runs"]) and len(cut["runs"]) < 4
+    hist = visibility.history(omni.catalog, t.identifier, t.snapshot_id)
+    assert hist.problems == () and len(hist.runs) == len(cut["runs"]) + 1  # and batch e
+    lookup = get_rows(omni, NAME, sorted(expected), columns=["RawData.url"], explain=True, index="lmdb")
+    assert lookup.tables[0].method == "index", lookup.tables[0].reason
+    got = {r[ID_COLUMN]: r["RawData.url"] for r in lookup.rows.to_pylist() if r[FOUND_COLUMN]}
+    assert got == expected
+    checked = verify(omni.catalog, omni.state(NAME), open_index(omni.config, f"aidata.{NAME}", "lmdb"))
+    assert checked.ok and checked.expired > 0, checked.text()  # the dropped runs' entries: expired, not faults
+
+
 def test_cli_expire_and_maintain(omni, tmp_path, capsys):
     from omni_iceberg.cli import main
 

@@ -14,6 +14,10 @@ entries: a complete run is otherwise trusted).
   removed without the run that removed it saying so, or another row of the file);
 * dangling - entries no version can see: files of runs absent from every pinned
   history (a crashed or losing writer), or entries whose file record is gone.
+
+Entries of runs that retention left out of an expiry record (they owned no live file
+any more, see ``governance.retention``) are invisible too, but by design: they are
+counted as ``expired`` (reclaimable by ``rebuild --fresh``), not as a fault.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import FILE_PREFIX, FileRecord
 from omni_iceberg.index.core import IdIndex
 from omni_iceberg.index.keys import file_key, id_key, id_of
+
+#: set in a run's record when retention drops it from an expiry record (see the module docstring)
+EXPIRED_MARK = "expired-at-snapshot"
 
 EXAMPLES = 5
 
@@ -112,6 +119,8 @@ class VerifyReport:
     missing: int = 0
     stale: int = 0
     dangling: int = 0
+    #: entries of runs retention expired (owning no live file): invisible by design
+    expired: int = 0
     lagging_tables: dict[str, list[str]] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=lambda: {"missing": [], "stale": [], "dangling": []})
 
@@ -129,6 +138,8 @@ class VerifyReport:
     def text(self) -> str:
         head = (f"index of {self.logical_table} at version {self.version}: {self.rows_checked} rows checked, "
                 f"{self.missing} missing, {self.stale} stale, {self.dangling} dangling")
+        if self.expired:
+            head += f" ({self.expired} entries of expired runs, reclaimable with rebuild --fresh)"
         lines = [head + (" - OK" if self.ok else "")]
         for table, reasons in self.lagging_tables.items():
             lines.append(f"  {table}: lookups scan ({'; '.join(reasons)})")
@@ -202,6 +213,9 @@ def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool |
     # entries of runs no pinned history contains, and entries without a file record
     for run in index.all_runs():
         if run.table in visible_runs and run.run not in visible_runs[run.table]:
+            if run.extra.get(EXPIRED_MARK):
+                report.expired += run.rows
+                continue
             report.dangling += run.rows
             report._example("dangling", f"{run.rows} entries of run {run.run} on {run.table}: "
                                         "never committed at this version (crashed, lost a race, or still running)")
