@@ -19,6 +19,8 @@ not the table's history.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from catalog_ext.family import FamilyState
@@ -59,12 +61,30 @@ class WriterIndexing:
         self.index = index
         self.run: IndexWriter = index.writer(writer.identifier, writer.run_id)
         self.run.io = writer.table.io
+        self._pending: list[Future] = []
 
     def files_written(self, writer: StagedWrite, files: list[Any]) -> None:
+        """Index the files in the background: reading them back and writing entries overlaps
+        with the writer preparing its next chunk (the machine's other core), and
+        :meth:`before_commit` waits for it - entries are still durable before the commit."""
+        for done in [f for f in self._pending if f.done()]:
+            done.result()  # a failure surfaces at the next write, not only at the commit
+        self._pending = [f for f in self._pending if not f.done()]
+        paths = [(f.file_path, batch_of(writer.table, f)) for f in files]
+        self._pending.append(_background().submit(self._add, paths))
+
+    def _add(self, paths: list[tuple[str, str]]) -> None:
         self.run.reopen()
-        self.run.add_files([(f.file_path, batch_of(writer.table, f)) for f in files])
+        self.run.add_files(paths)
+
+    def drain(self) -> None:
+        """Wait for the background indexing of every file written so far; raise its failure."""
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
 
     def before_commit(self, writer: StagedWrite) -> None:
+        self.drain()
         table = writer.catalog.load_table(writer.identifier)
         live, deleted = ({}, set()) if writer.staged_snapshot_id is None else run_changes(
             table, writer.base_snapshot_id, writer.staged_snapshot_id)
@@ -80,6 +100,18 @@ class WriterIndexing:
         if retire:
             self.run.retire_keys(retire)
         self.run.finish()
+
+
+_BACKGROUND: list[ThreadPoolExecutor] = []
+_BACKGROUND_LOCK = threading.Lock()
+
+
+def _background() -> ThreadPoolExecutor:
+    """One indexing thread per process: runs stay in order, and writers share one core's worth."""
+    with _BACKGROUND_LOCK:
+        if not _BACKGROUND:
+            _BACKGROUND.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="omni-index-write"))
+        return _BACKGROUND[0]
 
 
 class IndexingHook:
