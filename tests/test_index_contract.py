@@ -156,3 +156,40 @@ def test_hung_hbase_fails_within_the_configured_timeout_not_forever():
         port = s.getsockname()[1]
         with pytest.raises(IndexUnavailableError, match=f"127.0.0.1:{port} did not answer within 300 ms"):
             HBaseBackend("127.0.0.1", port, "ns.t", timeout_ms=300)
+
+
+def test_lmdb_map_growth_never_breaks_a_reader_of_another_thread(tmp_path, monkeypatch):
+    """Index writes run on a background thread: growing the map under an open read
+    transaction of another thread invalidated its cursor ("closed/deleted/dropped")."""
+    from omni_iceberg.index import lmdb_backend
+
+    monkeypatch.setattr(lmdb_backend, "MAP_SIZE", 1 << 20)  # 1 MiB: a few writes fill it
+    backend = lmdb_backend.LmdbBackend(tmp_path / "grow")
+    f = file_key("file:///g.parquet")
+    first = [_id(n) for n in range(2000)]
+    backend.put_entries([(i, f, n) for n, i in enumerate(first)])
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read():
+        try:
+            while not stop.is_set():
+                got = backend.get_entries(first)
+                assert len(got) == len(first)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        for chunk in range(12):  # ~30 MiB of entries: the map doubles several times
+            backend.put_entries([(_id(100_000 + chunk * 20_000 + n), f, n, b"v" * 48) for n in range(20_000)])
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert not errors, errors[0]
+    assert backend._env.info()["map_size"] > 1 << 20
+    assert len(backend.get_entries([_id(100_000 + 11 * 20_000 + 5)])) == 1
+    backend.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -27,8 +28,55 @@ from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 #: holding many indexes (a service, the test suite) ran out of it at a fixed 1 TiB each.
 MAP_SIZE = 1 << 30
 MAX_MAP_SIZE = 1 << 42
-_ENVS: dict[str, object] = {}
+_ENVS: dict[str, tuple[object, "_TxnGuard"]] = {}
 _ENVS_LOCK = threading.Lock()
+
+
+class _TxnGuard:
+    """Transactions of one environment share it; growing the map takes it alone.
+
+    LMDB requires that no transaction be open in the process while the map is resized:
+    a resize under a reader's feet (a lookup, a dedup walk) invalidates its cursor
+    ("Attempt to operate on closed/deleted/dropped object"). Index writes run on a
+    background thread (``index.staged``), so a write that fills the map must wait for
+    the readers of the other threads, and they for it.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0
+        self._resizing = False
+
+    @contextmanager
+    def txn(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    def resize(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` (a ``set_mapsize``) with no transaction of this process open.
+
+        Never call it while holding :meth:`txn` in the same thread (it would wait for itself).
+        """
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._resizing = True
+            while self._active:
+                self._cond.wait()
+        try:
+            fn()
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
 
 
 def _open_env(path: Path):
@@ -36,8 +84,8 @@ def _open_env(path: Path):
 
     key = str(path.resolve())
     with _ENVS_LOCK:
-        env = _ENVS.get(key)
-        if env is None:
+        found = _ENVS.get(key)
+        if found is None:
             try:
                 path.mkdir(parents=True, exist_ok=True)
                 # sync=False: a commit does not wait for the disk; flush() does, once per run
@@ -49,15 +97,16 @@ def _open_env(path: Path):
                 raise IndexUnavailableError(
                     f"cannot open the LMDB index at {key}: {e}; check the folder is writable or set OMNI_INDEX"
                 ) from e
-            _ENVS[key] = env
-        return env
+            found = _ENVS[key] = (env, _TxnGuard())
+        return found
 
 
 def _close_env(path: Path) -> None:
     with _ENVS_LOCK:
-        env = _ENVS.pop(str(path.resolve()), None)
-    if env is not None:
-        env.close()
+        found = _ENVS.pop(str(path.resolve()), None)
+    if found is not None:
+        env, guard = found
+        guard.resize(env.close)  # no transaction of another thread may be open on it
 
 
 def _items(entries: Sequence[Entry | FileEntries]) -> list[tuple[bytes, bytes]]:
@@ -73,7 +122,7 @@ class LmdbBackend(IndexBackend):
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self.location = str(self.path)
-        self._env = _open_env(self.path)
+        self._env, self._guard = _open_env(self.path)
         self._entries = self._env.open_db(b"entries")
         self._meta = self._env.open_db(b"meta")
 
@@ -83,26 +132,30 @@ class LmdbBackend(IndexBackend):
 
         while True:
             try:
-                with self._env.begin(write=True) as txn:
+                with self._guard.txn(), self._env.begin(write=True) as txn:
                     return fn(txn)
             except lmdb.MapFullError:  # the transaction was aborted: grow, then redo it
                 size = self._env.info()["map_size"]
                 if size >= MAX_MAP_SIZE:
                     raise IndexUnavailableError(f"the LMDB index at {self.location} is full "
                                                 f"({size >> 30} GiB map); rebuild it or use HBase") from None
-                self._env.set_mapsize(size * 2)
+                self._guard.resize(lambda: self._grow(size * 2))
             except lmdb.MapResizedError:  # another process grew it: adopt its size
-                self._env.set_mapsize(0)
+                self._guard.resize(lambda: self._env.set_mapsize(0))
+
+    def _grow(self, size: int) -> None:
+        if self._env.info()["map_size"] < size:  # another thread may have grown it meanwhile
+            self._env.set_mapsize(size)
 
     def _read(self, fn: Callable[[Any], Any]) -> Any:
         import lmdb
 
         try:
-            with self._env.begin() as txn:
+            with self._guard.txn(), self._env.begin() as txn:
                 return fn(txn)
         except lmdb.MapResizedError:
-            self._env.set_mapsize(0)
-            with self._env.begin() as txn:
+            self._guard.resize(lambda: self._env.set_mapsize(0))
+            with self._guard.txn(), self._env.begin() as txn:
                 return fn(txn)
 
     # ---- entries ----------------------------------------------------------------------
@@ -146,7 +199,7 @@ class LmdbBackend(IndexBackend):
         self._write(delete)
 
     def scan_entries(self) -> Iterator[Entry]:
-        with self._env.begin(db=self._entries) as txn:
+        with self._guard.txn(), self._env.begin(db=self._entries) as txn:
             for key, value in txn.cursor():
                 yield (key[:ID_BYTES], key[ID_BYTES:ID_BYTES + FILE_KEY_BYTES], *parse_value(value))
 
@@ -170,7 +223,7 @@ class LmdbBackend(IndexBackend):
         return self._read(get)
 
     def scan_meta(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        with self._env.begin(db=self._meta) as txn:
+        with self._guard.txn(), self._env.begin(db=self._meta) as txn:
             cur = txn.cursor()
             if not cur.set_range(prefix):
                 return
