@@ -31,8 +31,10 @@ from omni_iceberg.index.errors import IndexCorruptError
 from omni_iceberg.index.inline import IndexedRows, Layout, payloads
 from omni_iceberg.index.keys import ID_BYTES, file_key, id_key, id_of
 
-#: entries per backend write: bounds a writer's memory and one LMDB txn / HBase batch
-PUT_BATCH = 50_000
+#: entries per backend write: bounds a writer's memory (~200 B an entry while it is built)
+#: and one LMDB transaction / HBase batch; large, since random ids make every transaction
+#: copy leaf pages all over the index (see ``IndexWriter.add_files``)
+PUT_BATCH = 200_000
 #: ids per backend read in bulk lookups (contains_many): memory follows the chunk
 GET_BATCH = 10_000
 
@@ -220,19 +222,37 @@ class IndexWriter:
         return len(ids)
 
     def add_files(self, files: Sequence[tuple[str, str]]) -> int:
-        """Index several small files (``(path, batch)``) in one backend write: one fsync, not one per file.
+        """Index several files (``(path, batch)``) in as few backend writes as ``PUT_BATCH`` allows.
 
-        Falls back to :meth:`add_file` per file when they hold more than ``PUT_BATCH`` rows
-        together (memory and one transaction stay bounded).
+        Fewer, larger transactions matter: ids are random, so every write touches leaf
+        pages all over the index, and each touched page is copied once per transaction -
+        the more entries one transaction carries, the more of them share a page. A file
+        larger than ``PUT_BATCH`` goes through :meth:`add_file` (chunked).
         """
         from omni_iceberg.index.inline import read_for_index
 
         if self.record.complete:
             raise IndexCorruptError(f"run {self.run} of {self.table} is already complete; start a new run")
         todo = [(p, b) for p, b in dict.fromkeys(files) if file_key(p).hex() not in self.record.files]
-        loaded = [(p, b, read_for_index(p, self.io)) for p, b in todo]
-        if sum(len(r.ids) for _, _, r in loaded) > PUT_BATCH:
-            return sum(self._add(p, b, r) for p, b, r in loaded)
+        total = 0
+        group: list[tuple[str, str, IndexedRows]] = []
+        rows_in_group = 0
+        for path, batch in todo:
+            rows = read_for_index(path, self.io)
+            if len(rows.ids) > PUT_BATCH:
+                total += self._add(path, batch, rows)
+                continue
+            if group and rows_in_group + len(rows.ids) > PUT_BATCH:
+                total += self._add_group(group)
+                group, rows_in_group = [], 0
+            group.append((path, batch, rows))
+            rows_in_group += len(rows.ids)
+        if group:
+            total += self._add_group(group)
+        return total
+
+    def _add_group(self, loaded: list[tuple[str, str, IndexedRows]]) -> int:
+        """Files' entries, their file records and the run record: one backend write."""
         known = self.index.files([file_key(p) for p, _, _ in loaded])
         entries, meta, keys, total = [], {}, [], 0
         for path, batch, rows in loaded:
@@ -245,8 +265,6 @@ class IndexWriter:
                                                   rows=len(rows.ids), inline=rows.layout.to_json()).to_bytes()
             keys.append(fkey.hex())
             total += len(rows.ids)
-        if not loaded:
-            return 0
         self.record = replace(self.record, files=self.record.files + tuple(keys), rows=self.record.rows + total)
         meta[self._key] = self.record.to_bytes()
         self.index.backend.write(entries, meta)

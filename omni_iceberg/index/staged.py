@@ -62,6 +62,9 @@ class WriterIndexing:
         self.run: IndexWriter = index.writer(writer.identifier, writer.run_id)
         self.run.io = writer.table.io
         self._pending: list[Future] = []
+        self._queued: list[tuple[str, str]] = []
+        self._queued_rows = 0
+        self._lock = threading.Lock()
 
     def files_written(self, writer: StagedWrite, files: list[Any]) -> None:
         """Index the files in the background: reading them back and writing entries overlaps
@@ -70,18 +73,31 @@ class WriterIndexing:
         for done in [f for f in self._pending if f.done()]:
             done.result()  # a failure surfaces at the next write, not only at the commit
         self._pending = [f for f in self._pending if not f.done()]
-        paths = [(f.file_path, batch_of(writer.table, f)) for f in files]
-        self._pending.append(_background().submit(self._add, paths))
+        with self._lock:
+            self._queued += [(f.file_path, batch_of(writer.table, f)) for f in files]
+            self._queued_rows += sum(int(getattr(f, "record_count", 0) or 0) for f in files)
+            due = self._queued_rows >= BACKGROUND_ROWS
+            if due:
+                self._queued_rows = 0
+        if due:
+            self._pending.append(_background().submit(self._add))
 
-    def _add(self, paths: list[tuple[str, str]]) -> None:
-        self.run.reopen()
-        self.run.add_files(paths)
+    def _add(self) -> None:
+        """Index every file queued so far: files written while the thread was busy go
+        together, in fewer and larger index transactions."""
+        with self._lock:
+            paths, self._queued = self._queued, []
+        if paths:
+            self.run.reopen()
+            self.run.add_files(paths)
 
     def drain(self) -> None:
-        """Wait for the background indexing of every file written so far; raise its failure."""
+        """Index what is still queued, wait for the background work; raise its failure."""
         pending, self._pending = self._pending, []
         for f in pending:
             f.result()
+        self._queued_rows = 0
+        self._add()
 
     def before_commit(self, writer: StagedWrite) -> None:
         self.drain()
@@ -102,6 +118,9 @@ class WriterIndexing:
         self.run.finish()
 
 
+#: rows of written files queued before the background thread indexes them together: larger
+#: index transactions copy fewer leaf pages per entry (see ``IndexWriter.add_files``)
+BACKGROUND_ROWS = 100_000
 _BACKGROUND: list[ThreadPoolExecutor] = []
 _BACKGROUND_LOCK = threading.Lock()
 
