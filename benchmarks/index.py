@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
         spec = server.spec
         os.environ["OMNI_HBASE_CONF"] = str(server.conf_dir)  # writers create the entries table pre-split
     omni = C.fresh_omni("index")
+    scratch = C.scratch_dir("index-input")
     saved_spec = os.environ.get("OMNI_INDEX")
     os.environ["OMNI_INDEX"] = spec  # the writers index into the backend under test
     try:
@@ -194,7 +195,6 @@ def main(argv: list[str] | None = None) -> None:
         from omni_iceberg.index.lookup import get_rows
 
         setup: dict[str, float] = {}
-        scratch = C.scratch_dir("index-input")
         omni.create_table("syn")
         if args.row_group_rows:
             set_row_groups(omni, args.row_group_rows)
@@ -282,8 +282,9 @@ def main(argv: list[str] | None = None) -> None:
             os.environ["OMNI_INDEX"] = saved_spec
         if server is not None:
             server.stop()
-        C.remove(C.OUT / "homes" / "index")
-        C.remove(C.OUT / "index-input")
+        # only this run's folders: another run (the HBase variant) may be using its own meanwhile
+        C.remove(omni.config.home)
+        C.remove(scratch)
 
 
 if __name__ == "__main__":
