@@ -57,6 +57,7 @@ def parse_args(name: str, doc: str | None, add: Callable[[argparse.ArgumentParse
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.name = name
+    args.git = git_facts()  # the code that runs: HEAD may move during a long run
     return args
 
 
@@ -315,7 +316,7 @@ def write_result(args: argparse.Namespace, payload: dict[str, Any], started: flo
         "quick": bool(args.quick),
         "seconds": round(time.perf_counter() - started, 1),
         "machine": machine_facts(),
-        "git": git_facts(),
+        "git": getattr(args, "git", None) or git_facts(),
         **payload,
     }
     path = RESULTS / f"{args.name}.json"
