@@ -565,9 +565,10 @@ def _cut_record(table: Any, doomed: set[int], index: Any = None) -> str:
 
     Each surviving snapshot whose parent is doomed becomes a cut: it gets the runs of
     its whole ancestry below it (through earlier cuts), pruned with the index to the
-    runs that still matter (:func:`_runs_that_matter`) so the record follows the live
+    runs that still matter (``omni_iceberg.index.maintenance.runs_that_matter``) so the record follows the live
     data, not the history. Records of doomed snapshots go.
     """
+    from omni_iceberg.index.maintenance import runs_that_matter
     from omni_iceberg.index.visibility import ancestry_runs, expired_runs
 
     records = expired_runs(table)
@@ -578,58 +579,11 @@ def _cut_record(table: Any, doomed: set[int], index: Any = None) -> str:
         runs, problems = ancestry_runs(table, snap.parent_snapshot_id, records)
         runs = list(dict.fromkeys(runs))
         if index is not None and not problems:
-            runs = _runs_that_matter(table, snap.snapshot_id, runs, index)
+            runs = runs_that_matter(index, table, snap.snapshot_id, runs)
         # problems travel with the runs: an ancestry that was already incomplete stays reported
         out[snap.snapshot_id] = {"runs": runs, "problems": problems}
     return json.dumps({str(k): {"runs": v["runs"], **({"problems": v["problems"]} if v["problems"] else {})}
                        for k, v in sorted(out.items())}, separators=(",", ":"), sort_keys=True)
-
-
-def _runs_that_matter(table: Any, snapshot_id: int, runs: list[str], index: Any) -> list[str]:
-    """The runs of a cut ancestry a reader at ``snapshot_id`` or later still needs, oldest first.
-
-    An index entry counts when its file's run is visible and no visible run retired the
-    file. A run none of whose files is live at the cut counts for nothing any more - its
-    files are gone from every later snapshot too - unless it retired a file of a run that
-    is kept (dropping it would bring that retired file back), and so on to a fixpoint.
-    Anything the index cannot answer (a live file it has no record of, a run it has no
-    complete record of) keeps every run: unpruned is larger, never wrong.
-    """
-    from omni_iceberg.index.keys import file_key
-
-    ident = ".".join(table.name())
-    live = [t.file.file_path for t in table.scan(snapshot_id=snapshot_id).plan_files()]
-    records = index.files([file_key(p) for p in live])
-    if len(records) < len(set(live)):
-        return runs
-    keep = {rec.run for rec in records.values()} & set(runs)
-    run_records = index.runs_of(ident, runs)
-    if any(r not in run_records or not run_records[r].complete for r in runs):
-        return runs
-    retired = {r: [bytes.fromhex(k) for k in run_records[r].retired] for r in runs}
-    owners = {k: rec.run for k, rec in index.files([k for ks in retired.values() for k in ks]).items()}
-    changed = True
-    while changed:
-        changed = False
-        for r in runs:
-            if r not in keep and any(owners.get(k) in keep for k in retired[r]):
-                keep.add(r)
-                changed = True
-    _mark_expired(index, ident, [run_records[r] for r in runs if r not in keep], snapshot_id)
-    return [r for r in runs if r in keep]
-
-
-def _mark_expired(index: Any, ident: str, dropped: list[Any], snapshot_id: int) -> None:
-    """Say in each dropped run's index record why no version sees it any more (verify reads it)."""
-    from dataclasses import replace
-
-    from omni_iceberg.index.core import run_key
-    from omni_iceberg.index.maintenance import EXPIRED_MARK
-
-    marked = {run_key(ident, rec.run): replace(rec, extra={**rec.extra, EXPIRED_MARK: str(snapshot_id)}).to_bytes()
-              for rec in dropped if not rec.extra.get(EXPIRED_MARK)}
-    if marked:
-        index.backend.put_meta(marked)
 
 
 def _guarded_expire_class():

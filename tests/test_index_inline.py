@@ -41,7 +41,7 @@ def test_both_decoders_return_the_encoded_values(seed):
     cols = _columns(rnd, n)
     layout = I.plan(cols)
     assert [s.name for s in layout.slots] == [name for name, _ in cols]
-    rows = I.payloads(I.encode(layout, dict(cols), n))
+    rows = I.split_rows(I.encode(layout, dict(cols), n))
     assert all(len(r) == layout.row_bytes for r in rows)
     pick = rnd.sample(range(n), 40)
     names = [name for name, _ in cols]
@@ -59,7 +59,7 @@ def test_a_sliced_array_and_rows_of_two_layouts_decode_together():
     b = pa.array(["much longer text"])
     la, lb = I.plan([("t", a)]), I.plan([("t", b)])
     assert la != lb  # widths follow each file's longest value
-    ra, rb = I.payloads(I.encode(la, {"t": a}, 3)), I.payloads(I.encode(lb, {"t": b}, 1))
+    ra, rb = I.split_rows(I.encode(la, {"t": a}, 3)), I.split_rows(I.encode(lb, {"t": b}, 1))
     got = I.decode_rows([(la, ra[0]), (lb, rb[0]), (la, ra[1])], ["t"])
     assert got["t"].to_pylist() == ["abc", "much longer text", None]
 

@@ -28,7 +28,7 @@ from catalog_ext.family import FamilyState
 from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import FILE_PREFIX, RUN_PREFIX, FileEntries, FileRecord, IndexBackend, RunRecord
 from omni_iceberg.index.errors import IndexCorruptError
-from omni_iceberg.index.inline import IndexedRows, Layout, payloads
+from omni_iceberg.index.inline import IndexedRows, Layout, split_rows
 from omni_iceberg.index.keys import ID_BYTES, file_key, id_key, id_of
 
 #: entries per backend write: bounds a writer's memory (~200 B an entry while it is built)
@@ -310,7 +310,7 @@ def _entries(fkey: bytes, rows: IndexedRows, lo: int, hi: int) -> FileEntries:
     values = positions if rows.matrix is None else np.hstack([positions, rows.matrix[lo:lo + n]])
     # in key order already: the backend's sort of several files' entries then only merges runs
     order = np.argsort(keys.view(f"S{keys.shape[1]}").ravel(), kind="stable")
-    return FileEntries(fkey, payloads(keys[order]), payloads(values[order]))
+    return FileEntries(fkey, split_rows(keys[order]), split_rows(values[order]))
 
 
 class IndexView:

@@ -219,13 +219,12 @@ def _put_bytes(mat: np.ndarray, start: int, width: int, arr: pa.Array) -> None:
     mat[row_of, start + 2 + within] = data[source]
 
 
-def payloads(mat: np.ndarray, lo: int = 0, hi: int | None = None) -> list[bytes]:
-    """Rows ``lo:hi`` of an :func:`encode` matrix as one bytes value each."""
-    part = mat[lo:hi]
-    width = part.shape[1] if part.ndim == 2 else 0
+def split_rows(mat: np.ndarray) -> list[bytes]:
+    """Each row of a 2-D uint8 matrix (:func:`encode`'s, or index keys) as one bytes value."""
+    width = mat.shape[1]
     if not width:
-        return [b""] * len(part)
-    buf = part.tobytes()
+        return [b""] * len(mat)
+    buf = mat.tobytes()
     return [buf[i:i + width] for i in range(0, len(buf), width)]
 
 

@@ -16,13 +16,13 @@ entries: a complete run is otherwise trusted).
   history (a crashed or losing writer), or entries whose file record is gone.
 
 Entries of runs that retention left out of an expiry record (they owned no live file
-any more, see ``governance.retention``) are invisible too, but by design: they are
+any more, see :func:`runs_that_matter`) are invisible too, but by design: they are
 counted as ``expired`` (reclaimable by ``rebuild --fresh``), not as a fault.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from catalog_ext.family import FamilyState
@@ -30,7 +30,7 @@ from catalog_ext.iceberg_io import snapshot_data_changes
 from catalog_ext.physical import file_batch
 from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import FILE_PREFIX, FileRecord
-from omni_iceberg.index.core import IdIndex
+from omni_iceberg.index.core import IdIndex, run_key
 from omni_iceberg.index.keys import file_key, id_key, id_of
 
 #: set in a run's record when retention drops it from an expiry record (see the module docstring)
@@ -154,7 +154,7 @@ class VerifyReport:
 
 def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool | None = None) -> VerifyReport:
     """Compare the index with every physical table at ``state`` (see module docstring)."""
-    from omni_iceberg.index.inline import payloads, read_for_index
+    from omni_iceberg.index.inline import read_for_index, split_rows
     from omni_iceberg.ui.progress import progress_bar
 
     report = VerifyReport(state.table.identifier, state.version)
@@ -181,7 +181,7 @@ def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool |
             entries = index.backend.get_entries([id_key(i) for i in ids]) if usable else {}
             # inline values must be the file's own: what a lookup returns without opening it
             recorded = files[fkey].inline if usable else []
-            expected = (payloads(rows.matrix) if rows.matrix is not None and recorded == rows.layout.to_json()
+            expected = (split_rows(rows.matrix) if rows.matrix is not None and recorded == rows.layout.to_json()
                         else None)
             for pos, rid in enumerate(ids):
                 mine = [(p, v) for fk, p, v in entries.get(id_key(rid), ()) if fk == fkey]
@@ -227,3 +227,43 @@ def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool |
                 report._example("dangling", f"{id_of(rid)}: entry for unknown file key {fkey.hex()}")
     report.dangling += orphan
     return report
+
+
+def runs_that_matter(index: IdIndex, table: Any, snapshot_id: int, runs: list[str]) -> list[str]:
+    """The runs of a cut ancestry a reader at ``snapshot_id`` or later still needs, oldest first.
+
+    An index entry counts when its file's run is visible and no visible run retired the
+    file. A run none of whose files is live at the cut counts for nothing any more - its
+    files are gone from every later snapshot too - unless it retired a file of a run that
+    is kept (dropping it would bring that retired file back), and so on to a fixpoint.
+    Anything the index cannot answer (a live file it has no record of, a run it has no
+    complete record of) keeps every run: unpruned is larger, never wrong.
+    """
+    ident = ".".join(table.name())
+    live = [t.file.file_path for t in table.scan(snapshot_id=snapshot_id).plan_files()]
+    records = index.files([file_key(p) for p in live])
+    if len(records) < len(set(live)):
+        return runs
+    keep = {rec.run for rec in records.values()} & set(runs)
+    run_records = index.runs_of(ident, runs)
+    if any(r not in run_records or not run_records[r].complete for r in runs):
+        return runs
+    retired = {r: [bytes.fromhex(k) for k in run_records[r].retired] for r in runs}
+    owners = {k: rec.run for k, rec in index.files([k for ks in retired.values() for k in ks]).items()}
+    changed = True
+    while changed:
+        changed = False
+        for r in runs:
+            if r not in keep and any(owners.get(k) in keep for k in retired[r]):
+                keep.add(r)
+                changed = True
+    _mark_expired(index, ident, [run_records[r] for r in runs if r not in keep], snapshot_id)
+    return [r for r in runs if r in keep]
+
+
+def _mark_expired(index: IdIndex, ident: str, dropped: list[Any], snapshot_id: int) -> None:
+    """Say in each dropped run's index record why no version sees it any more (verify reads it)."""
+    marked = {run_key(ident, rec.run): replace(rec, extra={**rec.extra, EXPIRED_MARK: str(snapshot_id)}).to_bytes()
+              for rec in dropped if not rec.extra.get(EXPIRED_MARK)}
+    if marked:
+        index.backend.put_meta(marked)

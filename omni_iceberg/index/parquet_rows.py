@@ -203,10 +203,14 @@ def _from_inline(wanted: list[tuple[str, Any]], need: list[str]) -> dict[str, pa
     """``need`` of one file's rows from their inline values, plus the id and the batch."""
     from omni_iceberg.index.inline import decode
 
-    values = decode(wanted[0][1].layout, [loc.inline for _, loc in wanted], need)
-    values[ID_COLUMN] = pa.array([rid for rid, _ in wanted], pa.string())
+    return _with_keys(decode(wanted[0][1].layout, [loc.inline for _, loc in wanted], need), wanted)
+
+
+def _with_keys(values: dict[str, pa.Array], rows: list[tuple[str, Any]]) -> dict[str, pa.Array]:
+    """Decoded leaves plus the id and, where not decoded, the batch from each file's record."""
+    values[ID_COLUMN] = pa.array([rid for rid, _ in rows], pa.string())
     if BATCH_COLUMN not in values:
-        values[BATCH_COLUMN] = pa.array([loc.batch for _, loc in wanted], pa.string())
+        values[BATCH_COLUMN] = pa.array([loc.batch for _, loc in rows], pa.string())
     return values
 
 
@@ -220,12 +224,8 @@ def _few_from_inline(groups: list[tuple[list[tuple[str, Any]], list[str]]]
         by_need.setdefault(tuple(need), []).extend(wanted)
     pieces = []
     for need, rows in by_need.items():
-        values = decode_rows([(loc.layout, loc.inline) for _, loc in rows], need)
-        ids = [rid for rid, _ in rows]
-        values[ID_COLUMN] = pa.array(ids, pa.string())
-        if BATCH_COLUMN not in values:
-            values[BATCH_COLUMN] = pa.array([loc.batch for _, loc in rows], pa.string())
-        pieces.append((ids, values, FROM_INLINE))
+        values = _with_keys(decode_rows([(loc.layout, loc.inline) for _, loc in rows], need), rows)
+        pieces.append(([rid for rid, _ in rows], values, FROM_INLINE))
     return pieces
 
 

@@ -203,13 +203,9 @@ def submit(
             _reject(report, rejects, problem, batch, state)
             return
         raw = record[RAW_CONTENT_FIELD]
-        rid = content_id(raw) if dedup else random_id()
-        if dedup:
-            if rid in staged_ids:  # twice in this batch; earlier batches are asked per chunk
-                report.duplicates += 1
-                return
-            staged_ids.add(rid)
-        chunk.add(rid, record, len(raw))
+        rid = _new_id(raw, dedup, staged_ids, report)
+        if rid is not None:
+            chunk.add(rid, record, len(raw))
 
     try:
         for item in iter_sources(sources, kind, block_rows=min(BLOCK_ROWS, chunk_rows)):
@@ -414,23 +410,37 @@ def _map_block(block: SourceBlock, field_map: dict[str, str], types: dict[str, s
     names = block.table.column_names
     if F.collision(names, field_map) is not None:
         return None
-    columns, fitted = [], []
+    columns, fitted, learned = [], [], {}
     for source, column in zip(names, block.table.columns):
         target = F.target_name(source, field_map)
         kind = _BLOCK_KINDS.get(str(column.type))
         if kind is None:  # all null: nothing to store, no type to learn
             continue
         expected = types.get(target)
-        if expected is not None and expected != kind and not (expected == "double" and kind == "long"):
+        if expected is None:
+            learned[target] = kind
+        elif expected != kind and not (expected == "double" and kind == "long"):
             return None
         if target == RAW_CONTENT_FIELD and kind != "string":
             return None
         columns.append(target)
         fitted.append(column.cast(pa.float64()) if expected == "double" else column)
-    for target, column in zip(columns, fitted):
-        if target not in types and column.null_count < len(column):
-            types[target] = _BLOCK_KINDS.get(str(column.type), "double")
+    types.update(learned)  # only once the whole block is taken
     return pa.Table.from_arrays(fitted, names=columns) if columns else pa.table({})
+
+
+def _new_id(raw: str, dedup: bool, staged_ids: set[str], report: SubmitReport) -> str | None:
+    """The row's id, or None (counted) when this batch already holds the same content.
+
+    Earlier batches are asked once per chunk (:func:`_without_existing`), not per row.
+    """
+    rid = content_id(raw) if dedup else random_id()
+    if dedup:
+        if rid in staged_ids:
+            report.duplicates += 1
+            return None
+        staged_ids.add(rid)
+    return rid
 
 
 def _take_block(block: SourceBlock, mapped: pa.Table, field_map: dict[str, str], dedup: bool, staged_ids: set[str],
@@ -447,12 +457,9 @@ def _take_block(block: SourceBlock, mapped: pa.Table, field_map: dict[str, str],
             _reject(report, rejects, RecordProblem(block.source_file, reason, line=block.lines[i],
                                                    field=RAW_CONTENT_FIELD), batch, state)
             continue
-        rid = content_id(raw) if dedup else random_id()
-        if dedup:
-            if rid in staged_ids:
-                report.duplicates += 1
-                continue
-            staged_ids.add(rid)
+        rid = _new_id(raw, dedup, staged_ids, report)
+        if rid is None:
+            continue
         keep.append(i)
         ids.append(rid)
         size += len(raw)
