@@ -76,8 +76,25 @@ def _metadata_for(store: Any, namespace: str, table: str, version: int, tag: str
         location = f"{logical.metadata['location'].rstrip('/')}/pinned/{name}"
         return new_view_metadata(location, schema, representations, [namespace], properties, summary,
                                  default_catalog=store.catalog.name)
-    return with_new_version(current, schema, representations, [namespace], properties, summary,
-                            default_catalog=store.catalog.name)
+    moved = with_new_version(current, schema, representations, [namespace], properties, summary,
+                             default_catalog=store.catalog.name)
+    return only_current_version(moved)
+
+
+def only_current_version(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` without the versions a moved tag left behind.
+
+    A pinned view means one version; where a tag pointed before is in the logical table's
+    own log (``omni log``). Kept, every move would copy all earlier versions into the next
+    metadata file - a tag moved 400 times made 112 MB of view metadata.
+    """
+    vid = metadata["current-version-id"]
+    out = dict(metadata)
+    out["versions"] = [v for v in metadata["versions"] if v["version-id"] == vid]
+    out["version-log"] = [e for e in metadata["version-log"] if e["version-id"] == vid][-1:]
+    used = {v["schema-id"] for v in out["versions"]}
+    out["schemas"] = [x for x in metadata["schemas"] if x["schema-id"] in used]
+    return out
 
 
 def pin_view(store: Any, namespace: str, table: str, version: int, tag: str | None = None) -> PinnedView:

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from catalog_ext import iceberg_io, view_sql
+from catalog_ext import family_document, iceberg_io, view_sql
 from catalog_ext.contract import (
     BATCH_COLUMN,
     DEFAULT_STAGE_FIELDS,
@@ -100,17 +100,41 @@ class FamilyStore:
         self.index_opener: Callable[[str], Any] | None = None
         #: called with (state, writer) for every write made by :meth:`staged_write`
         self.write_hooks: list[Callable[[FamilyState, StagedWrite], None]] = []
+        #: family document -> the segments it names, for documents read or written here
+        self._document_segments: dict[str, tuple[str, ...]] = {}
 
     # ---- documents ---------------------------------------------------------------------
-    def _write_family(self, view_location: str, state: FamilyState) -> str:
-        path = f"{view_location.rstrip('/')}/omni/family-v{state.version:06d}-{uuid.uuid4()}.json"
-        with iceberg_io.file_io(self.catalog, path).new_output(path).create(overwrite=False) as out:
-            out.write(state.to_json().encode())
+    def _write_family(self, view_location: str, state: FamilyState, base_document: str | None = None) -> str:
+        """Write ``state``'s document (and any newly sealed segment, see :mod:`catalog_ext.family_document`).
+
+        ``base_document``: the document of the version ``state`` was derived from; segments
+        it names are shared, not written again.
+        """
+        folder = f"{view_location.rstrip('/')}/omni"
+        path = f"{folder}/family-v{state.version:06d}-{uuid.uuid4()}.json"
+        shared = set(self._document_segments.get(base_document, ())) if base_document else set()
+        names = family_document.write(self._io, folder, path, state, shared)
+        self._note_segments(path, names)
         return path
 
     def _read_family(self, path: str) -> FamilyState:
-        with iceberg_io.file_io(self.catalog, path).new_input(path).open() as stream:
-            return FamilyState.from_json(stream.read())
+        state, names = family_document.read(self._io, family_document.folder_of(path), path)
+        self._note_segments(path, names)
+        return state
+
+    def document_segments(self, document: str) -> tuple[str, ...]:
+        """The segment files (names under ``<view>/omni/segments/``) a family document refers to."""
+        if document not in self._document_segments:
+            self._read_family(document)
+        return self._document_segments[document]
+
+    def _io(self, location: str) -> Any:
+        return iceberg_io.file_io(self.catalog, location)
+
+    def _note_segments(self, document: str, names: tuple[str, ...]) -> None:
+        self._document_segments[document] = names
+        while len(self._document_segments) > 64:  # only recent bases are ever asked for
+            self._document_segments.pop(next(iter(self._document_segments)))
 
     def _representations(self, state: FamilyState) -> list[ViewRepresentation]:
         return [ViewRepresentation(d, view_sql.render_view_sql(state, d)) for d in ("spark", "trino")]
@@ -326,7 +350,8 @@ class FamilyStore:
                 raise _LostRace(conflict) from conflict
             for writer in staged_by_key.values():
                 writer.before_commit()  # e.g. the id index catches up with what the branch now holds
-            family_location = self._write_family(view.metadata["location"], new_state)
+            family_location = self._write_family(view.metadata["location"], new_state,
+                                                 base_document=view.properties.get(PROP_FAMILY))
             metadata = with_new_version(
                 view.metadata, view_sql.view_schema(new_state), self._representations(new_state),
                 [namespace], self._properties(new_state, family_location),

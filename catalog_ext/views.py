@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,6 +150,19 @@ class SqlViewCatalog:
         self._engine = catalog.engine
         self._rows = IcebergTables
         self.name = catalog.name
+        #: metadata location -> parsed metadata, for files read or written here. Metadata
+        #: files are immutable and every caller treats the dict as read-only (changes go
+        #: through with_new_version, which copies), so a commit - which loads the view
+        #: several times - parses it once instead of once per load.
+        self._parsed: "OrderedDict[str, dict[str, Any]]" = OrderedDict()
+        self._parsed_lock = threading.Lock()
+
+    def _remember(self, location: str, metadata: dict[str, Any]) -> None:
+        with self._parsed_lock:
+            self._parsed[location] = metadata
+            self._parsed.move_to_end(location)
+            while len(self._parsed) > 16:
+                self._parsed.popitem(last=False)
 
     # ---- files ----------------------------------------------------------------------
     def _io(self, location: str):
@@ -156,19 +171,28 @@ class SqlViewCatalog:
         return file_io(self._catalog, location)
 
     def _write_metadata(self, metadata: dict[str, Any]) -> str:
-        n = len(metadata["version-log"])
+        # numbered by version id, which only grows (the version log shrinks when versions expire)
+        n = max(len(metadata["version-log"]), int(metadata.get("current-version-id", 0)))
         path = f"{metadata['location'].rstrip('/')}/metadata/{n:05d}-{uuid.uuid4()}.metadata.json"
         data = json.dumps(metadata, indent=None, separators=(",", ":")).encode()
         with self._io(path).new_output(path).create(overwrite=False) as out:
             out.write(data)
+        # remembered as a reader would parse it (lists, not the tuples a caller may have built)
+        self._remember(path, json.loads(data))
         return path
 
     def read_metadata(self, path: str) -> dict[str, Any]:
+        with self._parsed_lock:
+            known = self._parsed.get(path)
+        if known is not None:
+            return known
         with self._io(path).new_input(path).open() as stream:
             data = stream.read()
         if path.endswith(".gz.metadata.json") or data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)  # Spark writes gzipped view metadata
-        return json.loads(data)
+        metadata = json.loads(data)
+        self._remember(path, metadata)
+        return metadata
 
     # ---- rows -----------------------------------------------------------------------
     def _where(self, namespace: str, name: str):

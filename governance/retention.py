@@ -59,6 +59,7 @@ from catalog_ext.contract import split_qualified
 from catalog_ext.errors import CommitConflictError, OmniError
 from catalog_ext.family import FamilyState
 from catalog_ext.pins import Pin, list_pins, remove_pin
+from catalog_ext.family_document import SEGMENT_FOLDER
 from catalog_ext.store import SUMMARY_FAMILY, SUMMARY_OPERATION, FamilyStore
 from catalog_ext.tags import SUMMARY_TAG, SUMMARY_TAG_VERSION, tags_from_summaries
 
@@ -495,12 +496,37 @@ def _sweep_view_files(store: FamilyStore, view: Any, documents: set[str], droppe
         if d.removeprefix("file://") not in {u.removeprefix("file://") for u in doomed}:
             doomed[d] = sizes.get(d.removeprefix("file://"), 0)
     _delete(store.catalog, doomed, "metadata", report)
+    # segments (catalog_ext.family_document) no kept document names: a writer that will name
+    # one it does not find in its base rewrites it, which moves its mtime past the fence
+    named = {n for d in documents for n in store.document_segments(d)}
+    segments = {uri: size for uri, (size, mtime) in _list(f"{location}/omni/{SEGMENT_FOLDER}").items()
+                if uri.rsplit("/", 1)[-1] not in named and mtime < fence_s}
+    _delete(store.catalog, segments, "metadata", report)
     # the current file and the one before it (a reader may have just read the old pointer)
     current = store.views.load_view(*view.identifier).metadata_location
     keep = {p.removeprefix("file://") for p in (current, view.metadata_location, before_swap)}
     stale = {uri: size for uri, (size, mtime) in _list(f"{location}/metadata").items()
              if uri.endswith(".metadata.json") and uri.removeprefix("file://") not in keep and mtime < fence_s}
     _delete(store.catalog, stale, "metadata", report)
+    _sweep_pinned_view_files(store, view.identifier, fence_s, report)
+
+
+def _sweep_pinned_view_files(store: FamilyStore, identifier: tuple[str, str], fence_s: float,
+                             report: RetentionReport) -> None:
+    """Metadata files a pinned view (a tag's, or ``omni pin``'s) moved past: one per tag move."""
+    from catalog_ext.pinned_views import pinned_views
+    from catalog_ext.views import NoSuchViewError
+
+    ns, table = identifier
+    for pinned in pinned_views(store, ns, table):
+        try:
+            view = store.views.load_view(*pinned.name.rsplit(".", 1))
+        except NoSuchViewError:
+            continue  # dropped meanwhile
+        current = view.metadata_location.removeprefix("file://")
+        stale = {uri: size for uri, (size, mtime) in _list(f"{view.metadata['location'].rstrip('/')}/metadata").items()
+                 if uri.endswith(".metadata.json") and uri.removeprefix("file://") != current and mtime < fence_s}
+        _delete(store.catalog, stale, "metadata", report)
 
 
 def _index_of(store: Any, states: list[Any]) -> Any:

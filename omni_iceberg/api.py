@@ -88,6 +88,7 @@ class Omni:
         view = self.store.views.load_view(ns, table)
         documents = [v["summary"][SUMMARY_FAMILY] for v in view.metadata["versions"]
                      if SUMMARY_FAMILY in v.get("summary", {})]
+        segments = self._segment_files(documents) if purge else []
         self.store.views.drop_view(ns, table)
         from catalog_ext.pinned_views import drop_pinned_view, pinned_views
 
@@ -105,7 +106,7 @@ class Omni:
             from pyiceberg.io import load_file_io
 
             io = load_file_io(self.catalog.properties, view.metadata_location)
-            for path in documents + [view.metadata_location]:
+            for path in documents + segments + [view.metadata_location]:
                 try:
                     io.delete(path)
                     deleted += 1
@@ -113,6 +114,18 @@ class Omni:
                     pass
         return {"logical_table": state.table.identifier, "physical_tables": dropped, "already_gone": missing,
                 "purged": purge, "files_deleted": deleted}
+
+    def _segment_files(self, documents: list[str]) -> list[str]:
+        """The segment files the family documents share (see catalog_ext.family_document)."""
+        from catalog_ext.family_document import folder_of, segment_location
+
+        out: set[str] = set()
+        for document in documents:
+            try:
+                out.update(segment_location(folder_of(document), n) for n in self.store.document_segments(document))
+            except FileNotFoundError:
+                continue  # a document already gone names nothing left to delete
+        return sorted(out)
 
     def state(self, name: str, as_of: int | str | None = None) -> FamilyState:
         """The five-layer mapping of ``name`` at logical version ``as_of`` (a number or a tag; default latest)."""

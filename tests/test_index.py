@@ -61,11 +61,11 @@ def indexed_writes(monkeypatch, omni, spec):
     monkeypatch.setenv("OMNI_INDEX_TIMEOUT_MS", "20000")
     original = FamilyStore._write_family
 
-    def write_family(self, location, state):
+    def write_family(self, location, state, *args, **kwargs):
         if control["crash"]:
             control["crash"] = False
             raise CrashBeforeCommit("the process died between indexing and the logical commit")
-        return original(self, location, state)
+        return original(self, location, state, *args, **kwargs)
 
     monkeypatch.setattr(FamilyStore, "_write_family", write_family)
     return control

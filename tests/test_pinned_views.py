@@ -61,6 +61,21 @@ def test_a_tag_gets_a_view_that_follows_the_tag(omni):
     assert "release-1.0" not in omni.tags(NAME)  # refused before anything was committed
 
 
+def test_a_moved_tag_keeps_one_version_and_retention_removes_its_old_files(omni):
+    for version in (2, 3, 4, 2, 3):  # a tag moved five times, e.g. "latest-good"
+        omni.tag(NAME, "best", version=version)
+    view = _view(omni, "web__tag_best")
+    assert [v["version-id"] for v in view.metadata["versions"]] == [view.metadata["current-version-id"]]
+    assert view.properties[PROP_PINNED_VERSION] == "3"
+    folder = Path(view.metadata_location.removeprefix("file://")).parent
+    assert len(list(folder.glob("*.metadata.json"))) == 5  # every move wrote one file...
+    report = apply_retention(omni.store, f"aidata.{NAME}", RetentionPolicy(keep_last=2, min_age_s=0))
+    assert report.versions_expired  # (a run that expires nothing sweeps only files past its grace period)
+    assert report.errors == []
+    assert [p.name for p in folder.glob("*.metadata.json")] == [Path(_view(omni, "web__tag_best").metadata_location).name]
+    assert omni.read(NAME, as_of="best").num_rows == 6  # version 3: batches a and b
+
+
 def test_retention_keeps_a_pinned_version_until_it_is_unpinned(omni):
     omni.pin(NAME, 2)
     policy = RetentionPolicy(keep_last=1, min_age_s=0)

@@ -1,0 +1,151 @@
+"""How a :class:`FamilyState` is stored: a small document per version plus shared segments.
+
+Two lists of the state grow with the data, not with the change a commit makes: one
+:class:`Batch` per ingest batch and one :class:`ComputedUnit` per feature per batch. Written
+whole into every version's document they made every commit - even moving a tag - cost
+what the table had accumulated (a 400-batch table: 78 KB parsed and written per commit;
+100 features x 1,000 batches would be ~30 MB). So, like Iceberg's manifests:
+
+- each such list is cut by position into chunks of :data:`SEGMENT_ENTRIES`; every full
+  chunk is a *segment*, an immutable file named by the hash of its content, which later
+  versions share by name; the document keeps the names plus the unsealed tail;
+- a commit writes only segments its base version did not name (normally none, or the one
+  that just filled) and a document whose size is bounded by the tail, not by history;
+- segments read or written in this process are kept parsed (they never change), so a
+  long-lived writer does not re-parse them either.
+
+Why a segment the base does not name is always (re)written, even when a file of that name
+exists: retention deletes segments no kept version names (``governance.retention``), and
+rewriting refreshes the file's mtime past the fence of a concurrent expiry. A segment the
+base names cannot disappear while this commit can still win: the base is current until
+its compare-and-swap succeeds.
+
+Documents written before segments existed have no ``segments`` key and load as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from typing import Any, Callable
+
+from catalog_ext.family import Batch, ComputedUnit, FamilyState
+
+#: entries per sealed segment: large enough that a table with 10,000 batches names ~40
+#: segments per list, small enough that sealing one is a cheap write
+SEGMENT_ENTRIES = 256
+SEGMENTED: dict[str, type] = {"batches": Batch, "computed": ComputedUnit}
+SEGMENT_FOLDER = "segments"
+SEGMENT_PREFIX = "segment-"
+_SEGMENTS_KEY = "segments"
+
+#: segment name -> parsed entries (immutable files, so never stale); oldest evicted first
+_PARSED: "OrderedDict[str, tuple[Any, ...]]" = OrderedDict()
+#: ids of a chunk's entries -> (the entries, their segment name): names a chunk again
+#: without serialising it; holding the entries keeps their ids from being reused
+_NAMED: "OrderedDict[tuple[int, ...], tuple[tuple[Any, ...], str]]" = OrderedDict()
+_CACHE_SEGMENTS = 4096
+_LOCK = threading.Lock()  # concurrent commits in one process share the caches
+
+Opener = Callable[[str], Any]  # location -> a pyiceberg FileIO for it
+
+
+def _remember(name: str, entries: tuple[Any, ...]) -> None:
+    with _LOCK:
+        _PARSED[name] = entries
+        _PARSED.move_to_end(name)
+        _NAMED[tuple(id(e) for e in entries)] = (entries, name)
+        while len(_PARSED) > _CACHE_SEGMENTS:
+            _PARSED.popitem(last=False)
+        while len(_NAMED) > _CACHE_SEGMENTS:
+            _NAMED.popitem(last=False)
+
+
+def _segment_name(field: str, chunk: tuple[Any, ...]) -> tuple[str, bytes | None]:
+    """The chunk's segment name, and its bytes when they had to be serialised to name it."""
+    with _LOCK:
+        hit = _NAMED.get(tuple(id(e) for e in chunk))
+    if hit is not None and all(a is b for a, b in zip(hit[0], chunk)):
+        return hit[1], None
+    body = json.dumps([e.model_dump(mode="json") for e in chunk], sort_keys=True,
+                      separators=(",", ":")).encode()
+    return f"{SEGMENT_PREFIX}{field}-{hashlib.sha256(body).hexdigest()[:32]}.json", body
+
+
+def segment_location(folder: str, name: str) -> str:
+    return f"{folder.rstrip('/')}/{SEGMENT_FOLDER}/{name}"
+
+
+def segments_of_document(document: dict[str, Any]) -> list[str]:
+    """Segment names a parsed document refers to (all lists)."""
+    return [n for names in document.get(_SEGMENTS_KEY, {}).values() for n in names]
+
+
+def write(open_io: Opener, folder: str, path: str, state: FamilyState, base_segments: set[str] = frozenset()
+          ) -> tuple[str, ...]:
+    """Write ``state``'s document to ``path``, sealing segments under ``folder``; returns its segment names.
+
+    ``base_segments``: the names the base version's document refers to (they exist, see the
+    module docstring); every other sealed chunk is written.
+    """
+    doc = state.model_dump(mode="json", exclude=set(SEGMENTED))
+    if not doc["materializations"]:
+        del doc["materializations"]  # as FamilyState.to_json: older documents stay byte-identical
+    segments: dict[str, list[str]] = {}
+    written: list[str] = []
+    for field in SEGMENTED:
+        entries: tuple[Any, ...] = getattr(state, field)
+        sealed = len(entries) - len(entries) % SEGMENT_ENTRIES
+        names = []
+        for start in range(0, sealed, SEGMENT_ENTRIES):
+            chunk = entries[start:start + SEGMENT_ENTRIES]
+            name, body = _segment_name(field, chunk)
+            if name not in base_segments:
+                if body is None:
+                    body = json.dumps([e.model_dump(mode="json") for e in chunk], sort_keys=True,
+                                      separators=(",", ":")).encode()
+                location = segment_location(folder, name)
+                with open_io(location).new_output(location).create(overwrite=True) as out:
+                    out.write(body)
+                written.append(name)
+            _remember(name, chunk)
+            names.append(name)
+        if names:
+            segments[field] = names
+        doc[field] = [e.model_dump(mode="json") for e in entries[sealed:]]
+    if segments:
+        doc[_SEGMENTS_KEY] = segments
+    with open_io(path).new_output(path).create(overwrite=False) as out:
+        out.write(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+    return tuple(n for names in segments.values() for n in names)
+
+
+def read(open_io: Opener, folder: str, path: str) -> tuple[FamilyState, tuple[str, ...]]:
+    """The state stored at ``path`` and the segment names its document refers to."""
+    with open_io(path).new_input(path).open() as stream:
+        doc = json.loads(stream.read())
+    segments: dict[str, list[str]] = doc.pop(_SEGMENTS_KEY, {})
+    if not segments:
+        return FamilyState.model_validate(doc), ()
+    for field, names in segments.items():
+        model = SEGMENTED[field]
+        entries: list[Any] = []
+        for name in names:
+            with _LOCK:
+                parsed = _PARSED.get(name)
+            if parsed is None:
+                location = segment_location(folder, name)
+                with open_io(location).new_input(location).open() as stream:
+                    parsed = tuple(model.model_validate(e) for e in json.loads(stream.read()))
+            _remember(name, parsed)
+            entries.extend(parsed)
+        entries.extend(model.model_validate(e) for e in doc.get(field, ()))
+        doc[field] = entries
+    return FamilyState.model_validate(doc), tuple(n for names in segments.values() for n in names)
+
+
+def folder_of(document_path: str) -> str:
+    """Documents and their segments live side by side: ``<view>/omni/`` and ``<view>/omni/segments/``."""
+    return document_path.rsplit("/", 1)[0]
