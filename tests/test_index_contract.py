@@ -193,3 +193,28 @@ def test_lmdb_map_growth_never_breaks_a_reader_of_another_thread(tmp_path, monke
     assert backend._env.info()["map_size"] > 1 << 20
     assert len(backend.get_entries([_id(100_000 + 11 * 20_000 + 5)])) == 1
     backend.close()
+
+
+def test_lmdb_write_on_a_big_tree_is_split_and_its_records_land_with_the_last_entries(tmp_path, monkeypatch):
+    """On a tree of more leaves than the dirty-page budget a write is cut into several
+    transactions (memory follows the budget, not the table); the file and run records
+    commit with the last of them, and every entry is found."""
+    from omni_iceberg.index import lmdb_backend
+
+    monkeypatch.setattr(lmdb_backend, "DIRTY_PAGE_BUDGET", 4)
+    backend = lmdb_backend.LmdbBackend(tmp_path / "split")
+    f = file_key("file:///big.parquet")
+    backend.put_entries([(_id(n), f, n, b"v" * 48) for n in range(5000)])  # one txn: the tree was empty
+    assert backend._read(lambda txn: txn.stat(backend._entries)["leaf_pages"]) > 4
+    per = backend._entries_per_txn()
+    assert per is not None and per < 6000
+    commits: list[int] = []
+    original = backend._write
+    monkeypatch.setattr(backend, "_write", lambda fn: (commits.append(1), original(fn))[1])
+    g = file_key("file:///more.parquet")
+    more = [_id(10_000 + n) for n in range(6000)]
+    backend.write([(i, g, n) for n, i in enumerate(more)], {FILE_PREFIX + g: b"record"})
+    assert len(commits) == -(-6000 // per) > 1
+    assert backend.get_meta([FILE_PREFIX + g]) == {FILE_PREFIX + g: b"record"}
+    assert len(backend.get_entries(more)) == 6000 and len(backend.get_entries([_id(7)])) == 1
+    backend.close()

@@ -13,6 +13,7 @@ through :func:`_open_env` by real path.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from contextlib import contextmanager
@@ -27,6 +28,8 @@ from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 #: MAX_MAP_SIZE). It is address space only - the file grows as written - but a process
 #: holding many indexes (a service, the test suite) ran out of it at a fixed 1 TiB each.
 MAP_SIZE = 1 << 30
+#: private pages (4 KB) one write transaction may dirty: 32 MB, see LmdbBackend._entries_per_txn
+DIRTY_PAGE_BUDGET = 8192
 MAX_MAP_SIZE = 1 << 42
 _ENVS: dict[str, tuple[object, "_TxnGuard"]] = {}
 _ENVS_LOCK = threading.Lock()
@@ -159,9 +162,44 @@ class LmdbBackend(IndexBackend):
                 return fn(txn)
 
     # ---- entries ----------------------------------------------------------------------
+    def _entries_per_txn(self) -> int | None:
+        """How many entries one write transaction may take; None: any number.
+
+        A write transaction keeps a private copy of every page it dirties until it commits.
+        Ids are random, so n sorted entries land on about L(1 - e^(-n/L)) of the tree's L
+        leaves: on a small tree a transaction of any size dirties at most the whole tree,
+        but on a big one (10M entries: ~250k leaves) each entry dirties a page of its own,
+        and a 200k-entry write held ~800 MB. Splitting at the n whose expected pages reach
+        :data:`DIRTY_PAGE_BUDGET` caps that memory whatever the table's size, and costs
+        little: at that size nearly every entry's page is copied once either way.
+        """
+        leaves = self._read(lambda txn: txn.stat(self._entries)["leaf_pages"])
+        if leaves <= DIRTY_PAGE_BUDGET:
+            return None
+        return max(1024, int(-leaves * math.log(1.0 - DIRTY_PAGE_BUDGET / leaves)))
+
+    def _put_items(self, items: list[tuple[bytes, bytes]], meta: dict[bytes, bytes]) -> None:
+        """Entries, then ``meta`` with the last of them: earlier transactions hold only entries.
+
+        Entries are invisible until a run record names their file (see ``index.visibility``),
+        so a crash between the transactions leaves nothing a reader can see.
+        """
+        per = self._entries_per_txn() if len(items) > DIRTY_PAGE_BUDGET else None
+        starts = list(range(0, len(items), per)) if per else [0]
+        for start in starts[:-1]:
+            chunk = items[start:start + per]
+            self._write(lambda txn, chunk=chunk: txn.cursor(db=self._entries).putmulti(chunk))
+        last = items[starts[-1]:]
+
+        def put(txn):
+            txn.cursor(db=self._entries).putmulti(last)
+            for k, v in meta.items():
+                txn.put(k, v, db=self._meta)
+
+        self._write(put)
+
     def put_entries(self, entries: Sequence[Entry | FileEntries]) -> None:
-        items = _items(entries)
-        self._write(lambda txn: txn.cursor(db=self._entries).putmulti(items))
+        self._put_items(_items(entries), {})
 
     def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[Located]]:
         def walk(txn):
@@ -179,15 +217,9 @@ class LmdbBackend(IndexBackend):
         return self._read(walk)
 
     def write(self, entries: Sequence[Entry | FileEntries], meta: dict[bytes, bytes]) -> None:
-        # one transaction, one fsync: a file's entries and the records naming them land together
-        items = _items(entries)
-
-        def put(txn):
-            txn.cursor(db=self._entries).putmulti(items)
-            for k, v in meta.items():
-                txn.put(k, v, db=self._meta)
-
-        self._write(put)
+        # the records naming the files land with their last entries (one transaction on a
+        # small tree; on a big one, see _entries_per_txn)
+        self._put_items(_items(entries), meta)
 
     def delete_entries(self, keys: Sequence[tuple[bytes, bytes]]) -> None:
         keys = list(keys)
