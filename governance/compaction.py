@@ -8,7 +8,8 @@ merges the small files of each partition:
   partitions holding at least ``min_files`` small files (a printable plan, also JSON);
 - execute: on a private branch starting at the pinned snapshot, replace each chosen
   group of files by the same rows in as few files as ``target_file_bytes`` allows
-  (one snapshot per partition). Rows are written sorted by (batch, id), so a merged
+  (group by group, committed as one snapshot per table, so the table is left with a
+  couple of manifests, not two per group). Rows are written sorted by (batch, id), so a merged
   file covers a narrow batch range and batch pruning by file statistics stays sharp;
 - commit: one logical version re-pins the compacted snapshots. Readers of older
   versions keep their snapshots (and the id index resolves them to the old files); a
@@ -176,9 +177,11 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
                 files = [live[p] for p in group.paths]
                 rows = read_data_files(ice, files)
                 rows = rows.sort_by([(BATCH_COLUMN, "ascending"), (ID_COLUMN, "ascending")])
-                w.rewrite_files(files, rows, {"omni.partition": group.partition})
+                w.write_replacement(files, rows)
                 if bar is not None:
                     bar.update(group.files)
+            # one snapshot per table, not per group: see StagedWrite.write_replacement
+            w.commit_replacements({"omni.partitions": ",".join(g.partition for g in t.partitions)[:1000]})
             report["files_after"][t.identifier] = sum(
                 1 for _ in store.catalog.load_table(t.identifier).scan(snapshot_id=w.staged_snapshot_id).plan_files())
 
