@@ -33,9 +33,9 @@ from typing import Any, Callable
 
 from catalog_ext.family import Batch, ComputedUnit, FamilyState
 
-#: entries per sealed segment: large enough that a table with 10,000 batches names ~40
-#: segments per list, small enough that sealing one is a cheap write
-SEGMENT_ENTRIES = 256
+#: entries per sealed segment: a document carries at most this many of each list (tail) plus
+#: one name per 64 sealed entries (10,000 batches: 156 names, ~11 KB)
+SEGMENT_ENTRIES = 64
 SEGMENTED: dict[str, type] = {"batches": Batch, "computed": ComputedUnit}
 SEGMENT_FOLDER = "segments"
 SEGMENT_PREFIX = "segment-"
