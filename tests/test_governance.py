@@ -36,14 +36,15 @@ def test_compaction_keeps_rows_and_versions(tmp_path):
     assert plan_compaction(omni.store, "web").empty
     main = omni.catalog.load_table(state.base_table.identifier).metadata.refs["main"].snapshot_id
     assert main == state.base_table.snapshot_id
-    # one snapshot per table, not per partition group: a query plans one manifest of new
-    # files and one of deleted entries (plus untouched ones), not two per rewritten group
+    # one snapshot per table, not per partition group, then one that leaves the deleted
+    # entries behind: a query plans one manifest of new files (plus untouched ones)
     ice = omni.catalog.load_table(state.base_table.identifier)
-    compacted = ice.metadata.snapshot_by_id(state.base_table.snapshot_id)
-    assert ice.metadata.snapshot_by_id(compacted.parent_snapshot_id).snapshot_id == base.snapshot_id
-    manifests = compacted.manifests(ice.io)
+    head = ice.metadata.snapshot_by_id(state.base_table.snapshot_id)  # drops the deleted entries
+    overwrite = ice.metadata.snapshot_by_id(head.parent_snapshot_id)
+    assert overwrite.parent_snapshot_id == base.snapshot_id
+    manifests = head.manifests(ice.io)
     assert len([m for m in manifests if m.added_files_count]) == 1  # every group's new files
-    assert len([m for m in manifests if m.deleted_files_count]) == 1  # every replaced file
+    assert not [m for m in manifests if m.deleted_files_count]  # nothing left to skip at planning
     assert len(plan.tables[0].partitions) > 1  # (several groups were rewritten)
 
 
