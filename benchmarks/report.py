@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 
 from benchmarks.common import BENCH, RESULTS, machine_facts
 
-ORDER = ("ingest", "submit_history", "index", "index-hbase", "history", "governed_appends", "fusion", "spark_fusion", "isolation",
-         "table_centric", "spark_crossover", "spark_join", "pruning", "export", "query_log", "rest_commit",
+ORDER = ("ingest", "submit_history", "index", "index-hbase", "history", "governed_appends", "fusion", "spark_fusion",
+         "isolation", "table_centric", "spark_crossover", "spark_join", "pruning", "export", "query_log", "rest_commit",
          "s3_warehouse", "view_pruning", "reliability")
 
 

@@ -72,7 +72,8 @@ def test_a_moved_tag_keeps_one_version_and_retention_removes_its_old_files(omni)
     report = apply_retention(omni.store, f"aidata.{NAME}", RetentionPolicy(keep_last=2, min_age_s=0))
     assert report.versions_expired  # (a run that expires nothing sweeps only files past its grace period)
     assert report.errors == []
-    assert [p.name for p in folder.glob("*.metadata.json")] == [Path(_view(omni, "web__tag_best").metadata_location).name]
+    current = Path(_view(omni, "web__tag_best").metadata_location).name
+    assert [p.name for p in folder.glob("*.metadata.json")] == [current]
     assert omni.read(NAME, as_of="best").num_rows == 6  # version 3: batches a and b
 
 
