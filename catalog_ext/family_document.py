@@ -83,8 +83,8 @@ def segments_of_document(document: dict[str, Any]) -> list[str]:
     return [n for names in document.get(_SEGMENTS_KEY, {}).values() for n in names]
 
 
-def write(open_io: Opener, folder: str, path: str, state: FamilyState, base_segments: set[str] = frozenset()
-          ) -> tuple[str, ...]:
+def write(open_io: Opener, folder: str, path: str, state: FamilyState,
+          base_segments: frozenset[str] | set[str] = frozenset()) -> tuple[str, ...]:
     """Write ``state``'s document to ``path``, sealing segments under ``folder``; returns its segment names.
 
     ``base_segments``: the names the base version's document refers to (they exist, see the

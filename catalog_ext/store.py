@@ -14,6 +14,7 @@ physical snapshots if both touched the same table), and tries again.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ class FamilyStore:
         self.write_hooks: list[Callable[[FamilyState, StagedWrite], None]] = []
         #: family document -> the segments it names, for documents read or written here
         self._document_segments: dict[str, tuple[str, ...]] = {}
+        self._segments_lock = threading.Lock()
 
     # ---- documents ---------------------------------------------------------------------
     def _write_family(self, view_location: str, state: FamilyState, base_document: str | None = None) -> str:
@@ -112,7 +114,8 @@ class FamilyStore:
         """
         folder = f"{view_location.rstrip('/')}/omni"
         path = f"{folder}/family-v{state.version:06d}-{uuid.uuid4()}.json"
-        shared = set(self._document_segments.get(base_document, ())) if base_document else set()
+        with self._segments_lock:
+            shared = set(self._document_segments.get(base_document, ())) if base_document else set()
         names = family_document.write(self._io, folder, path, state, shared)
         self._note_segments(path, names)
         return path
@@ -124,17 +127,21 @@ class FamilyStore:
 
     def document_segments(self, document: str) -> tuple[str, ...]:
         """The segment files (names under ``<view>/omni/segments/``) a family document refers to."""
-        if document not in self._document_segments:
-            self._read_family(document)
-        return self._document_segments[document]
+        with self._segments_lock:
+            known = self._document_segments.get(document)
+        if known is None:
+            _state, known = family_document.read(self._io, family_document.folder_of(document), document)
+            self._note_segments(document, known)
+        return known
 
     def _io(self, location: str) -> Any:
         return iceberg_io.file_io(self.catalog, location)
 
     def _note_segments(self, document: str, names: tuple[str, ...]) -> None:
-        self._document_segments[document] = names
-        while len(self._document_segments) > 64:  # only recent bases are ever asked for
-            self._document_segments.pop(next(iter(self._document_segments)))
+        with self._segments_lock:  # concurrent commits of one store run on threads
+            self._document_segments[document] = names
+            while len(self._document_segments) > 64:  # only recent bases are ever asked for
+                self._document_segments.pop(next(iter(self._document_segments)))
 
     def _representations(self, state: FamilyState) -> list[ViewRepresentation]:
         return [ViewRepresentation(d, view_sql.render_view_sql(state, d)) for d in ("spark", "trino")]
