@@ -124,3 +124,31 @@ def test_documents_without_segments_still_load(omni, tmp_path, monkeypatch):
     _submit(omni, tmp_path, "b4")  # the first commit after the upgrade seals what is full
     assert len(_latest_document(omni)["segments"]["batches"]) == 2
     assert [b.name for b in _fresh(omni).state(NAME).batches] == ["b1", "b2", "b3", "b4"]
+
+
+def test_concurrent_writers_seal_segments_that_every_reader_finds(omni, tmp_path):
+    """Two writers race (the loser re-applies on the winner's state): every sealed
+    segment a committed document names exists, and a fresh process reads all batches."""
+    import threading
+
+    omni.create_table(NAME)
+    errors: list[BaseException] = []
+
+    def writer(tag: str) -> None:
+        try:
+            mine = Omni(config=omni.config)  # a handle of its own, as a second process would have
+            for i in range(3):
+                _submit(mine, tmp_path, f"{tag}{i}")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in ("x", "y")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    names = sorted(b.name for b in _fresh(omni).state(NAME).batches)
+    assert names == ["x0", "x1", "x2", "y0", "y1", "y2"]
+    named = set(_latest_document(omni)["segments"]["batches"])
+    assert len(named) == 3 and named <= _segment_files(omni)
