@@ -218,3 +218,28 @@ def test_lmdb_write_on_a_big_tree_is_split_and_its_records_land_with_the_last_en
     assert backend.get_meta([FILE_PREFIX + g]) == {FILE_PREFIX + g: b"record"}
     assert len(backend.get_entries(more)) == 6000 and len(backend.get_entries([_id(7)])) == 1
     backend.close()
+
+
+def test_lmdb_index_opened_by_many_threads_at_once_does_not_deadlock(tmp_path):
+    """Concurrent submits in one process open a fresh index together: opening its named
+    databases from two threads at once deadlocked (LMDB's writer lock against the GIL)."""
+    from omni_iceberg.index import lmdb_backend
+
+    for attempt in range(5):
+        path = tmp_path / f"fresh{attempt}"
+        opened: list[object] = []
+        start = threading.Barrier(4)
+
+        def open_it() -> None:
+            start.wait()
+            opened.append(lmdb_backend.LmdbBackend(path))
+
+        threads = [threading.Thread(target=open_it, daemon=True) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=20)
+        assert len(opened) == 4, "opening one LMDB index from several threads hung"
+        opened[0].put_meta({b"k": b"v"})
+        assert all(b.get_meta([b"k"]) == {b"k": b"v"} for b in opened)
+        opened[0].close()

@@ -96,11 +96,15 @@ def _open_env(path: Path):
                 # the newest transactions - and a lost run record means "not indexed", which
                 # lookups answer by scanning. Measured: an fsync per file was 60% of a rebuild.
                 env = lmdb.open(key, map_size=MAP_SIZE, max_dbs=4, subdir=True, readahead=False, sync=False)
+                # the named databases are opened once per environment, here, under the lock:
+                # two threads calling open_db on one environment deadlocked (each waits for
+                # LMDB's writer lock or the GIL the other holds)
+                dbs = (env.open_db(b"entries"), env.open_db(b"meta"))
             except (lmdb.Error, OSError) as e:
                 raise IndexUnavailableError(
                     f"cannot open the LMDB index at {key}: {e}; check the folder is writable or set OMNI_INDEX"
                 ) from e
-            found = _ENVS[key] = (env, _TxnGuard())
+            found = _ENVS[key] = (env, _TxnGuard(), *dbs)
         return found
 
 
@@ -108,7 +112,7 @@ def _close_env(path: Path) -> None:
     with _ENVS_LOCK:
         found = _ENVS.pop(str(path.resolve()), None)
     if found is not None:
-        env, guard = found
+        env, guard = found[:2]
         guard.resize(env.close)  # no transaction of another thread may be open on it
 
 
@@ -125,9 +129,7 @@ class LmdbBackend(IndexBackend):
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self.location = str(self.path)
-        self._env, self._guard = _open_env(self.path)
-        self._entries = self._env.open_db(b"entries")
-        self._meta = self._env.open_db(b"meta")
+        self._env, self._guard, self._entries, self._meta = _open_env(self.path)
 
     def _write(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(txn)`` in one write transaction, growing the map when it is full."""
