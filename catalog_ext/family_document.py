@@ -63,24 +63,23 @@ def _remember(name: str, entries: tuple[Any, ...]) -> None:
             _NAMED.popitem(last=False)
 
 
+def _chunk_bytes(chunk: tuple[Any, ...]) -> bytes:
+    """A segment's canonical content (sorted keys): equal entries, equal bytes, equal name."""
+    return json.dumps([e.model_dump(mode="json") for e in chunk], sort_keys=True, separators=(",", ":")).encode()
+
+
 def _segment_name(field: str, chunk: tuple[Any, ...]) -> tuple[str, bytes | None]:
     """The chunk's segment name, and its bytes when they had to be serialised to name it."""
     with _LOCK:
         hit = _NAMED.get(tuple(id(e) for e in chunk))
     if hit is not None and all(a is b for a, b in zip(hit[0], chunk)):
         return hit[1], None
-    body = json.dumps([e.model_dump(mode="json") for e in chunk], sort_keys=True,
-                      separators=(",", ":")).encode()
+    body = _chunk_bytes(chunk)
     return f"{SEGMENT_PREFIX}{field}-{hashlib.sha256(body).hexdigest()[:32]}.json", body
 
 
 def segment_location(folder: str, name: str) -> str:
     return f"{folder.rstrip('/')}/{SEGMENT_FOLDER}/{name}"
-
-
-def segments_of_document(document: dict[str, Any]) -> list[str]:
-    """Segment names a parsed document refers to (all lists)."""
-    return [n for names in document.get(_SEGMENTS_KEY, {}).values() for n in names]
 
 
 def write(open_io: Opener, folder: str, path: str, state: FamilyState,
@@ -94,7 +93,6 @@ def write(open_io: Opener, folder: str, path: str, state: FamilyState,
     if not doc["materializations"]:
         del doc["materializations"]  # as FamilyState.to_json: older documents stay byte-identical
     segments: dict[str, list[str]] = {}
-    written: list[str] = []
     for field in SEGMENTED:
         entries: tuple[Any, ...] = getattr(state, field)
         sealed = len(entries) - len(entries) % SEGMENT_ENTRIES
@@ -103,13 +101,9 @@ def write(open_io: Opener, folder: str, path: str, state: FamilyState,
             chunk = entries[start:start + SEGMENT_ENTRIES]
             name, body = _segment_name(field, chunk)
             if name not in base_segments:
-                if body is None:
-                    body = json.dumps([e.model_dump(mode="json") for e in chunk], sort_keys=True,
-                                      separators=(",", ":")).encode()
                 location = segment_location(folder, name)
                 with open_io(location).new_output(location).create(overwrite=True) as out:
-                    out.write(body)
-                written.append(name)
+                    out.write(body if body is not None else _chunk_bytes(chunk))
             _remember(name, chunk)
             names.append(name)
         if names:
