@@ -31,6 +31,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
+from catalog_ext.errors import OmniError
 from catalog_ext.family import Batch, ComputedUnit, FamilyState
 
 #: entries per sealed segment: a document carries at most this many of each list (tail) plus
@@ -131,8 +132,13 @@ def read(open_io: Opener, folder: str, path: str) -> tuple[FamilyState, tuple[st
                 parsed = _PARSED.get(name)
             if parsed is None:
                 location = segment_location(folder, name)
-                with open_io(location).new_input(location).open() as stream:
-                    parsed = tuple(model.model_validate(e) for e in json.loads(stream.read()))
+                try:
+                    with open_io(location).new_input(location).open() as stream:
+                        parsed = tuple(model.model_validate(e) for e in json.loads(stream.read()))
+                except FileNotFoundError as e:
+                    raise OmniError(
+                        f"family document {path} names segment {location}, which is missing; the version is "
+                        "unreadable - restore the file from a backup, or read a later version ('omni log')") from e
             _remember(name, parsed)
             entries.extend(parsed)
         entries.extend(model.model_validate(e) for e in doc.get(field, ()))

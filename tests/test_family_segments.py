@@ -152,3 +152,15 @@ def test_concurrent_writers_seal_segments_that_every_reader_finds(omni, tmp_path
     assert names == ["x0", "x1", "x2", "y0", "y1", "y2"]
     named = set(_latest_document(omni)["segments"]["batches"])
     assert len(named) == 3 and named <= _segment_files(omni)
+
+
+def test_a_missing_segment_is_a_clear_error_naming_it(omni, tmp_path):
+    from catalog_ext.errors import OmniError
+
+    omni.create_table(NAME)
+    for b in ["b1", "b2", "b3"]:
+        _submit(omni, tmp_path, b)
+    name = _latest_document(omni)["segments"]["batches"][0]
+    next(Path(omni.config.home).rglob(name)).unlink()
+    with pytest.raises(OmniError, match=f"names segment .*{name}, which is missing"):
+        _fresh(omni).state(NAME)
