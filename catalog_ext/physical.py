@@ -21,10 +21,12 @@ top of the winner's snapshot: nothing is recomputed or rewritten.
 from __future__ import annotations
 
 import itertools
+import os
 import uuid
 from typing import Any, Iterable, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from catalog_ext import iceberg_io, staging, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
@@ -34,6 +36,12 @@ from catalog_ext.staging import STAGING_BRANCH_PREFIX
 CLEARED_PROPERTY = "omni.cleared-batches"
 #: the partition field of every family table: bucket(N, _ai_unique_id_)
 BUCKET_FIELD = "_ai_id_bucket"
+#: Arrow bytes a staged write holds before writing them out as data files. Every write
+#: becomes one file per bucket, so writing each 20,000-row ingest chunk at once turned a
+#: 1M-row batch into 800 files of ~1,250 rows per table (and its backfill into 128 per
+#: feature table): every later scan opened them all, and a 1,000-id lookup touched a file
+#: per id. Held rows are bounded by this, not by the batch; ``0`` writes every chunk at once.
+WRITE_BUFFER_BYTES = int(os.environ.get("OMNI_WRITE_BUFFER_BYTES", str(128 << 20)))
 
 
 def file_batch(table: Any, data_file: Any) -> str | None:
@@ -181,23 +189,50 @@ class StagedWrite:
         self._replacements: list[tuple[list[Any], list[Any]]] = []
         self.rows = 0
         self.staged_snapshot_id: int | None = None
+        #: rows written but not yet in files (see WRITE_BUFFER_BYTES), all of one batch
+        self.buffer_bytes = WRITE_BUFFER_BYTES
+        self._held: list[pa.Table] = []
+        self._held_bytes = 0
+        self._held_batch: str | None = None
         self._uuid = uuid.uuid4()
         self._counter = itertools.count()
         self.hooks: list[StagedWriteHook] = []
 
     @property
     def data_files(self) -> list[Any]:
+        """Every data file of this write; rows still held are written out first."""
+        self.flush()
         return self.branch_files + self.pending_files + [f for _, new in self._replacements for f in new]
 
     def reload(self) -> None:
-        """Pick up schema changes made since this write started."""
+        """Pick up schema changes made since this write started (held rows are written under the old schema)."""
+        self.flush()
         self.table = self.catalog.load_table(self.identifier)
 
     def write(self, data: pa.Table) -> None:
-        """Write one chunk as data files now (memory is released), commit later."""
+        """Add rows; they become data files once :data:`WRITE_BUFFER_BYTES` are held, at the
+        next checkpoint, or when rows of another batch arrive (a file holds one batch:
+        :meth:`rebase_excluding` and batch pruning rely on it). Commit is later still."""
+        if not data.num_rows:
+            return
+        batch = _only_batch(data)
+        if self._held and (batch is None or batch != self._held_batch or data.schema != self._held[0].schema):
+            self.flush()
+        self.rows += data.num_rows
+        self._held.append(data)
+        self._held_bytes += data.nbytes
+        self._held_batch = batch
+        if batch is None or self._held_bytes >= self.buffer_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the held rows as data files now (one per bucket; pending until the next checkpoint)."""
+        if not self._held:
+            return
+        data = self._held[0] if len(self._held) == 1 else pa.concat_tables(self._held)
+        self._held, self._held_bytes, self._held_batch = [], 0, None
         files = iceberg_io.write_data_files(self.table, data, self._uuid, self._counter)
         self.pending_files += files
-        self.rows += data.num_rows
         for hook in self.hooks:
             hook.files_written(self, files)
 
@@ -208,6 +243,8 @@ class StagedWrite:
 
     def checkpoint(self, properties: dict[str, str] | None = None) -> int:
         """Commit the pending files as one snapshot on the branch (created at the base if new)."""
+
+        self.flush()
 
         def commit(table):
             props = {**self.properties, **(properties or {})}
@@ -327,7 +364,7 @@ class StagedWrite:
         todo = sorted(set(batches) - set(self.cleared_batches))
         if not todo:
             return self.staged_snapshot_id
-        if self.pending_files:
+        if self.pending_files or self._held:
             self.checkpoint()
 
         def delete(table):
@@ -435,10 +472,22 @@ class StagedWrite:
         """
         if self.committed:  # interrupted after the logical commit: the files are readable, keep them
             return 0, 0
+        self._held, self._held_bytes, self._held_batch = [], 0, None
         result = staging.discard_branch(self.catalog, self.identifier, self.branch, [self.base_snapshot_id],
                                         extra_files=self.pending_files)
         self.pending_files, self.branch_files, self.staged_snapshot_id = [], [], None
         return result
+
+
+def _only_batch(data: pa.Table) -> str | None:
+    """The one batch ``data`` holds, or None when it holds several (or has no batch column)."""
+    if BATCH_COLUMN not in data.column_names:
+        return None
+    column = data.column(BATCH_COLUMN)
+    first = column[0].as_py()
+    if column.null_count or (data.num_rows > 1 and not pc.all(pc.equal(column, first)).as_py()):
+        return None
+    return first
 
 
 def abandon_all(writers: Iterable[StagedWrite]) -> None:

@@ -108,3 +108,55 @@ def test_a_new_staging_branch_keeps_its_parent_when_its_commit_races(tmp_path, m
     table = omni.catalog.load_table(base.identifier)
     assert table.snapshot_by_id(staged).parent_snapshot_id == base.snapshot_id
     assert table.scan(snapshot_id=staged).to_arrow().num_rows == 6  # the 5 rows before it, and its own
+
+
+def _ids(prefix, n):
+    import hashlib
+
+    return [hashlib.md5(f"{prefix}{i}".encode()).hexdigest() for i in range(n)]
+
+
+def test_chunks_of_one_batch_become_one_file_per_bucket_and_a_file_holds_one_batch(tmp_path):
+    """Every write used to become its own file per bucket: 40 chunks of a batch made ~40
+    files per bucket. Held rows are written together, and a new batch starts new files."""
+    from catalog_ext.physical import file_batch
+
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")
+    omni.register_features("web", [sw_n])
+    state = omni.state("web")
+    table = state.physical_table(state.feature("sw_n").table_key)
+    w = StagedWrite(omni.catalog, table.identifier, table.snapshot_id, "bf-buffer", {"omni.operation": "backfill"})
+    ids = _ids("a", 4000)
+    for i in range(0, 4000, 100):  # 40 chunks of batch a
+        w.write(_rows(ids[i:i + 100], "a", 1))
+    assert w.pending_files == [] and w.rows == 4000  # held, not written yet
+    w.write(_rows(_ids("b", 50), "b", 2))  # another batch: batch a's rows are written now
+    a_files = list(w.pending_files)
+    w.checkpoint()  # and batch b's at the checkpoint
+    buckets = state.table.bucket_count
+    assert 0 < len(a_files) <= buckets
+    files = w.data_files
+    assert sum(f.record_count for f in files) == 4050
+    t = omni.catalog.load_table(table.identifier)
+    assert {file_batch(t, f) for f in files} == {"a", "b"}  # never None: one batch per file
+    rows = t.scan(snapshot_id=w.staged_snapshot_id).to_arrow()
+    assert rows.num_rows == 4050 and sorted(set(rows.column("_ai_unique_id_").to_pylist())) == sorted(ids + _ids("b", 50))
+
+
+def test_held_rows_are_written_once_the_buffer_is_full_and_dropped_by_abandon(tmp_path, monkeypatch):
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")
+    omni.register_features("web", [sw_n])
+    state = omni.state("web")
+    table = state.physical_table(state.feature("sw_n").table_key)
+    w = StagedWrite(omni.catalog, table.identifier, table.snapshot_id, "bf-small", {"omni.operation": "backfill"})
+    chunk = _rows(_ids("c", 500), "c", 1)
+    w.buffer_bytes = chunk.nbytes * 2
+    w.write(chunk)
+    assert w.pending_files == []
+    w.write(_rows(_ids("d", 500), "c", 1))  # the buffer is full: written now
+    assert sum(f.record_count for f in w.pending_files) == 1000
+    w.write(_rows(_ids("e", 10), "c", 1))
+    w.abandon()  # a failed run: nothing held survives to a later checkpoint
+    assert w.data_files == [] and w.staged_snapshot_id is None
