@@ -312,6 +312,43 @@ def test_feature_columns_join_from_their_own_tables(omni, name, spec, indexed_wr
     assert sum(r["t_len"] is None for r in lookup.rows.to_pylist()) == 4
 
 
+def test_array_and_row_decoding_of_a_large_lookup_agree_with_the_scan(omni, name, spec, indexed_writes, tmp_path,
+                                                                      monkeypatch):
+    """A 1,000-id lookup decodes inline values as whole arrays, a small one row by row: both
+    must return exactly what the scan does - features with nulls (a batch not backfilled),
+    files of several batches after compaction (each row's batch comes from its own bytes),
+    ids that are not there."""
+    from catalog_ext.physical import file_batch
+    from governance.compaction import compact
+    from omni_iceberg.index import lookup as L
+    from omni_iceberg.index import lookup_rows
+    from tests import feature_udfs as U
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 60)], batch="a")
+    omni.submit(name, [_jsonl(tmp_path, "b", 50)], batch="b")
+    omni.register_features(name, [U.t_parse, U.t_len])
+    omni.backfill(name, ["t_len"], isolation="inline")
+    omni.submit(name, [_jsonl(tmp_path, "c", 40)], batch="c")  # no feature values: nulls
+    compact(omni.store, name, min_files=1)  # base files now hold rows of several batches
+    state = omni.state(name)
+    idx = _index(omni, name, spec)
+    ask = _ids(omni, name)[::2] + ["0" * 32]
+    cols = ["_ai_append_name_", "RawData.url", "RawData.lang", "t_len"]
+    scan = lookup_rows(omni.catalog, state, idx, ask, cols, force_scan=True).rows
+    for threshold in (1, 10 ** 9):  # every table decoded as arrays / every row one by one
+        monkeypatch.setattr(L, "ARRAY_DECODE_MIN_ROWS", threshold)
+        got = lookup_rows(omni.catalog, state, idx, ask, cols)
+        assert [t.method for t in got.tables] == ["index"] * 2 and all(t.files_read == 0 for t in got.tables)
+        assert got.rows.schema == scan.schema and got.rows.to_pylist() == scan.to_pylist()
+        assert got.not_found == ["0" * 32]
+    in_c = set(_ids(omni, name, batch="c"))
+    assert sum(r["t_len"] is None for r in scan.to_pylist()) == len(in_c & set(ask)) + 1 > 1
+    base = omni.catalog.load_table(state.base_table.identifier)
+    assert any(file_batch(base, t.file) is None for t in base.scan(snapshot_id=state.base_table.snapshot_id)
+               .plan_files())  # compaction did merge batches: their rows' batches were decoded
+
+
 def test_ingest_dedups_through_the_index_without_reading_the_table(omni, name, spec, indexed_writes, tmp_path,
                                                                    monkeypatch):
     from omni_iceberg.ingest import dedup

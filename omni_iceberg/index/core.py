@@ -26,7 +26,8 @@ import numpy as np
 
 from catalog_ext.family import FamilyState
 from omni_iceberg.index import visibility
-from omni_iceberg.index.backend import FILE_PREFIX, RUN_PREFIX, FileEntries, FileRecord, IndexBackend, RunRecord
+from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, FileEntries, FileRecord, IndexBackend, RunRecord,
+                                        parse_value)
 from omni_iceberg.index.errors import IndexCorruptError
 from omni_iceberg.index.inline import IndexedRows, Layout, split_rows
 from omni_iceberg.index.keys import ID_BYTES, file_key, id_key, id_of
@@ -53,6 +54,30 @@ class Location(NamedTuple):
     #: the row's inline values and the file's layout for them (empty: read the file)
     inline: bytes = b""
     layout: Layout = Layout()
+
+
+@dataclass
+class TableEntries:
+    """The visible entries of asked ids in one physical table, as parallel arrays.
+
+    Entry ``k`` is a row of id ``ids[asked[k]]`` (``ids``: the asked ids, distinct, lower case) in file ``files[codes[k]]`` (its record
+    and inline layout); ``values[k]`` is its stored value (position, then inline values).
+    """
+
+    ids: list[str]
+    asked: np.ndarray
+    codes: np.ndarray
+    values: list[bytes]
+    files: list[tuple[FileRecord, Layout]]
+
+    def locations(self) -> dict[str, list[Location]]:
+        """id -> its locations (one per entry), for callers that read rows by position."""
+        out: dict[str, list[Location]] = {}
+        for at, code, value in zip(self.asked.tolist(), self.codes.tolist(), self.values):
+            rec, layout = self.files[code]
+            position, inline = parse_value(value)
+            out.setdefault(self.ids[at], []).append(Location(rec.path, position, rec.batch, rec.run, inline, layout))
+        return out
 
 
 @dataclass
@@ -143,23 +168,40 @@ class IdIndex:
         return self.locations_in([cov], ids)[cov.table]
 
     def locations_in(self, covs: Sequence[Coverage], ids: Sequence[str]) -> dict[str, dict[str, list[Location]]]:
-        """Per physical table of ``covs``: id -> visible locations, from ONE backend read.
+        """Per physical table of ``covs``: id -> visible locations, from ONE backend read."""
+        return {table: found.locations() for table, found in self.entries_in(covs, ids).items()}
+
+    def entries_in(self, covs: Sequence[Coverage], ids: Sequence[str]) -> dict[str, "TableEntries"]:
+        """Per physical table of ``covs``: the visible entries of ``ids`` as arrays, from ONE backend read.
 
         All tables' entries of an id are adjacent under its key, so reading them once and
         sorting them out by file record costs a table count less than asking per table.
+        Visibility is decided once per distinct file, not per entry.
         """
-        entries = self.backend.get_entries([id_key(i) for i in ids])
-        files = self.files(loc[0] for locs in entries.values() for loc in locs)
-        by_table = {c.table: c for c in covs}
-        out: dict[str, dict[str, list[Location]]] = {c.table: {} for c in covs}
-        for ikey, locs in entries.items():
-            for fk, pos, inline in locs:
-                rec = files.get(fk)
-                cov = by_table.get(rec.table) if rec is not None else None
-                if cov is None or rec.run not in cov.visible_runs or fk in cov.retired:
-                    continue
-                out[cov.table].setdefault(id_of(ikey), []).append(
-                    Location(rec.path, pos, rec.batch, rec.run, inline, self.layout(fk, rec)))
+        keys = list(dict.fromkeys(id_key(i) for i in ids))
+        asked_at = {k: n for n, k in enumerate(keys)}
+        read = self.backend.get_entry_columns(keys)
+        records = self.files(read.fkeys)
+        tables = {c.table: n for n, c in enumerate(covs)}
+        files: list[tuple[FileRecord, Layout]] = []
+        table_of: list[int] = []
+        code_of: dict[bytes, int] = {}
+        for fk, rec in records.items():
+            cov_at = tables.get(rec.table)
+            if cov_at is None or rec.run not in covs[cov_at].visible_runs or fk in covs[cov_at].retired:
+                continue
+            code_of[fk] = len(files)
+            files.append((rec, self.layout(fk, rec)))
+            table_of.append(cov_at)
+        n = len(read.fkeys)
+        codes = np.fromiter((code_of.get(f, -1) for f in read.fkeys), np.int64, n)
+        asked = np.fromiter((asked_at[r] for r in read.ids), np.int64, n)
+        owner = np.array(table_of + [-1], np.int64)[codes]  # codes of -1 (not visible) pick the -1
+        asked_ids = [id_of(k) for k in keys]
+        out: dict[str, TableEntries] = {}
+        for cov_at, cov in enumerate(covs):
+            sel = np.flatnonzero(owner == cov_at)
+            out[cov.table] = TableEntries(asked_ids, asked[sel], codes[sel], [read.values[i] for i in sel], files)
         return out
 
     def at(self, catalog: Any, state: FamilyState) -> "IndexView":
@@ -332,8 +374,12 @@ class IndexView:
 
     def locations_of(self, table_keys: Sequence[str], ids: Sequence[str]) -> dict[str, dict[str, list[Location]]]:
         """:meth:`locations` for several physical tables at once (one backend read), by table key."""
+        return {key: found.locations() for key, found in self.entries_of(table_keys, ids).items()}
+
+    def entries_of(self, table_keys: Sequence[str], ids: Sequence[str]) -> dict[str, TableEntries]:
+        """The visible entries of ``ids`` in several physical tables (one backend read), by table key."""
         covs = {key: self.coverage(key) for key in table_keys}
-        found = self.index.locations_in(list(covs.values()), ids)
+        found = self.index.entries_in(list(covs.values()), ids)
         return {key: found[cov.table] for key, cov in covs.items()}
 
     def contains_many(self, table_key: str, sorted_ids: Sequence[str]) -> set[str]:

@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from omni_iceberg.index.backend import Entry, FileEntries, IndexBackend, Located, parse_value, stored_pairs
+from omni_iceberg.index.backend import (Entry, EntryColumns, FileEntries, IndexBackend, Located, parse_value,
+                                        stored_pairs)
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 
@@ -214,6 +215,24 @@ class LmdbBackend(IndexBackend):
                     if key[:ID_BYTES] != rid:
                         break
                     out.setdefault(rid, []).append((key[ID_BYTES:], *parse_value(value)))
+            return out
+
+        return self._read(walk)
+
+    def get_entry_columns(self, id_keys: Sequence[bytes]) -> EntryColumns:
+        def walk(txn):
+            out = EntryColumns()
+            ids, fkeys, values = out.ids, out.fkeys, out.values
+            cur = txn.cursor(db=self._entries)
+            for rid in sorted(set(id_keys)):
+                if not cur.set_range(rid):
+                    continue
+                for key, value in cur:
+                    if key[:ID_BYTES] != rid:
+                        break
+                    ids.append(rid)
+                    fkeys.append(key[ID_BYTES:])
+                    values.append(value)
             return out
 
         return self._read(walk)
