@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 export OMNI_CACHE ?= $(CURDIR)/.cache
-EXTRAS := spark,test,viz,models,trino,kv
+EXTRAS := spark,test,viz,models,trino,kv,olap
 
 .PHONY: demo test install system-deps jars trino hbase rest corpora clean
 

@@ -84,6 +84,30 @@ def set_row_groups(omni, rows: int) -> None:
             tx.set_properties({"write.parquet.row-group-limit": str(rows)})
 
 
+def build_table(omni, scratch, rows: int, batch_rows: int, row_group_rows: int | None = None) -> dict[str, float]:
+    """Logical table ``syn``: ``rows`` synthetic records in batches of ``batch_rows``, and the three
+    ``ix_*`` features backfilled (4 physical tables). Returns the set-up seconds."""
+    setup: dict[str, float] = {}
+    omni.create_table("syn")
+    if row_group_rows:
+        set_row_groups(omni, row_group_rows)
+    t0 = time.perf_counter()
+    for n, start in enumerate(range(0, rows, batch_rows)):
+        path = scratch / f"b{n}.jsonl"
+        synthetic_jsonl(path, start, min(batch_rows, rows - start))
+        omni.submit("syn", [str(path)], batch=f"b{n}", progress=False)
+        path.unlink()
+        C.log(f"ingested batch b{n} ({min(batch_rows, rows - start)} rows)")
+    setup["ingest_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    omni.register_features("syn", [ix_len, ix_digits, ix_tag])
+    if row_group_rows:
+        set_row_groups(omni, row_group_rows)
+    omni.backfill("syn", ["ix_len", "ix_digits", "ix_tag"], isolation="inline", progress=False, has_gpu=False)
+    setup["backfill_s"] = time.perf_counter() - t0
+    return setup
+
+
 def add_headlines(payload: dict) -> dict:
     """The issue's targets as headline figures, plus a table of every P50/P99 (for RESULTS.md)."""
     res, backend = payload["results"], payload["index_backend"]
@@ -194,24 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         from omni_iceberg.index import lookup_rows, open_index
         from omni_iceberg.index.lookup import get_rows
 
-        setup: dict[str, float] = {}
-        omni.create_table("syn")
-        if args.row_group_rows:
-            set_row_groups(omni, args.row_group_rows)
-        t0 = time.perf_counter()
-        for n, start in enumerate(range(0, rows, batch_rows)):
-            path = scratch / f"b{n}.jsonl"
-            synthetic_jsonl(path, start, min(batch_rows, rows - start))
-            omni.submit("syn", [str(path)], batch=f"b{n}", progress=False)
-            path.unlink()
-            C.log(f"ingested batch b{n} ({min(batch_rows, rows - start)} rows)")
-        setup["ingest_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        omni.register_features("syn", [ix_len, ix_digits, ix_tag])
-        if args.row_group_rows:
-            set_row_groups(omni, args.row_group_rows)
-        omni.backfill("syn", ["ix_len", "ix_digits", "ix_tag"], isolation="inline", progress=False, has_gpu=False)
-        setup["backfill_s"] = time.perf_counter() - t0
+        setup = build_table(omni, scratch, rows, batch_rows, args.row_group_rows)
         state = omni.state("syn")
         index = open_index(omni.config, state.table.identifier, spec)
         all_ids = omni.read("syn", columns=["_ai_unique_id_"]).column(0).to_pylist()

@@ -167,6 +167,19 @@ class MaterializedCopy(_Frozen):
     built_version: int
 
 
+class HotColumns(_Frozen):
+    """Feature columns kept in a ClickHouse hot store for fast aggregation (``omni accelerate --hot``).
+
+    The choice is part of the logical table; the hot store's rows are derived state: the
+    store records the :meth:`FamilyState.coverage_signature` of ``columns`` it holds, and a
+    query reads it only while that equals the signature at the query's version.
+    """
+
+    columns: tuple[str, ...]
+    #: sync the store after every commit that changes these columns (else ``--sync`` by hand)
+    sync_on_commit: bool = False
+
+
 class FamilyState(_Frozen):
     """The full mapping at one logical version."""
 
@@ -186,6 +199,7 @@ class FamilyState(_Frozen):
     features: tuple[FeatureBinding, ...] = ()
     computed: tuple[ComputedUnit, ...] = ()
     materializations: tuple[MaterializedCopy, ...] = ()
+    hot: HotColumns | None = None
 
     # ---- serialisation -------------------------------------------------------------
     def to_json(self) -> str:
@@ -193,6 +207,8 @@ class FamilyState(_Frozen):
         doc = self.model_dump(mode="json")
         if not doc["materializations"]:
             del doc["materializations"]  # documents without one stay byte-identical to older ones
+        if doc["hot"] is None:
+            del doc["hot"]
         return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
     @classmethod

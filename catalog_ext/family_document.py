@@ -93,6 +93,8 @@ def write(open_io: Opener, folder: str, path: str, state: FamilyState,
     doc = state.model_dump(mode="json", exclude=set(SEGMENTED))
     if not doc["materializations"]:
         del doc["materializations"]  # as FamilyState.to_json: older documents stay byte-identical
+    if doc.get("hot") is None:
+        doc.pop("hot", None)
     segments: dict[str, list[str]] = {}
     for field in SEGMENTED:
         entries: tuple[Any, ...] = getattr(state, field)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from catalog_ext.family import (
-    Batch, ComputedUnit, FamilyState, FeatureBinding, LogicalColumn, MaterializedCopy, PhysicalColumn, PhysicalTable,
-    PhysicalTableGroup,
+    Batch, ComputedUnit, FamilyState, FeatureBinding, HotColumns, LogicalColumn, MaterializedCopy, PhysicalColumn,
+    PhysicalTable, PhysicalTableGroup,
 )
 from catalog_ext.errors import CommitConflictError
 
@@ -244,7 +244,20 @@ class RecordMaterialization:
         return {"materializations": kept + (self.copy,)}
 
 
-Update = (AddBatch | DropBatch | RecordMaterialization | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
+@dataclass(frozen=True)
+class SetHotColumns:
+    """Choose the hot columns of the logical table (None: none); each must still be there."""
+
+    hot: HotColumns | None
+
+    def apply(self, s: FamilyState) -> dict:
+        missing = [c for c in (self.hot.columns if self.hot else ()) if not s.has_column(c)]
+        if missing:
+            raise PreconditionFailed(f"hot column(s) {', '.join(missing)} left {s.table.identifier}")
+        return {"hot": self.hot}
+
+
+Update = (AddBatch | SetHotColumns | DropBatch | RecordMaterialization | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
           | RecordFeatureSource | MarkComputed)
 
 

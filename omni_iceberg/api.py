@@ -17,6 +17,7 @@ Every ``omni`` command is a method here (``tests/test_cli_parity.py`` keeps it s
 
 from __future__ import annotations
 
+import sys
 from functools import cached_property
 from typing import Any
 
@@ -112,8 +113,22 @@ class Omni:
                     deleted += 1
                 except FileNotFoundError:
                     pass
+        hot = self._forget_hot(state)
         return {"logical_table": state.table.identifier, "physical_tables": dropped, "already_gone": missing,
-                "purged": purge, "files_deleted": deleted}
+                "purged": purge, "files_deleted": deleted, "hot_data_dropped": hot}
+
+    def _forget_hot(self, state: FamilyState) -> bool:
+        """Drop a dropped table's hot data (derived state: a failure is reported, not raised)."""
+        if state.hot is None:
+            return False
+        from omni_iceberg.hot.store import HotStoreError, store_for
+
+        try:
+            store_for(self).forget(state.table.identifier)
+            return True
+        except HotStoreError as e:
+            print(f"warning: the hot data of {state.table.identifier} stays in the hot store: {e}", file=sys.stderr)
+            return False
 
     def _segment_files(self, documents: list[str]) -> list[str]:
         """The segment files the family documents share (see catalog_ext.family_document)."""
@@ -256,9 +271,11 @@ class Omni:
                command: str = "") -> SubmitReport:
         """Ingest ``sources`` as batch ``batch``; returns counts and the new logical version."""
         ns, table = split_qualified(name)
-        return submit(self.store, ns, table, [str(s) for s in sources], batch, field_map=field_map, kind=kind,
-                      max_reject_ratio=max_reject_ratio, progress=progress,
-                      command=command or f"submit {ns}.{table} --batch {batch}")
+        report = submit(self.store, ns, table, [str(s) for s in sources], batch, field_map=field_map, kind=kind,
+                        max_reject_ratio=max_reject_ratio, progress=progress,
+                        command=command or f"submit {ns}.{table} --batch {batch}")
+        self._after_commit(name)
+        return report
 
     # ---- look ---------------------------------------------------------------------------
     def status(self, name: str, as_of: int | str | None = None) -> dict[str, Any]:
@@ -433,10 +450,19 @@ class Omni:
         needed = plan or self.plan(name, features, batches, has_gpu)
         self.load_udfs(name, [f for stage in needed.stages for f in stage.features])
         kwargs = {"plan": plan} if plan is not None else {}  # a plan already shown to the user runs as shown
-        return run_backfill(self, name, features, batches, engine=engine, spark_master=spark_master,
-                            dry_run=dry_run, isolation=isolation, max_error_ratio=max_error_ratio,
-                            progress=progress, has_gpu=has_gpu, **kwargs,
-                            command=command or f"backfill {name} --features {','.join(features)}")
+        report = run_backfill(self, name, features, batches, engine=engine, spark_master=spark_master,
+                              dry_run=dry_run, isolation=isolation, max_error_ratio=max_error_ratio,
+                              progress=progress, has_gpu=has_gpu, **kwargs,
+                              command=command or f"backfill {name} --features {','.join(features)}")
+        if not dry_run:
+            self._after_commit(name)
+        return report
+
+    def _after_commit(self, name: str) -> None:
+        """Work a commit of ``name`` sets off: syncing hot columns configured to follow every commit."""
+        from omni_iceberg.hot.sync import sync_after_commit
+
+        sync_after_commit(self, name)
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None, *,
                      isolation: str = "process", progress: bool | None = None, command: str = "",
@@ -586,13 +612,38 @@ class Omni:
         return compact(self.store, name, min_files, dry_run=dry_run, progress=progress)
 
     def accelerate(self, name: str, *, materialize: list[str] | None = None, refresh: bool = False,
-                   dry_run: bool = False, progress: bool | None = None) -> Any:
-        """``omni accelerate``: :meth:`materialize` ``materialize`` columns, or ``refresh`` every stale copy."""
-        if (materialize is None) == (not refresh):
-            raise ValueError("accelerate: pass exactly one of materialize=[columns] or refresh=True")
+                   hot: list[str] | None = None, drop_hot: bool = False, sync: bool = False,
+                   sync_on_commit: bool = False, dry_run: bool = False, progress: bool | None = None) -> Any:
+        """``omni accelerate``, one action: :meth:`materialize` ``materialize`` columns, ``refresh`` every
+        stale copy, keep ``hot`` columns in the ClickHouse hot store (:meth:`set_hot_columns`),
+        ``drop_hot`` them, or ``sync`` the hot store to the latest version (:meth:`sync_hot`)."""
+        chosen = [materialize is not None, refresh, hot is not None, drop_hot, sync]
+        if sum(chosen) != 1:
+            raise ValueError("accelerate: pass exactly one of materialize=[columns], refresh=True, hot=[columns], "
+                             "drop_hot=True or sync=True")
         if refresh:
             return self.refresh_materializations(name, dry_run=dry_run, progress=progress)
+        if hot is not None or drop_hot:
+            return self.set_hot_columns(name, hot, sync_on_commit=sync_on_commit, progress=progress)
+        if sync:
+            return self.sync_hot(name, dry_run=dry_run, progress=progress)
         return self.materialize(name, materialize, dry_run=dry_run, progress=progress)
+
+    def set_hot_columns(self, name: str, columns: list[str] | None, *, sync_on_commit: bool = False,
+                        progress: bool | None = None, command: str = "") -> dict[str, Any]:
+        """Keep ``columns`` (scalar features; None: none) of ``name`` in the ClickHouse hot store: one
+        logical commit records the choice, then the store is synced (omni_iceberg/hot/sync.py).
+        ``omni sql`` answers from the store when every column a query needs is hot and fresh."""
+        from omni_iceberg.hot.sync import set_hot_columns
+
+        return set_hot_columns(self, name, columns, sync_on_commit=sync_on_commit, command=command,
+                               progress=progress)
+
+    def sync_hot(self, name: str, *, dry_run: bool = False, progress: bool | None = None) -> dict[str, Any]:
+        """Load into the hot store the batches whose hot values changed since its last sync."""
+        from omni_iceberg.hot.sync import sync
+
+        return sync(self, name, dry_run=dry_run, progress=progress)
 
     def materialize(self, name: str, columns: list[str], *, dry_run: bool = False, progress: bool | None = None,
                     command: str = "") -> dict[str, Any]:
@@ -621,7 +672,10 @@ class Omni:
         logical commit; older versions keep reading it (governance/drop_batch.py)."""
         from governance.drop_batch import drop_batch
 
-        return drop_batch(self.store, name, batch, dry_run=dry_run, progress=progress, command=command)
+        report = drop_batch(self.store, name, batch, dry_run=dry_run, progress=progress, command=command)
+        if not dry_run:
+            self._after_commit(name)
+        return report
 
     def plan_drop_batch(self, name: str, batch: str) -> Any:
         """The files :meth:`drop_batch` would delete or rewrite (``.describe()``, ``.to_dict()``)."""

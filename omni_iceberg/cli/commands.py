@@ -10,7 +10,7 @@ import sys
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from catalog_ext.errors import InvalidIdentifierError
+from catalog_ext.errors import ConfigError, InvalidIdentifierError
 from omni_iceberg.cli import render
 from omni_iceberg.ui.formatting import dumps
 
@@ -218,6 +218,8 @@ def compact(args, omni, command_line: str) -> int:
 
 
 def accelerate(args, omni, command_line: str) -> int:
+    if args.hot is not None or args.drop_hot or args.sync:
+        return _hot(args, omni, command_line)
     if args.refresh:
         reports = omni.refresh_materializations(args.name, dry_run=args.dry_run, progress=progress(args))
         emit(args, {"refreshed": reports}, lambda: "\n".join(
@@ -234,6 +236,29 @@ def accelerate(args, omni, command_line: str) -> int:
     emit(args, report, lambda: f"{plan['action']} {plan['identifier']}: {report['rows_written']:,} rows -> version "
                                f"{report['logical_version']}; readers of {', '.join(plan['columns'])} use it while "
                                "fresh")
+    return 0
+
+
+def _hot(args, omni, command_line: str) -> int:
+    if args.sync or args.dry_run:
+        if args.hot is not None or args.drop_hot:
+            raise ConfigError("--dry-run shows a sync plan: use it with --sync, not with --hot or --drop-hot")
+        report = omni.sync_hot(args.name, dry_run=args.dry_run, progress=progress(args))
+    else:
+        columns = None if args.drop_hot else split_list(args.hot, "--hot")
+        report = omni.set_hot_columns(args.name, columns, sync_on_commit=args.sync_on_commit,
+                                      progress=progress(args), command=command_line)
+    plan = report["plan"]
+
+    def text() -> str:
+        from omni_iceberg.hot.sync import HotSyncPlan
+
+        described = HotSyncPlan(**plan).describe()
+        if report["dry_run"]:
+            return described
+        return f"{described}\nloaded {report['rows_loaded']:,} rows in {report['seconds']} s"
+
+    emit(args, report, text)
     return 0
 
 

@@ -163,14 +163,23 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--min-files", type=int, default=2, help="compact partitions with at least this many files")
     cp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
 
-    ac = command(sub, "accelerate", "pre-join co-read columns into one table every reader prefers while fresh",
+    ac = command(sub, "accelerate", "pre-join co-read columns into one table every reader prefers while fresh, "
+                 "or keep feature columns hot in ClickHouse for fast aggregation",
                  "omni accelerate web --materialize t_len,quality_score,RawData.url --dry-run",
-                 "omni accelerate web --refresh")
+                 "omni accelerate web --refresh",
+                 "omni accelerate web --hot quality_score,lang --sync-on-commit",
+                 "omni accelerate web --sync")
     ac.add_argument("name", help="logical table")
     how = ac.add_mutually_exclusive_group(required=True)
     how.add_argument("--materialize", metavar="COLS", help="comma-separated logical columns (a stage name means all "
                                                            "its fields) to copy into one materialized table")
     how.add_argument("--refresh", action="store_true", help="append new batches to / rebuild every stale copy")
+    how.add_argument("--hot", metavar="COLS", help="comma-separated scalar feature columns to keep in the ClickHouse "
+                                                   "hot store (OMNI_HOT, default embedded chdb under the home)")
+    how.add_argument("--drop-hot", action="store_true", help="keep no column hot (drops the hot data)")
+    how.add_argument("--sync", action="store_true", help="load into the hot store what changed since its last sync")
+    ac.add_argument("--sync-on-commit", action="store_true",
+                    help="with --hot: sync after every submit, backfill and drop-batch of the table")
     ac.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     ac.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 

@@ -52,6 +52,8 @@ class QueryPlan:
     ctx: QueryContext
     scans: list[PhysicalScan]
     loaded: dict[str, Any] = field(default_factory=dict)  # identifier -> pyiceberg table loaded while planning
+    #: whether the hot store answers this query and why (None: no table it reads has hot columns)
+    hot: Any = None
 
     def tables(self) -> list[str]:
         return [s.table.identifier for s in self.scans]
@@ -128,7 +130,13 @@ class QueryPlan:
         system = [{"alias": alias, "system_table": t.identifier,
                    "snapshot_id": next(s.table.snapshot_id for s in self.scans if s.alias == alias)}
                   for alias, t in self.ctx.system.items()]
-        return {"tables": out, "system_tables": system, "physical_sql": {"duckdb": self.sql("duckdb")}}
+        physical = {"duckdb": self.sql("duckdb")}
+        if self.hot is not None and self.hot.use:
+            from omni_iceberg.hot.route import hot_sql
+
+            physical["clickhouse"] = hot_sql(self.ctx, self.hot)
+        return {"tables": out, "system_tables": system, "physical_sql": physical,
+                "hot_store": self.hot.to_dict() if self.hot is not None else None}
 
     def explain(self) -> str:
         lines = []
@@ -152,8 +160,15 @@ class QueryPlan:
                 lines.append(f"  base table not read: {entry['base_table_skipped_because']}")
             if entry["pruned"]:
                 lines.append(f"  pruned (not read): {', '.join(entry['pruned'])}")
-        lines.append("physical SQL (duckdb):")
-        lines.append("  " + self.sql("duckdb"))
+        if plan["hot_store"] is not None:
+            used = "answers this query" if plan["hot_store"]["used"] else "not used"
+            lines.append(f"hot store: {used}: {plan['hot_store']['reason']}")
+        if "clickhouse" in plan["physical_sql"]:
+            lines.append("physical SQL (clickhouse, hot store):")
+            lines.append("  " + plan["physical_sql"]["clickhouse"])
+        lines.append("physical SQL (duckdb):" if "clickhouse" not in plan["physical_sql"] else
+                     "physical SQL (duckdb, the Iceberg path it falls back to):")
+        lines.append("  " + plan["physical_sql"]["duckdb"])
         return "\n".join(lines)
 
 
@@ -214,7 +229,12 @@ def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> Que
                               snapshot_id=snapshot)
         scans.append(PhysicalScan(alias, table, list(system.columns),
                                   local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
-    return QueryPlan(ctx, scans, loaded)
+    plan = QueryPlan(ctx, scans, loaded)
+    if catalog is not None and getattr(omni, "config", None) is not None:
+        from omni_iceberg.hot.route import decide
+
+        plan.hot = decide(omni, ctx)
+    return plan
 
 
 def _system_snapshot(catalog: Any, identifier: str, loaded: dict[str, Any]) -> int | None:
@@ -330,13 +350,32 @@ def execute_spark(omni: Any, plan: QueryPlan) -> pa.Table:
     return engines.sql_executor("spark")(omni, plan.sql("spark"))
 
 
+def _try_hot(plan: QueryPlan) -> pa.Table | None:
+    """The hot store's answer, or None (with a warning) when it fails: the query is never lost."""
+    import sys
+
+    from omni_iceberg.hot.route import execute_hot
+    from omni_iceberg.hot.store import HotStoreError
+
+    try:
+        return execute_hot(plan.ctx, plan.hot)
+    except HotStoreError as e:
+        print(f"warning: {e}; answered from Iceberg instead", file=sys.stderr)
+        return None
+
+
 def run_query(omni: Any, sql: str, as_of: int | None = None, engine: str = "local") -> pa.Table:
     """Plan, execute and log one logical query."""
     from omni_iceberg.explore.query_log import log_query
 
     started = time.perf_counter()
     plan = plan_query(omni, sql, as_of)
-    result = execute_spark(omni, plan) if engine == "spark" else execute_local(omni, plan)
+    result = None
+    if engine == "local" and plan.hot is not None and plan.hot.use:
+        result = _try_hot(plan)
+        engine = "hot" if result is not None else engine
+    if result is None:
+        result = execute_spark(omni, plan) if engine == "spark" else execute_local(omni, plan)
     log_query(omni, plan, kind="sql", engine=engine, rows=result.num_rows,
               latency_ms=int((time.perf_counter() - started) * 1000))
     return result
