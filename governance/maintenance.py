@@ -14,6 +14,7 @@ leftover branches, then retention (:mod:`governance.retention`), then orphan fil
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -98,10 +99,35 @@ class MaintainReport:
         return "\n".join(lines)
 
 
+#: after a commit, ``maintain`` runs when the new version is a multiple of this (0: never)
+AUTO_MAINTAIN_EVERY = int(os.environ.get("OMNI_AUTO_MAINTAIN_EVERY", "0"))
+#: seconds an automatic maintenance may start tasks in (a task started runs to its end)
+AUTO_MAINTAIN_BUDGET_S = float(os.environ.get("OMNI_AUTO_MAINTAIN_BUDGET_S", "60"))
+
+
+def maintain_if_due(store: FamilyStore, name: str, version: int, *, every: int | None = None,
+                    budget_s: float | None = None) -> MaintainReport | None:
+    """The automatic trigger: :func:`maintain` after the commit that made ``version``, every
+    ``every`` versions (``OMNI_AUTO_MAINTAIN_EVERY``), within ``budget_s`` (``OMNI_AUTO_MAINTAIN_BUDGET_S``).
+
+    Versions only grow by one per commit, so of several writers exactly the one whose
+    commit made a multiple of ``every`` maintains: no coordination needed. The caller's
+    commit is already done; what maintenance does is its own logical commits.
+    """
+    every = AUTO_MAINTAIN_EVERY if every is None else every
+    if every <= 0 or version % every:
+        return None
+    return maintain(store, name, budget_s=AUTO_MAINTAIN_BUDGET_S if budget_s is None else budget_s,
+                    progress=False, command=f"maintain {name} (automatic, every {every} versions)")
+
+
 def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, policy: Any = None,
              compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
-             command: str = "") -> MaintainReport:
+             command: str = "", budget_s: float | None = None) -> MaintainReport:
     """Run the due maintenance of ``name``: stale branches, compaction, retention, orphan files.
+
+    ``budget_s``: a task starts only while the run is within it (the rest is left to the
+    next run and named in the report); stale branches are always swept.
 
     Compaction is due where a partition holds ``compact_min_files`` small files (default
     :data:`DEFAULT_COMPACT_MIN_FILES`, env ``OMNI_COMPACT_MIN_FILES``); it loses cleanly
@@ -114,10 +140,19 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     """
     from governance.retention import RetentionPolicy, apply_retention
 
+    started = time.perf_counter()
     ns, table = split_qualified(name)
     state = store.load(ns, table)
     policy = policy or RetentionPolicy(keep_last=keep_last or DEFAULT_KEEP_LAST)
     report = MaintainReport(state.table.identifier, dry_run, cleanup=CleanupReport(state.table.identifier))
+
+    def within_budget(task: str) -> bool:
+        if budget_s is None or time.perf_counter() - started <= budget_s:
+            report.tasks.append(task)
+            return True
+        report.tasks.append(f"{task} - not started: past the {budget_s:g} s budget, left to the next run")
+        return False
+
     report.tasks.append("stale staging branches")
     report.cleanup.branches = sweep_stale_branches(store.catalog, state, dry_run=dry_run)
     # after the leftovers, before retention: the small files it replaces are expired in this run
@@ -126,14 +161,14 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     from governance.compaction import compact
 
     min_files = compact_min_files or DEFAULT_COMPACT_MIN_FILES
-    report.tasks.append(f"compaction (partitions with >= {min_files} small files)")
-    try:
-        report.compaction = compact(store, name, min_files, dry_run=dry_run, clean=False, progress=progress)
-    except (PinConflict, CommitConflictError) as e:
-        report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
-    report.tasks.append(f"retention (keep last {policy.keep_last})")
-    report.retention = apply_retention(store, name, policy, dry_run=dry_run, progress=progress,
-                                       command=command or f"maintain {state.table.identifier}")
-    report.tasks.append("orphan data files")
-    report.cleanup.orphans = sweep_orphan_files(store.catalog, store.load(ns, table), dry_run=dry_run)
+    if within_budget(f"compaction (partitions with >= {min_files} small files)"):
+        try:
+            report.compaction = compact(store, name, min_files, dry_run=dry_run, clean=False, progress=progress)
+        except (PinConflict, CommitConflictError) as e:
+            report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
+    if within_budget(f"retention (keep last {policy.keep_last})"):
+        report.retention = apply_retention(store, name, policy, dry_run=dry_run, progress=progress,
+                                           command=command or f"maintain {state.table.identifier}")
+    if within_budget("orphan data files"):
+        report.cleanup.orphans = sweep_orphan_files(store.catalog, store.load(ns, table), dry_run=dry_run)
     return report

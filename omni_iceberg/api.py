@@ -459,10 +459,19 @@ class Omni:
         return report
 
     def _after_commit(self, name: str) -> None:
-        """Work a commit of ``name`` sets off: syncing hot columns configured to follow every commit."""
+        """Work a commit of ``name`` sets off, none of which can undo it: syncing hot columns
+        configured to follow every commit, and the automatic maintenance when it is due
+        (``OMNI_AUTO_MAINTAIN_EVERY``; governance.maintenance.maintain_if_due)."""
+        from catalog_ext.errors import OmniError
+        from governance.maintenance import maintain_if_due
         from omni_iceberg.hot.sync import sync_after_commit
 
-        sync_after_commit(self, name)
+        state = self.state(name)
+        sync_after_commit(self, name, state)
+        try:
+            maintain_if_due(self.store, state.table.identifier, state.version)
+        except OmniError as e:  # the commit stands; the next due run retries
+            print(f"warning: automatic maintenance of {state.table.identifier} failed: {e}", file=sys.stderr)
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None, *,
                      isolation: str = "process", progress: bool | None = None, command: str = "",

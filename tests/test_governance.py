@@ -161,3 +161,32 @@ def test_maintain_compacts_what_is_due_then_expires_what_it_replaced(tmp_path):
     assert omni.verify_index("web").ok
     again = omni.maintain("web", keep_last=2, min_age_s=0)  # nothing due any more
     assert not again.compaction["plan"]["tables"]
+
+
+def test_an_automatic_maintenance_runs_after_every_nth_version_within_its_budget(tmp_path, monkeypatch):
+    import json
+
+    from governance import maintenance
+
+    monkeypatch.setattr(maintenance, "AUTO_MAINTAIN_EVERY", 6)
+    monkeypatch.setenv("OMNI_COMPACT_MIN_FILES", "4")
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")  # version 1
+    ran = []
+    real = maintenance.maintain
+    monkeypatch.setattr(maintenance, "maintain", lambda *a, **k: ran.append(k) or real(*a, **k))
+    for b in range(5):  # versions 2..6: the commit that makes version 6 maintains
+        src = tmp_path / f"b{b}.jsonl"
+        src.write_text("".join(json.dumps({"raw_data": f"batch {b} doc {i}"}) + "\n" for i in range(25)))
+        omni.submit("web", [str(src)], batch=f"b{b}")
+        assert len(ran) == (1 if b == 4 else 0)
+    assert ran[0]["budget_s"] == maintenance.AUTO_MAINTAIN_BUDGET_S and "automatic" in ran[0]["command"]
+    state, before = omni.state("web"), omni.state("web", as_of=6)
+    assert [v.operation for v in omni.log("web") if v.version > 6][:1] == ["compact"]
+    assert _files(omni, state.base_table.identifier, state.base_table.snapshot_id) < \
+        _files(omni, before.base_table.identifier, before.base_table.snapshot_id)
+    assert omni.query("SELECT count(*) AS n FROM web").to_pylist() == [{"n": 125}]
+    # a spent budget starts nothing more than the branch sweep, and says so
+    report = maintenance.maintain(omni.store, "web", budget_s=0.0)
+    assert report.compaction is None and report.retention is None
+    assert sum("not started: past the 0 s budget" in t for t in report.tasks) == 3

@@ -196,14 +196,15 @@ def _typed(state: FamilyState, data: pa.Table, columns: tuple[str, ...]) -> pa.T
     return pa.Table.from_arrays(arrays, names=[ID_COLUMN, BATCH_COLUMN, *columns])
 
 
-def sync_after_commit(omni: Any, name: str) -> dict[str, Any] | None:
+def sync_after_commit(omni: Any, name: str, state: FamilyState | None = None) -> dict[str, Any] | None:
     """After a commit: sync when the table's hot columns ask for it; a failing store is reported, not raised.
 
     The commit itself is done; a hot store that cannot keep up only makes readers fall
     back to Iceberg until the next sync.
     """
-    ns, table = split_qualified(name)
-    state = omni.store.load(ns, table)
+    if state is None:
+        ns, table = split_qualified(name)
+        state = omni.store.load(ns, table)
     if state.hot is None or not state.hot.sync_on_commit:
         return None
     try:
