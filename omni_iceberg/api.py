@@ -638,6 +638,14 @@ class Omni:
             return self.sync_hot(name, dry_run=dry_run, progress=progress)
         return self.materialize(name, materialize, dry_run=dry_run, progress=progress)
 
+    def advise(self, name: str, *, apply: bool = False, progress: bool | None = None) -> Any:
+        """What the query log says to accelerate (hot columns, a materialization), with each
+        proposal's observed benefit and measured storage cost; ``apply`` runs them
+        (governance/advise.py). Returns an ``Advice`` (``.describe()``, ``.to_dict()``)."""
+        from governance.advise import advise
+
+        return advise(self, name, apply=apply, progress=progress)
+
     def set_hot_columns(self, name: str, columns: list[str] | None, *, sync_on_commit: bool = False,
                         progress: bool | None = None, command: str = "") -> dict[str, Any]:
         """Keep ``columns`` (scalar features; None: none) of ``name`` in the ClickHouse hot store: one

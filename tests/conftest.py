@@ -45,6 +45,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
+def hot_dsn(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The hot store (embedded chdb) every test shares: chdb opens one folder per process.
+
+    Names in it are scoped by each test's warehouse, as for catalogs sharing one server.
+    """
+    return f"chdb://{tmp_path_factory.mktemp('hot-store')}"
+
+
+@pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
     """One throwaway PostgreSQL server (database ``omni``) for the whole test session."""
     with PostgresServer() as server:

@@ -20,11 +20,6 @@ from omni_iceberg.explore.planner import execute_local, plan_query  # noqa: E402
 from omni_iceberg.features import feature  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def hot_dsn(tmp_path_factory):
-    return f"chdb://{tmp_path_factory.mktemp('hot-store')}"
-
-
 @pytest.fixture
 def omni(omni_home, hot_dsn, monkeypatch):
     monkeypatch.setenv("OMNI_HOT", hot_dsn)

@@ -262,6 +262,13 @@ def _hot(args, omni, command_line: str) -> int:
     return 0
 
 
+def advise(args, omni, command_line: str) -> int:
+    advice = omni.advise(args.name, apply=args.apply, progress=progress(args))
+    emit(args, advice.to_dict(), lambda: advice.describe() + (
+        f"\napplied {len(advice.applied)} proposal(s)" if args.apply else ""))
+    return 0
+
+
 def drop_batch(args, omni, command_line: str) -> int:
     if args.dry_run:
         plan = omni.plan_drop_batch(args.name, args.batch)
@@ -413,7 +420,7 @@ def index(args, omni, command_line: str) -> int:
 
 _HANDLERS = {
     "table": table, "tag": tag, "pin": pin, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
-    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "drop-batch": drop_batch, "accelerate": accelerate, "trino-config": trino_config,
+    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "drop-batch": drop_batch, "accelerate": accelerate, "advise": advise, "trino-config": trino_config,
     "spark-config": spark_config,
     "feature": feature, "backfill": backfill, "get": get, "index": index,
     "maintain": maintain, "expire": expire,

@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     ac.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     ac.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
+    ad = command(sub, "advise", "read the query log and propose hot columns and a materialization, with the "
+                 "benefit observed and the storage they cost", "omni advise web", "omni advise web --apply --json")
+    ad.add_argument("name", help="logical table")
+    ad.add_argument("--apply", action="store_true", help="run the proposals (omni accelerate --hot / --materialize)")
+    ad.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+
     db = command(sub, "drop-batch", "remove one ingest batch from every physical table and the id index "
                  "(one logical commit; older versions keep it)",
                  "omni drop-batch web cc-2024-10 --dry-run", "omni drop-batch web cc-2024-10")

@@ -49,9 +49,33 @@ def read_logical(catalog: Any, state: FamilyState, columns: list[str] | None = N
     joined: pa.Table | None = None
     for key, cols in per_table.items():
         part = _scan(catalog, state, key, cols, batches)
-        joined = part if joined is None else joined.join(part, keys=KEYS, join_type="left outer")
+        joined = part if joined is None else left_join(joined, part)
     assert joined is not None
     return _assemble(state, joined, out_names, leaves)
+
+
+def left_join(left: pa.Table, right: pa.Table) -> pa.Table:
+    """``left`` LEFT JOIN ``right`` ON the keys, left's rows in order, payloads of any type.
+
+    Arrow's hash join carries no list, struct or map payload ("not supported in join
+    non-key field"): a feature with a ``list<string>`` output could not be read with
+    another table's columns. So only the keys and row numbers are joined, and every
+    payload column is taken by row number.
+    """
+    import numpy as np
+
+    rows = lambda n: pa.array(np.arange(n, dtype=np.int64))  # noqa: E731
+    lk = pa.table({ID_COLUMN: left.column(ID_COLUMN), BATCH_COLUMN: left.column(BATCH_COLUMN),
+                   "__left": rows(left.num_rows)})
+    rk = pa.table({ID_COLUMN: right.column(ID_COLUMN), BATCH_COLUMN: right.column(BATCH_COLUMN),
+                   "__right": rows(right.num_rows)})
+    pairs = lk.join(rk, keys=KEYS, join_type="left outer").sort_by("__left")
+    out = left.take(pairs.column("__left"))
+    taken = right.take(pairs.column("__right"))
+    for name in right.column_names:
+        if name not in KEYS:
+            out = out.append_column(name, taken.column(name))
+    return out
 
 
 def plan_columns(state: FamilyState, leaves: list[str]) -> dict[str, list[tuple[str, str]]]:
@@ -88,7 +112,7 @@ def iter_logical_slices(catalog: Any, state: FamilyState, columns: list[str], ba
             scan, groups = planned[key]
             data = iceberg_io.read_tasks(scan, groups.get(bucket, []))
             part = _flatten(data, cols)
-            joined = part if joined is None else joined.join(part, keys=KEYS, join_type="left outer")
+            joined = part if joined is None else left_join(joined, part)
         yield _assemble_flat(state, joined, leaves)
 
 

@@ -1,0 +1,184 @@
+"""``omni advise``: what the observed workload says to accelerate, and what it would cost.
+
+The advisor reads the table's rows of ``omni_sys.query_log`` (every ``omni sql`` query
+and ``omni export`` logs the logical columns it read, the physical tables it scanned,
+the engine and its latency) and proposes:
+
+- **hot columns** (:mod:`omni_iceberg.hot`): the scalar feature columns of the logged
+  SQL queries that read nothing else - those queries would be answered by ClickHouse.
+  Benefit: how many logged queries (and how much of their latency) that covers;
+- **a materialization** (:mod:`governance.materialize`): the columns read together by
+  queries and exports that joined several physical tables - those reads would scan one
+  table. Benefit: the reads and joins it removes.
+
+Each proposal's storage cost is measured, not guessed: the Parquet bytes of those
+columns in the family today (``column_sizes`` of the pinned data files), which is
+what a copy costs. Nothing is proposed that already exists (a hot column, a fresh
+copy covering the set). ``apply=True`` runs the proposals through the same
+Prepare-Execute-Commit code as ``omni accelerate``. Without a logged read there is
+nothing to learn from, and the advice says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES, split_qualified
+from catalog_ext.family import FamilyState
+
+#: at most this many columns in one proposal (a copy wider than this is rarely co-read)
+MAX_COLUMNS = 32
+#: a materialization is proposed for reads that joined at least this many physical tables
+MIN_TABLES_JOINED = 3
+
+
+@dataclass
+class Proposal:
+    kind: str  # "hot" | "materialize"
+    columns: list[str]
+    reads: int  # logged reads it serves
+    of_reads: int  # logged reads considered
+    latency_ms: int  # what those reads took in all
+    storage_bytes: int  # Parquet bytes of these columns today: what a copy costs
+    benefit: str
+    command: str
+
+    def describe(self) -> str:
+        return (f"{self.kind}: {', '.join(self.columns)}\n  benefit: {self.benefit}\n"
+                f"  storage: ~{self.storage_bytes / 2**20:.1f} MiB (the columns' Parquet size today)\n"
+                f"  apply: {self.command}")
+
+
+@dataclass
+class Advice:
+    logical_table: str
+    version: int
+    reads_logged: int
+    proposals: list[Proposal] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    applied: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"logical_table": self.logical_table, "version": self.version, "reads_logged": self.reads_logged,
+                "proposals": [asdict(p) for p in self.proposals], "notes": self.notes, "applied": self.applied}
+
+    def describe(self) -> str:
+        lines = [f"advice for {self.logical_table} at version {self.version} from {self.reads_logged} logged read(s)"]
+        lines += [p.describe() for p in self.proposals]
+        lines += [f"note: {n}" for n in self.notes]
+        if not self.proposals:
+            lines.append("nothing to propose")
+        return "\n".join(lines)
+
+
+def advise(omni: Any, name: str, *, apply: bool = False, progress: bool | None = None) -> Advice:
+    from catalog_ext import system_tables
+
+    ns, table = split_qualified(name)
+    state = omni.store.load(ns, table)
+    log = system_tables.read_rows(omni.catalog, system_tables.QUERY_LOG,
+                                  f"logical_table == '{state.table.identifier}'").to_pylist()
+    advice = Advice(state.table.identifier, state.version, len(log))
+    if not log:
+        advice.notes.append(f"no query or export of {state.table.identifier} is logged yet: run some "
+                            "(omni sql, omni export), then ask again")
+        return advice
+    reads = [_read(state, row) for row in log]
+    sizes = _column_bytes(omni.catalog, state)
+    for proposal in (_hot(state, reads, sizes), _materialize(state, reads, sizes)):
+        if proposal is not None:
+            advice.proposals.append(proposal)
+    if apply:
+        for p in advice.proposals:
+            if p.kind == "hot":
+                report = omni.set_hot_columns(name, sorted(set(p.columns) | set(state.hot.columns if state.hot
+                                                                                    else ())), progress=progress)
+            else:
+                report = omni.materialize(name, p.columns, progress=progress, command=p.command)
+            advice.applied.append({"kind": p.kind, "report": report})
+    return advice
+
+
+def _read(state: FamilyState, row: dict[str, Any]) -> dict[str, Any]:
+    from omni_iceberg.explore.rules.context import leaf_paths
+
+    # columns of an older version may have left the table since: they are not advised on
+    asked = [c for c in json.loads(row["columns"]) if c not in (ID_COLUMN, BATCH_COLUMN)]
+    known = [p for p in leaf_paths(state, [c for c in asked if c in STAGES or state.has_column(c)])
+             if state.has_column(p)]
+    return {"kind": row["kind"], "columns": known, "engine": row["engine"], "latency_ms": int(row["latency_ms"]),
+            "tables": len(json.loads(row["physical_tables"]))}
+
+
+def _hot(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[str, int]) -> Proposal | None:
+    from omni_iceberg.hot.store import SCALAR_TYPES
+
+    def eligible(path: str) -> bool:
+        col = state.column(path)
+        return col.kind == "feature" and col.type in SCALAR_TYPES
+
+    sql = [r for r in reads if r["kind"] == "sql" and r["columns"]]
+    candidates = [r for r in sql if all(eligible(c) for c in r["columns"])]
+    if not candidates:
+        return None
+    counts = Counter(c for r in candidates for c in r["columns"])
+    columns = [c for c, _ in counts.most_common(MAX_COLUMNS)]
+    served = [r for r in candidates if set(r["columns"]) <= set(columns)]
+    already = set(state.hot.columns) if state.hot else set()
+    if set(columns) <= already:
+        return None
+    waited = sum(r["latency_ms"] for r in served)
+    return Proposal(
+        "hot", columns, len(served), len(sql), waited, sum(sizes.get(c, 0) for c in columns),
+        f"{len(served)} of {len(sql)} logged SQL queries read only these columns: ClickHouse would answer them "
+        f"(they took {waited / 1000:.1f} s in all, joining up to {max(r['tables'] for r in served)} tables)",
+        f"omni accelerate {state.table.identifier} --hot {','.join(sorted(set(columns) | already))}")
+
+
+def _materialize(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[str, int]) -> Proposal | None:
+    joined = [r for r in reads if r["tables"] >= MIN_TABLES_JOINED and r["engine"] != "hot" and r["columns"]]
+    if not joined:
+        return None
+    counts = Counter(c for r in joined for c in r["columns"])
+    columns = [c for c, _ in counts.most_common(MAX_COLUMNS)]
+    served = [r for r in joined if set(r["columns"]) <= set(columns)]
+    if not served:
+        return None
+    fresh = state.fresh_materialized_tables()
+    if any(m.table_key in fresh and set(columns) <= set(m.columns) for m in state.materializations):
+        return None
+    waited = sum(r["latency_ms"] for r in served)
+    joins = sum(r["tables"] - 1 for r in served)
+    return Proposal(
+        "materialize", columns, len(served), len(reads), waited, sum(sizes.get(c, 0) for c in columns),
+        f"{len(served)} of {len(reads)} logged reads (queries and exports) read these columns across "
+        f"{MIN_TABLES_JOINED} or more physical tables: one pre-joined table removes {joins} joins "
+        f"(they took {waited / 1000:.1f} s in all)",
+        f"omni accelerate {state.table.identifier} --materialize {','.join(columns)}")
+
+
+def _column_bytes(catalog: Any, state: FamilyState) -> dict[str, int]:
+    """Logical column -> Parquet bytes of its values in the family at ``state`` (data file column sizes)."""
+    out: dict[str, int] = {}
+    for t in state.tables:
+        if t.snapshot_id is None or t.role == "materialized":
+            continue
+        table = catalog.load_table(t.identifier)
+        schema = table.schema()
+        by_id: dict[int, int] = {}
+        for task in table.scan(snapshot_id=t.snapshot_id).plan_files():
+            for fid, size in (task.file.column_sizes or {}).items():
+                by_id[fid] = by_id.get(fid, 0) + size
+        for col in state.columns:
+            for pc in state.physical_columns_of(col.path):
+                if pc.table != t.key:
+                    continue
+                try:
+                    field_id = schema.find_field(pc.name).field_id
+                except ValueError:
+                    continue
+                out[col.path] = out.get(col.path, 0) + by_id.get(field_id, 0)
+    return out
