@@ -31,6 +31,11 @@ from omni_iceberg.explore.rules.context import leaf_paths
 from omni_iceberg.hot.store import DATABASE, HotStore, HotStoreError, store_for
 
 KEYS = (ID_COLUMN, BATCH_COLUMN)
+#: functions whose result ClickHouse computes exactly as DuckDB does (the Iceberg path's engine).
+#: Others can differ silently - length() counts bytes in ClickHouse, lower() is ASCII-only,
+#: round() breaks ties differently - so a query calling one is answered from Iceberg.
+SAME_IN_BOTH = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Case, exp.If, exp.Coalesce, exp.Cast,
+                exp.Abs, exp.Not, exp.Connector)
 #: ClickHouse settings for standard SQL results: outer joins fill NULL, not type defaults
 SETTINGS = {"join_use_nulls": 1}
 
@@ -52,6 +57,11 @@ def decide(omni: Any, ctx: Any) -> HotDecision | None:
         return None
     if ctx.system:
         return HotDecision(False, "the query reads a system table")
+    differs = sorted({type(f).__name__.lower() for f in ctx.tree.find_all(exp.Func)
+                      if not isinstance(f, SAME_IN_BOTH)})
+    if differs:
+        return HotDecision(False, f"function(s) {', '.join(differs)} may not give ClickHouse the same answer "
+                                  "as the Iceberg path")
     for alias, bound in ctx.tables.items():
         hot = bound.state.hot
         if hot is None:
