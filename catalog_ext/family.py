@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
 
@@ -142,6 +142,17 @@ class ComputedUnit(_Frozen):
     logical_version: int
     data_version: str = ""
     upstream: tuple[str, ...] = ()
+    #: retry runs that added values to this unit since it was computed (``omni backfill
+    #: --retry-failed``): its values changed though its data version did not
+    retried: int = 0
+
+    @model_serializer(mode="wrap")
+    def _without_zero_retried(self, handler):
+        # units never retried serialise as before: their segments keep their names and bytes
+        out = handler(self)
+        if isinstance(out, dict) and not out.get("retried"):
+            out.pop("retried", None)
+        return out
 
 
 #: fresh_materialized_tables answers, by the identity of their inputs (oldest evicted first)
@@ -260,7 +271,8 @@ class FamilyState(_Frozen):
                 else:
                     unit = units.get((producer.name, producer.version, b.name))
                     parts.append(f"{path}|{b.name}|{producer.key}#"
-                                 + (f"{unit.data_version or unit.run_id}" if unit else "missing"))
+                                 + (f"{unit.data_version or unit.run_id}" if unit else "missing")
+                                 + (f"~retried{unit.retried}" if unit and unit.retried else ""))
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
     def fresh_materialized_tables(self) -> set[str]:

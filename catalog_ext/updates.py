@@ -206,6 +206,25 @@ class MarkComputed:
 
 
 @dataclass(frozen=True)
+class MarkRetried:
+    """A retry run added values to computed units: ``(feature, version, batch, values added)``.
+
+    Their data version is the same, but their values are not: the unit's ``retried``
+    count moves, which changes the coverage signature, so a materialized copy or the hot
+    store holding the old NULLs is seen as stale. Units are updated in place (a sealed
+    segment of the family document changes, none after it shifts).
+    """
+
+    units: tuple[tuple[str, str, str, int], ...]
+
+    def apply(self, s: FamilyState) -> dict:
+        added = {(f, v, b): n for f, v, b, n in self.units if n}
+        return {"computed": tuple(
+            u.model_copy(update={"retried": u.retried + 1, "errors": max(0, u.errors - added[key])})
+            if (key := (u.feature, u.version, u.batch)) in added else u for u in s.computed)}
+
+
+@dataclass(frozen=True)
 class DropBatch:
     """Remove batch ``name`` and the records of the feature units computed for it.
 
@@ -257,7 +276,7 @@ class SetHotColumns:
         return {"hot": self.hot}
 
 
-Update = (AddBatch | SetHotColumns | DropBatch | RecordMaterialization | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
+Update = (AddBatch | SetHotColumns | MarkRetried | DropBatch | RecordMaterialization | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
           | RecordFeatureSource | MarkComputed)
 
 

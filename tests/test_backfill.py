@@ -149,8 +149,13 @@ def test_error_budget_and_retry_of_only_failed_records(tmp_path, monkeypatch):
     assert (first.rows, first.errors) == (45, 5)
     assert o.retry_failed("web", ["t_flaky"], ["ValueError"], isolation="inline").status == "nothing to do"
     marker.unlink()  # the transient cause is gone
+    signature = o.state("web").coverage_signature(["t_flaky"])
     retry = o.retry_failed("web", ["t_flaky"], ["TimeoutError"], isolation="inline")
     assert (retry.rows, retry.errors) == (5, 0)
+    # the unit's values changed: its record says so, and copies / the hot store see it as stale
+    [unit] = o.state("web").computed
+    assert (unit.retried, unit.errors) == (1, 0)
+    assert o.state("web").coverage_signature(["t_flaky"]) != signature
     values = o.read("web", columns=["RawData", "t_flaky"]).to_pylist()
     assert all(r["t_flaky"] == len(r["RawData"]["raw_data"]) for r in values)
     assert o.retry_failed("web", ["t_flaky"], isolation="inline").status == "nothing to do"

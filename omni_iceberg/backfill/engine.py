@@ -32,7 +32,7 @@ from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
 from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.physical import StagedWrite, abandon_all, arrow_type, key_arrow_fields
-from catalog_ext.updates import MarkComputed, PinSnapshot
+from catalog_ext.updates import MarkComputed, MarkRetried, PinSnapshot
 from catalog_ext.errors import ConfigError, OmniError
 from omni_iceberg.backfill.bookkeeping import UNIT_PROPERTY, checkpoint_properties, error_row, unit_label
 from omni_iceberg.backfill.phases import PhaseClock
@@ -413,8 +413,9 @@ class BackfillRun:
                         self.raced |= {(f, b) for b in taken}
                         w.rebase_excluding(latest.physical_table(binding.table_key).snapshot_id, taken)
                 ups.append(PinSnapshot(binding.table_key, w.staged_snapshot_id, w.base_snapshot_id))
-            if self.plan.only_ids:
-                return tuple(ups)
+            if self.plan.only_ids:  # values added to computed units: their signatures must move
+                return tuple(ups) + (MarkRetried(tuple(
+                    (f, self.bindings[f].version, b, s.rows) for (f, b), s in sorted(self.stats.items()))),)
             ups.append(MarkComputed(tuple(
                 ComputedUnit(feature=f, version=self.bindings[f].version, batch=b, run_id=self.report.run_id,
                              rows=s.rows, errors=s.errors, reused=s.reused, logical_version=latest.version + 1,
