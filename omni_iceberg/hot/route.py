@@ -117,7 +117,9 @@ def _derived(ctx: Any, alias: str, table: str) -> exp.Select:
     names = list(KEYS) + [c for c in state.hot.columns]
     select = exp.select(*[exp.column(n, quoted=True) for n in names]).from_(
         exp.table_(table, db=DATABASE, quoted=True))
-    batches = ctx.batches.get(alias)
+    # the query's batches, or every batch of its version: partitions a later sync added (or
+    # one racing this query's check) are never read
+    batches = ctx.batches.get(alias) or [b.name for b in state.batches]
     if batches:
         select = select.where(exp.column(BATCH_COLUMN, quoted=True).isin(*[exp.Literal.string(b) for b in batches]))
     return select
