@@ -638,6 +638,15 @@ class Omni:
             return self.sync_hot(name, dry_run=dry_run, progress=progress)
         return self.materialize(name, materialize, dry_run=dry_run, progress=progress)
 
+    def runs(self, name: str, *, stats: bool = False) -> Any:
+        """Backfill runs of ``name`` (every attempt, oldest first, from ``omni_sys.runs``); with
+        ``stats``, per feature set and overall: first-submit success rate, attempts, automatic
+        reruns, failures by cause and median throughput (omni_iceberg/backfill/run_stats.py)."""
+        from omni_iceberg.backfill.run_stats import run_stats, runs_of
+
+        rows = runs_of(self, self.state(name).table.identifier)
+        return run_stats(rows) if stats else rows
+
     def advise(self, name: str, *, apply: bool = False, progress: bool | None = None) -> Any:
         """What the query log says to accelerate (hot columns, a materialization), with each
         proposal's observed benefit and measured storage cost; ``apply`` runs them

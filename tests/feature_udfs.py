@@ -86,3 +86,14 @@ def t_flaky(raw_data):
     if marker and os.path.exists(marker) and any("POISON" in v for v in values):
         raise TimeoutError("model server busy")
     return [len(v) for v in values]
+
+
+@feature(outputs={"t_hungry": "long"}, inputs=["RawData.raw_data"], form="batch", batch_size=64)
+def t_hungry(raw_data):
+    """Needs memory in proportion to its batch: past 16 rows it is killed with SIGKILL, as the
+    kernel's out-of-memory killer (or a container's memory limit) would kill it."""
+    import signal
+
+    if len(raw_data) > 16:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return [len(v) for v in raw_data.to_pylist()]

@@ -577,3 +577,41 @@ def test_a_checkpoint_creates_its_branch_then_its_snapshot_on_the_base(small):
     assert table.snapshot_by_id(small.state("web").physical_table(pinned.key).snapshot_id).parent_snapshot_id \
         == pinned.snapshot_id
     assert table.scan().to_arrow().num_rows == 12 and not [r for r in table.metadata.refs if r != "main"]
+
+
+def test_a_worker_killed_for_memory_reruns_with_smaller_batches(tmp_path):
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"record {i}"}) + "\n" for i in range(50)))
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [U.t_hungry])
+    report = o.backfill("web", ["t_hungry"], isolation="process")
+    # 64 rows a batch: killed; 32: killed; 16: fits
+    assert report.status == "succeeded" and (report.rows, report.errors) == (50, 0)
+    assert len(report.tuning) == 2 and "divided by 4" in report.tuning[-1] and "signal 9" in report.tuning[0]
+    values = o.read("web", columns=["RawData", "t_hungry"]).to_pylist()
+    assert all(r["t_hungry"] == len(r["RawData"]["raw_data"]) for r in values)
+    # (a crash that is not about memory is not retried: test_a_crashing_udf_gives_a_clear_error...)
+
+
+def test_runs_stats_count_first_submit_success_and_failure_causes(tmp_path, monkeypatch, capsys):
+    from omni_iceberg.cli import main
+
+    marker, o = _flaky_table(tmp_path, monkeypatch)
+    with pytest.raises(ErrorBudgetExceededError):  # first submit of t_flaky fails on its budget
+        o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.05)
+    o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.2)  # the same plan: second attempt
+    o.register_features("web", [U.t_hungry])
+    o.backfill("web", ["t_hungry"], isolation="process")  # killed twice for memory, rerun by itself: one submit
+    stats = o.runs("web", stats=True)
+    hungry, flaky = stats["by_features"]["t_hungry"], stats["by_features"]["t_flaky"]
+    assert (hungry["runs"], hungry["attempts"], hungry["automatic_reruns"]) == (1, 3, 2)
+    assert hungry["first_submit_success"] == 1.0 and hungry["failures"] == {"memory": 2}
+    assert (flaky["runs"], flaky["attempts"], flaky["first_submit_success"]) == (1, 2, 0.0)
+    assert flaky["failures"] == {"error budget": 1} and flaky["median_rows_per_s"] > 0
+    assert stats["overall"]["first_submit_success"] == 0.5
+    assert main(["--home", str(tmp_path / "h"), "runs", "web", "--stats"]) == 0
+    assert "first-submit success 50%" in capsys.readouterr().out
+    assert main(["--home", str(tmp_path / "h"), "runs", "web", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 5

@@ -39,7 +39,7 @@ from omni_iceberg.backfill.phases import PhaseClock
 from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, plan_backfill
 from omni_iceberg.backfill.protocol import Unit, UnitExecutor
 from omni_iceberg.backfill.reuse import ReuseIndex
-from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult, holds_models
+from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult, WorkerCrashedError, holds_models
 from omni_iceberg.features.registry import physical_column_name
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import get_udf
@@ -47,6 +47,10 @@ from omni_iceberg.ui.progress import progress_bar
 from omni_iceberg.explore.reader import iter_logical_slices
 
 SLICE_ROWS = int(os.environ.get("OMNI_SLICE_ROWS", "8192"))
+#: a backfill whose worker is killed for memory reruns with batches halved, down to 1/8
+MAX_MEMORY_SHRINK = 8
+#: the message of a failed run the engine reran by itself starts with this (``omni runs --stats``)
+RERUN_MARK = "[rerun with smaller batches] "
 
 
 class ErrorBudgetExceededError(OmniError):
@@ -88,6 +92,8 @@ class BackfillReport:
     #: wall seconds per phase of the run (``plan_s``, ``worker_start_s``, ``read_s``, ``compute_s``,
     #: ``checkpoint_s``, ``commit_s``, ...; ``other_s`` is the rest): see :mod:`omni_iceberg.backfill.phases`
     phases: dict[str, float] = field(default_factory=dict)
+    #: what the run changed about itself on the way (a rerun with smaller batches after running out of memory)
+    tuning: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -224,6 +230,8 @@ class BackfillRun:
         self.writers: dict[str, StagedWrite] = {}
         self.stats: dict[tuple[str, str], UnitStats] = {}
         self.done: set[str] = set()
+        #: whether the engine reruns this plan itself after ``error`` (recorded on the failed run's row)
+        self.reruns_after: Callable[[BaseException], bool] = lambda error: False
         #: units a concurrent run committed first: this run's copies were dropped at commit
         self.raced: set[tuple[str, str]] = set()
         # branches of killed or superseded runs on these tables go first (metadata only;
@@ -436,7 +444,8 @@ class BackfillRun:
         self.report.status = "failed"
         if isinstance(error, (FeatureDefinitionError, ErrorBudgetExceededError)):
             abandon_all(self.writers.values())  # a definition bug or budget breach: do not resume this work
-        self._record_run("failed", None, f"{type(error).__name__}: {error}")
+        rerun = self.reruns_after(error)
+        self._record_run("failed", None, (RERUN_MARK if rerun else "") + f"{type(error).__name__}: {error}")
 
     def record(self, new_state: FamilyState) -> None:
         kept = {k: s for k, s in self.stats.items() if k not in self.raced}  # the winner's lineage stands
@@ -497,10 +506,12 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, isolation: str = "process"):
+    def __init__(self, isolation: str = "process", shrink: int = 1):
         if isolation not in ("process", "inline"):
             raise ConfigError(f"unknown isolation {isolation!r}: use 'process' or 'inline'")
         self.isolation = isolation
+        #: batch sizes and slice rows are divided by this (a rerun after the worker ran out of memory)
+        self.shrink = shrink
         self._worker: Any = None
         self._stage: Stage | None = None
 
@@ -508,7 +519,9 @@ class LocalExecutor:
         # Called only for a stage with units to do. The worker starts now, not at the first
         # compute: the child imports while this process reads the first unit's inputs.
         with run.clock.span("worker_start_s"):
-            defs = [run.defs[f] for f in stage.features]
+            defs = [run.defs[f] if self.shrink == 1 else
+                    run.defs[f].model_copy(update={"batch_size": max(1, run.defs[f].batch_size // self.shrink)})
+                    for f in stage.features]
             specs = {d.name: get_udf(d.udf) for d in defs}
             label = f"stage {stage.index}"
             if self._worker is not None:  # kept from the previous stage (see close_stage)
@@ -557,7 +570,7 @@ class LocalExecutor:
         error_rows: list[dict[str, Any]] = []
         clock = run.clock
         parts = _rebatch(iter_logical_slices(run.store.catalog, run.working_state(), inputs, batch),
-                         SLICE_ROWS, unit.retry_ids)
+                         max(1, SLICE_ROWS // self.shrink), unit.retry_ids)
         for part in clock.timed_iter("read_s", parts):
             with clock.span("read_s"):
                 computed_here = self._reuse(run, todo, part)
@@ -652,9 +665,24 @@ class LocalBackfill:
         if plan.empty or dry_run:
             report.status = "nothing to do" if plan.empty else "dry run"
             return report
-        run = BackfillRun(self.omni, state, plan, report, LocalExecutor(self.isolation),
-                          max_error_ratio=max_error_ratio, progress=progress, clock=clock)
-        return run.run_to_commit(command, started)
+        shrink = 1
+        while True:
+            run = BackfillRun(self.omni, state, plan, report, LocalExecutor(self.isolation, shrink),
+                              max_error_ratio=max_error_ratio, progress=progress, clock=clock)
+            # killed for memory: the same plan again (finished units resume from their
+            # checkpoints) with batches and slices halved, not the same failure again
+            run.reruns_after = lambda e, shrink=shrink: (isinstance(e, WorkerCrashedError) and e.out_of_memory
+                                                         and shrink < MAX_MEMORY_SHRINK
+                                                         and self.isolation == "process")
+            try:
+                return run.run_to_commit(command, started)
+            except WorkerCrashedError as e:
+                if not run.reruns_after(e):
+                    raise
+                shrink *= 2
+                report.tuning.append(f"the worker was killed (signal 9: out of memory?) - {e}; rerun with batch "
+                                     f"sizes and slices divided by {shrink}")
+                print(f"warning: {report.tuning[-1]}", file=sys.stderr)
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None,
                      **kwargs: Any) -> BackfillReport:

@@ -24,9 +24,18 @@ from omni_iceberg.features.udf import UdfSpec
 
 
 class WorkerCrashedError(OmniError):
-    """The process running a stage's UDFs died."""
+    """The process running a stage's UDFs died (``signal``: the signal that killed it, if one did)."""
 
     exit_code = 5
+
+    def __init__(self, message: str, signal: int | None = None):
+        super().__init__(message)
+        self.signal = signal
+
+    @property
+    def out_of_memory(self) -> bool:
+        """Killed by SIGKILL: what the kernel's out-of-memory killer sends (and a container's memory limit)."""
+        return self.signal == 9
 
 
 @dataclass
@@ -271,7 +280,7 @@ class ProcessWorker:
             raise WorkerCrashedError(
                 f"the worker process for {self.label} (features {', '.join(self.features)}) died with {how} "
                 f"while {doing}; nothing was committed and finished units are kept - fix the UDF, then rerun "
-                f"the same command to resume"
+                f"the same command to resume", signal=-code if code is not None and code < 0 else None
             ) from e
         if status == "error":
             raise value

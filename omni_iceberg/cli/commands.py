@@ -262,6 +262,27 @@ def _hot(args, omni, command_line: str) -> int:
     return 0
 
 
+def runs(args, omni, command_line: str) -> int:
+    from omni_iceberg.backfill.run_stats import describe_stats
+
+    name = omni.state(args.name).table.identifier
+    if args.stats:
+        stats = omni.runs(args.name, stats=True)
+        emit(args, stats, lambda: describe_stats(name, stats))
+        return 0
+    rows = omni.runs(args.name)
+
+    def text() -> str:
+        if not rows:
+            return f"{name}: no backfill run yet"
+        return "\n".join(f"{r['started_at']:%Y-%m-%d %H:%M:%S} {r['run_id']} {r['status']:9s} {r['features']} "
+                         f"rows={r['rows']} errors={r['errors']}" + (f" - {r['message'][:120]}" if r["message"] else "")
+                         for r in rows)
+
+    emit(args, [{k: (str(v) if k.endswith("_at") else v) for k, v in r.items() if k != "plan"} for r in rows], text)
+    return 0
+
+
 def advise(args, omni, command_line: str) -> int:
     advice = omni.advise(args.name, apply=args.apply, progress=progress(args))
     emit(args, advice.to_dict(), lambda: advice.describe() + (
@@ -420,7 +441,7 @@ def index(args, omni, command_line: str) -> int:
 
 _HANDLERS = {
     "table": table, "tag": tag, "pin": pin, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
-    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "drop-batch": drop_batch, "accelerate": accelerate, "advise": advise, "trino-config": trino_config,
+    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "drop-batch": drop_batch, "accelerate": accelerate, "advise": advise, "runs": runs, "trino-config": trino_config,
     "spark-config": spark_config,
     "feature": feature, "backfill": backfill, "get": get, "index": index,
     "maintain": maintain, "expire": expire,

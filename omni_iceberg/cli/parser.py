@@ -183,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     ac.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     ac.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
+    rn = command(sub, "runs", "the backfill runs of a table, every attempt; --stats: first-submit success, "
+                 "failures by cause, automatic reruns, throughput", "omni runs web", "omni runs web --stats --json")
+    rn.add_argument("name", help="logical table")
+    rn.add_argument("--stats", action="store_true", help="figures per feature set and overall instead of the list")
+
     ad = command(sub, "advise", "read the query log and propose hot columns and a materialization, with the "
                  "benefit observed and the storage they cost", "omni advise web", "omni advise web --apply --json")
     ad.add_argument("name", help="logical table")

@@ -1,0 +1,87 @@
+"""``omni runs``: a table's backfill runs from ``omni_sys.runs``, and what they say about tuning.
+
+Every attempt of a run writes one row (a run's id is a hash of its plan, so rerunning a
+command after a failure is another attempt of the same run). ``--stats`` answers, per
+feature set and overall:
+
+- **first-submit success**: the share of runs whose first attempt succeeded - the figure
+  the paper tracks for newcomers (~60% -> >90% with adaptive tuning). An attempt the
+  engine reran by itself (a worker killed for memory, rerun with smaller batches) is
+  part of the same submit: the user asked once;
+- attempts, failures by cause (memory, error budget, definition, other), automatic
+  reruns, and the median throughput (rows per second) of succeeded attempts.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from omni_iceberg.backfill.engine import RERUN_MARK
+
+
+def runs_of(omni: Any, logical_table: str) -> list[dict[str, Any]]:
+    """Every attempt of every backfill run of ``logical_table``, oldest first."""
+    from catalog_ext import system_tables
+
+    rows = system_tables.read_rows(omni.catalog, system_tables.RUNS,
+                                   f"logical_table == '{logical_table}'").to_pylist()
+    return sorted(rows, key=lambda r: (r["started_at"], r["finished_at"]))
+
+
+def _cause(row: dict[str, Any]) -> str:
+    message = row["message"] or ""
+    if row["status"] == "succeeded":
+        return "succeeded"
+    if "signal 9" in message or "MemoryError" in message:
+        return "memory"
+    if "ErrorBudgetExceededError" in message:
+        return "error budget"
+    if "FeatureDefinitionError" in message:
+        return "definition"
+    return "other"
+
+
+def run_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of the module docstring, per feature set (``features``) and overall."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[r["features"]].append(r)
+
+    def figures(attempts: list[dict[str, Any]]) -> dict[str, Any]:
+        by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for a in attempts:
+            by_run[a["run_id"]].append(a)
+        first_ok = 0
+        for tries in by_run.values():
+            # the user's first submit: attempts up to the first one the engine did not rerun itself
+            first = next((i for i, a in enumerate(tries) if not (a["message"] or "").startswith(RERUN_MARK)),
+                         len(tries) - 1)
+            first_ok += tries[first]["status"] == "succeeded"
+        causes: dict[str, int] = defaultdict(int)
+        for a in attempts:
+            if a["status"] != "succeeded":
+                causes[_cause(a)] += 1
+        rates = [a["rows"] / s for a in attempts if a["status"] == "succeeded"
+                 and (s := (a["finished_at"] - a["started_at"]).total_seconds()) > 0 and a["rows"]]
+        return {"runs": len(by_run), "attempts": len(attempts),
+                "first_submit_success": round(first_ok / len(by_run), 4) if by_run else None,
+                "automatic_reruns": sum((a["message"] or "").startswith(RERUN_MARK) for a in attempts),
+                "failures": dict(causes),
+                "median_rows_per_s": round(statistics.median(rates), 1) if rates else None}
+
+    return {"overall": figures(rows), "by_features": {k: figures(v) for k, v in sorted(groups.items())}}
+
+
+def describe_stats(logical_table: str, stats: dict[str, Any]) -> str:
+    def line(label: str, f: dict[str, Any]) -> str:
+        rate = "-" if f["first_submit_success"] is None else f"{f['first_submit_success']:.0%}"
+        fails = ", ".join(f"{k} {v}" for k, v in f["failures"].items()) or "none"
+        speed = "-" if f["median_rows_per_s"] is None else f"{f['median_rows_per_s']:,.0f} rows/s"
+        return (f"{label}: {f['runs']} run(s), {f['attempts']} attempt(s), first-submit success {rate}, "
+                f"automatic reruns {f['automatic_reruns']}, failures: {fails}, median {speed}")
+
+    lines = [line(f"{logical_table} (all backfills)", stats["overall"])]
+    lines += ["  " + line(features, f) for features, f in stats["by_features"].items()]
+    return "\n".join(lines)
