@@ -589,7 +589,7 @@ def test_a_worker_killed_for_memory_reruns_with_smaller_batches(tmp_path):
     report = o.backfill("web", ["t_hungry"], isolation="process")
     # 64 rows a batch: killed; 32: killed; 16: fits
     assert report.status == "succeeded" and (report.rows, report.errors) == (50, 0)
-    assert len(report.tuning) == 2 and "divided by 4" in report.tuning[-1] and "signal 9" in report.tuning[0]
+    assert len(report.tuning) == 2 and "divided by 4" in report.tuning[-1] and "died with signal 9" in report.tuning[0]
     values = o.read("web", columns=["RawData", "t_hungry"]).to_pylist()
     assert all(r["t_hungry"] == len(r["RawData"]["raw_data"]) for r in values)
     # (a crash that is not about memory is not retried: test_a_crashing_udf_gives_a_clear_error...)

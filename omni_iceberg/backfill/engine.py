@@ -680,8 +680,9 @@ class LocalBackfill:
                 if not run.reruns_after(e):
                     raise
                 shrink *= 2
-                report.tuning.append(f"the worker was killed (signal 9: out of memory?) - {e}; rerun with batch "
-                                     f"sizes and slices divided by {shrink}")
+                what = str(e).split(";", 1)[0]  # which worker, killed while doing what
+                report.tuning.append(f"{what} (out of memory?): rerun with batch sizes and slices divided by "
+                                     f"{shrink}, finished units kept")
                 print(f"warning: {report.tuning[-1]}", file=sys.stderr)
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None,
