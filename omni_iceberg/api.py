@@ -274,7 +274,8 @@ class Omni:
         report = submit(self.store, ns, table, [str(s) for s in sources], batch, field_map=field_map, kind=kind,
                         max_reject_ratio=max_reject_ratio, progress=progress,
                         command=command or f"submit {ns}.{table} --batch {batch}")
-        self._after_commit(name)
+        if report.logical_version is not None:
+            self._after_commit(name)
         return report
 
     # ---- look ---------------------------------------------------------------------------
@@ -454,7 +455,7 @@ class Omni:
                               dry_run=dry_run, isolation=isolation, max_error_ratio=max_error_ratio,
                               progress=progress, has_gpu=has_gpu, **kwargs,
                               command=command or f"backfill {name} --features {','.join(features)}")
-        if not dry_run:
+        if report.status == "succeeded":  # a commit was made (not a dry run, not "nothing to do")
             self._after_commit(name)
         return report
 
