@@ -9,11 +9,20 @@ from omni_iceberg.ingest import pipeline
 from tests import feature_udfs as U
 
 
+@pytest.fixture
+def chunk_files(monkeypatch):
+    """Every ingest chunk written as its own files (as before writes held their rows): the
+    small files compaction exists for, made on purpose with ``chunk_rows``."""
+    from catalog_ext import physical
+
+    monkeypatch.setattr(physical, "WRITE_BUFFER_BYTES", 0)
+
+
 def _files(omni, identifier, snapshot_id):
     return sum(1 for _ in omni.catalog.load_table(identifier).scan(snapshot_id=snapshot_id).plan_files())
 
 
-def test_compaction_keeps_rows_and_versions(tmp_path):
+def test_compaction_keeps_rows_and_versions(tmp_path, chunk_files):
     pages = sorted(corpora.fetch("python-docs-html").rglob("*.html"))[:48]
     omni = Omni(home=tmp_path / "h")
     omni.create_table("web")
@@ -48,7 +57,7 @@ def test_compaction_keeps_rows_and_versions(tmp_path):
     assert len(plan.tables[0].partitions) > 1  # (several groups were rewritten)
 
 
-def test_compaction_loses_cleanly_to_a_concurrent_writer(tmp_path, monkeypatch):
+def test_compaction_loses_cleanly_to_a_concurrent_writer(tmp_path, monkeypatch, chunk_files):
     pages = sorted(corpora.fetch("python-docs-html").rglob("*.html"))[:30]
     omni = Omni(home=tmp_path / "h")
     omni.create_table("web")
@@ -70,7 +79,7 @@ def test_compaction_loses_cleanly_to_a_concurrent_writer(tmp_path, monkeypatch):
     assert not [r for r in refs if r.startswith("omni-stage-")]
 
 
-def test_a_lost_compaction_deletes_the_files_it_rewrote(tmp_path, monkeypatch):
+def test_a_lost_compaction_deletes_the_files_it_rewrote(tmp_path, monkeypatch, chunk_files):
     from pathlib import Path
     from urllib.parse import urlparse
 
