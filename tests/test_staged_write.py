@@ -116,17 +116,23 @@ def _ids(prefix, n):
     return [hashlib.md5(f"{prefix}{i}".encode()).hexdigest() for i in range(n)]
 
 
-def test_chunks_of_one_batch_become_one_file_per_bucket_and_a_file_holds_one_batch(tmp_path):
-    """Every write used to become its own file per bucket: 40 chunks of a batch made ~40
-    files per bucket. Held rows are written together, and a new batch starts new files."""
-    from catalog_ext.physical import file_batch
-
+def _feature_table_writer(tmp_path, run_id):
+    """A fresh table with ``sw_n`` registered, and a staged write on its feature table."""
     omni = Omni(home=tmp_path / "h")
     omni.create_table("web")
     omni.register_features("web", [sw_n])
     state = omni.state("web")
     table = state.physical_table(state.feature("sw_n").table_key)
-    w = StagedWrite(omni.catalog, table.identifier, table.snapshot_id, "bf-buffer", {"omni.operation": "backfill"})
+    return omni, state, table, StagedWrite(omni.catalog, table.identifier, table.snapshot_id, run_id,
+                                           {"omni.operation": "backfill"})
+
+
+def test_chunks_of_one_batch_become_one_file_per_bucket_and_a_file_holds_one_batch(tmp_path):
+    """Every write used to become its own file per bucket: 40 chunks of a batch made ~40
+    files per bucket. Held rows are written together, and a new batch starts new files."""
+    from catalog_ext.physical import file_batch
+
+    omni, state, table, w = _feature_table_writer(tmp_path, "bf-buffer")
     ids = _ids("a", 4000)
     for i in range(0, 4000, 100):  # 40 chunks of batch a
         w.write(_rows(ids[i:i + 100], "a", 1))
@@ -145,12 +151,7 @@ def test_chunks_of_one_batch_become_one_file_per_bucket_and_a_file_holds_one_bat
 
 
 def test_held_rows_are_written_once_the_buffer_is_full_and_dropped_by_abandon(tmp_path, monkeypatch):
-    omni = Omni(home=tmp_path / "h")
-    omni.create_table("web")
-    omni.register_features("web", [sw_n])
-    state = omni.state("web")
-    table = state.physical_table(state.feature("sw_n").table_key)
-    w = StagedWrite(omni.catalog, table.identifier, table.snapshot_id, "bf-small", {"omni.operation": "backfill"})
+    omni, state, table, w = _feature_table_writer(tmp_path, "bf-small")
     chunk = _rows(_ids("c", 500), "c", 1)
     w.buffer_bytes = chunk.nbytes * 2
     w.write(chunk)

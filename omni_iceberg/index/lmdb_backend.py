@@ -205,19 +205,11 @@ class LmdbBackend(IndexBackend):
         self._put_items(_items(entries), {})
 
     def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[Located]]:
-        def walk(txn):
-            out: dict[bytes, list[Located]] = {}
-            cur = txn.cursor(db=self._entries)
-            for rid in sorted(set(id_keys)):
-                if not cur.set_range(rid):
-                    continue
-                for key, value in cur:
-                    if key[:ID_BYTES] != rid:
-                        break
-                    out.setdefault(rid, []).append((key[ID_BYTES:], *parse_value(value)))
-            return out
-
-        return self._read(walk)
+        read = self.get_entry_columns(id_keys)
+        out: dict[bytes, list[Located]] = {}
+        for rid, fkey, value in zip(read.ids, read.fkeys, read.values):
+            out.setdefault(rid, []).append((fkey, *parse_value(value)))
+        return out
 
     def get_entry_columns(self, id_keys: Sequence[bytes]) -> EntryColumns:
         def walk(txn):
