@@ -73,13 +73,31 @@ class PhysicalColumn(_Frozen):
 
 
 class PhysicalTable(_Frozen):
-    """One real Iceberg table of the family, pinned to one snapshot per version."""
+    """One real Iceberg table of the family, pinned to one snapshot per version.
+
+    Roles: ``base`` (every row's keys and stage fields), ``feature`` (where a feature
+    version writes its outputs), ``materialized`` (a pre-joined copy, see
+    :class:`MaterializedCopy`) and ``column-group`` (the columns of several feature
+    tables merged into one table by ``governance.column_groups``, so a view of N
+    features needs a join per group, not per feature).
+    """
 
     key: str
     identifier: str  # namespace.table in the catalog
     group: str
     snapshot_id: int | None = None  # None: nothing committed yet
-    role: Literal["base", "feature", "materialized"] = "base"
+    role: Literal["base", "feature", "materialized", "column-group"] = "base"
+    #: the pinned snapshot holds no rows: every value moved to a column group. Readers
+    #: skip the table (no join) until a writer pins a snapshot with rows again.
+    emptied: bool = False
+
+    @model_serializer(mode="wrap")
+    def _without_default_emptied(self, handler):
+        # tables never emptied serialise as before: older documents keep their bytes
+        out = handler(self)
+        if isinstance(out, dict) and not out.get("emptied"):
+            out.pop("emptied", None)
+        return out
 
 
 class PhysicalTableGroup(_Frozen):
@@ -155,6 +173,26 @@ class ComputedUnit(_Frozen):
         return out
 
 
+#: navigation indexes (column by path, table by key, ...) by the identity of the tuples they
+#: index: a state's tuples are immutable, so the same tuple objects give the same index, and a
+#: changed copy (model_copy) holds new tuples. Without it a 2,500-column view rendered in
+#: O(columns x physical columns). Values are shared: callers must not mutate them.
+_INDEX_MEMO: dict[tuple[object, ...], tuple[tuple[object, ...], object]] = {}
+_INDEX_MEMO_SIZE = 256
+
+
+def _memo(kind: str, inputs: tuple[object, ...], build):
+    key = (kind, *map(id, inputs))
+    hit = _INDEX_MEMO.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], inputs)):
+        return hit[1]
+    value = build()
+    _INDEX_MEMO[key] = (inputs, value)  # holding the inputs keeps their ids from being reused
+    while len(_INDEX_MEMO) > _INDEX_MEMO_SIZE:
+        _INDEX_MEMO.pop(next(iter(_INDEX_MEMO)))
+    return value
+
+
 #: fresh_materialized_tables answers, by the identity of their inputs (oldest evicted first)
 _FRESH_MEMO: dict[tuple[int, ...], tuple[tuple[object, ...], frozenset[str]]] = {}
 _FRESH_MEMO_SIZE = 64
@@ -227,18 +265,23 @@ class FamilyState(_Frozen):
         return cls.model_validate_json(text)
 
     # ---- navigation, both ways -----------------------------------------------------
-    # Indexes are rebuilt per call on purpose: states are small, and model_copy would
-    # carry a cached index over to a changed copy.
+    # Indexes are memoised by the identity of the tuples they index (see _memo), never
+    # stored on the instance: model_copy would carry such a cache over to a changed copy.
     @property
     def _columns_by_path(self) -> dict[str, LogicalColumn]:
-        return {c.path: c for c in self.columns}
+        return _memo("columns", (self.columns,), lambda: {c.path: c for c in self.columns})
 
     @property
     def _tables_by_key(self) -> dict[str, PhysicalTable]:
-        return {t.key: t for t in self.tables}
+        return _memo("tables", (self.tables,), lambda: {t.key: t for t in self.tables})
 
     @property
     def _pcols_by_logical(self) -> dict[str, list[PhysicalColumn]]:
+        # which copies are fresh follows the materializations, batches, computed units and features
+        inputs = (self.physical_columns, self.materializations, self.batches, self.computed, self.features)
+        return _memo("pcols", inputs, self._build_pcols_by_logical)
+
+    def _build_pcols_by_logical(self) -> dict[str, list[PhysicalColumn]]:
         out: dict[str, list[PhysicalColumn]] = {}
         for pc in self.physical_columns:
             out.setdefault(pc.logical, []).append(pc)
@@ -298,10 +341,13 @@ class FamilyState(_Frozen):
 
     @property
     def _pcols_by_table(self) -> dict[str, list[PhysicalColumn]]:
-        out: dict[str, list[PhysicalColumn]] = {}
-        for pc in self.physical_columns:
-            out.setdefault(pc.table, []).append(pc)
-        return out
+        def build() -> dict[str, list[PhysicalColumn]]:
+            out: dict[str, list[PhysicalColumn]] = {}
+            for pc in self.physical_columns:
+                out.setdefault(pc.table, []).append(pc)
+            return out
+
+        return _memo("pcols_by_table", (self.physical_columns,), build)
 
     def column(self, path: str) -> LogicalColumn:
         try:
@@ -314,6 +360,26 @@ class FamilyState(_Frozen):
 
     def physical_table(self, key: str) -> PhysicalTable:
         return self._tables_by_key[key]
+
+    def read_parts(self, logical_path: str) -> list[PhysicalColumn]:
+        """The physical columns a reader combines into ``logical_path``: COALESCE of them, by keys.
+
+        A fresh materialized copy holds every value: it alone. Otherwise a column has
+        one part per non-copy table that holds rows: its feature table and, once
+        ``governance.column_groups`` moved values, the column group. The parts are
+        disjoint - a moved value leaves its feature table, and a recomputed value is
+        nulled in the group by the same commit - so COALESCE in any order is exact.
+        """
+        pcs = self.physical_columns_of(logical_path)
+        if len(pcs) <= 1:
+            return pcs
+        tables = self._tables_by_key  # a reader may pass a state cut down to the tables it scans
+        first = tables.get(pcs[0].table)
+        if first is not None and first.role == "materialized":
+            return pcs[:1]
+        parts = [pc for pc in pcs if (t := tables.get(pc.table)) is not None and t.role != "materialized"
+                 and not t.emptied]
+        return parts or pcs[:1]
 
     def physical_columns_of(self, logical_path: str) -> list[PhysicalColumn]:
         """Logical -> physical. Empty when the column has no values anywhere yet."""
@@ -343,7 +409,7 @@ class FamilyState(_Frozen):
         """The minimal set of physical tables that hold the given logical columns."""
         keys: dict[str, None] = {}
         for path in logical_paths:
-            for pc in self.physical_columns_of(path)[:1]:  # the copy that is read
+            for pc in self.read_parts(path):
                 keys.setdefault(pc.table, None)
         return [self._tables_by_key[k] for k in keys]
 

@@ -425,6 +425,15 @@ class StagedWrite:
         self._replacements.append((list(old_files), new_files))  # abandon() deletes them until committed
         self.rows += data.num_rows
 
+    def delete_files(self, old_files: list[Any]) -> None:
+        """Drop ``old_files`` in the next :meth:`commit_replacements` (rows moved elsewhere)."""
+        self._replacements.append((list(old_files), []))
+
+    @property
+    def replacing(self) -> bool:
+        """Replacements are written and wait for :meth:`commit_replacements`."""
+        return bool(self._replacements)
+
     def commit_replacements(self, properties: dict[str, str] | None = None) -> int:
         """One overwrite snapshot on the branch: every replacement written since the last one."""
         replacements = self._replacements

@@ -58,8 +58,10 @@ class PinSnapshot:
         current = s.physical_table(self.table_key).snapshot_id
         if current != self.expected:
             raise PinConflict(self.table_key, self.expected, current)
+        # a new snapshot may hold rows again: an emptied table (column groups) is read again
         tables = tuple(
-            t.model_copy(update={"snapshot_id": self.snapshot_id}) if t.key == self.table_key else t for t in s.tables
+            t.model_copy(update={"snapshot_id": self.snapshot_id, "emptied": False}) if t.key == self.table_key
+            else t for t in s.tables
         )
         return {"tables": tables}
 
@@ -136,9 +138,12 @@ class BindFeature:
         remapped_logicals = {pc.logical for pc in self.remap}
         pcols = tuple(pc for pc in s.physical_columns if pc.logical not in remapped_logicals) + self.remap
         columns = s.columns
-        for alias_col, alias_pc in self.aliases:
-            if not any(c.path == alias_col.path for c in columns):
+        added: set[str] = set()
+        for alias_col, alias_pc in self.aliases:  # an alias may have several parts (column groups)
+            if alias_col.path not in added and not any(c.path == alias_col.path for c in columns):
                 columns = columns + (alias_col,)
+                added.add(alias_col.path)
+            if alias_col.path in added:
                 pcols = pcols + (alias_pc,)
         return {"features": features + (b,), "physical_columns": pcols, "columns": columns}
 

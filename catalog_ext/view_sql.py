@@ -54,11 +54,12 @@ def pinned_ref(identifier: str, snapshot_id: int | None, alias: str, dialect: st
 
 def _column_expr(state: FamilyState, path: str, aliases: dict[str, str], dialect: str) -> str:
     """Expression reading logical column ``path`` from the family, or a typed NULL."""
-    pcols = [pc for pc in state.physical_columns_of(path) if pc.table in aliases]
-    if not pcols:
+    parts = [pc for pc in state.read_parts(path) if pc.table in aliases]
+    if not parts:
         return f"CAST(NULL AS {sql_type(state.column(path).type, dialect)})"
-    pc = pcols[0]  # several copies (a materialization) hold equal values; the first is canonical
-    return f"{aliases[pc.table]}." + ".".join(quote(p, dialect) for p in pc.name.split("."))
+    refs = [f"{aliases[pc.table]}." + ".".join(quote(p, dialect) for p in pc.name.split(".")) for pc in parts]
+    # a column in a column group and in its feature table: the parts are disjoint (FamilyState.read_parts)
+    return refs[0] if len(refs) == 1 else f"COALESCE({', '.join(refs)})"
 
 
 def _struct(fields, exprs, dialect: str) -> str:
@@ -92,7 +93,7 @@ def render_family_select(
     wanted = _wanted(state, columns)
     base = driver or state.base_table
     # the first physical column of a path is the one read (a fresh materialized copy when there is one)
-    needed = {pcs[0].table for path in wanted["leaves"] if (pcs := state.physical_columns_of(path))}
+    needed = {pc.table for path in wanted["leaves"] for pc in state.read_parts(path)}
     others = [t for t in state.tables if t.key != base.key and t.key in needed]
     aliases = {base.key: "t0", **{t.key: f"t{i + 1}" for i, t in enumerate(others)}}
     q = lambda n: quote(n, dialect)  # noqa: E731
@@ -175,7 +176,7 @@ def _table_columns(state: FamilyState) -> dict[str, list[str]]:
     """Physical table key -> the top-level physical columns the logical schema reads from it."""
     out: dict[str, list[str]] = {}
     for col in state.columns:
-        for pc in state.physical_columns_of(col.path)[:1]:  # the copy that is read
+        for pc in state.read_parts(col.path):  # the copy or the parts that are read
             top = pc.name.split(".", 1)[0]
             if top not in out.setdefault(pc.table, []):
                 out[pc.table].append(top)
@@ -206,17 +207,22 @@ def _render_scalar_lookups(state: FamilyState, dialect: str, driver: PhysicalTab
     base = driver
     match = " AND ".join(f"p.{q(k)} = t0.{q(k)}" for k in _KEYS)
 
-    def lookup(path: str) -> str:
-        pcs = state.physical_columns_of(path)
-        if not pcs:
-            return f"CAST(NULL AS {sql_type(state.column(path).type, dialect)})"
-        pc = pcs[0]  # several copies (a materialization) hold equal values; the first is canonical
+    def part(pc) -> str:
         name = ".".join(q(p) for p in pc.name.split("."))
         if pc.table == base.key:
             return f"t0.{name}"
         table = tables[pc.table]
         pinned = pinned_ref(table.identifier, table.snapshot_id, "p", dialect)
         return f"(SELECT arbitrary(p.{name}) FROM {pinned} WHERE {match})"
+
+    def lookup(path: str) -> str:
+        parts = state.read_parts(path)
+        if not parts:
+            return f"CAST(NULL AS {sql_type(state.column(path).type, dialect)})"
+        if any(pc.table == base.key for pc in parts):  # the driver holds every value (a fresh copy)
+            return part(next(pc for pc in parts if pc.table == base.key))
+        refs = [part(pc) for pc in parts]
+        return refs[0] if len(refs) == 1 else f"COALESCE({', '.join(refs)})"
 
     wanted = _wanted(state, None)
     select = [f"t0.{q(k)} AS {q(k)}" for k in wanted["keys"]]

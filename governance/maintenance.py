@@ -71,11 +71,12 @@ class MaintainReport:
     cleanup: CleanupReport | None = None
     retention: Any = None  # governance.retention.RetentionReport
     compaction: dict[str, Any] | None = None  # governance.compaction.compact's report
+    column_groups: dict[str, Any] | None = None  # governance.column_groups.regroup's report
 
     def to_dict(self) -> dict[str, Any]:
         return {"logical_table": self.logical_table, "dry_run": self.dry_run, "tasks": self.tasks,
                 "cleanup": self.cleanup.to_dict() if self.cleanup else None,
-                "compaction": self.compaction,
+                "compaction": self.compaction, "column_groups": self.column_groups,
                 "retention": self.retention.to_dict() if self.retention else None}
 
     def describe(self) -> str:
@@ -90,6 +91,8 @@ class MaintainReport:
             lines.append(f"compaction: {merged} small files in {len(tables)} table(s) "
                          + ("would be merged" if self.dry_run else
                             f"merged -> {sum(after.values())} files" if after else "(nothing due)"))
+        if self.column_groups is not None:
+            lines.append(self.column_groups["describe"])
         if self.retention is not None:
             lines.append(self.retention.plan.describe() if self.dry_run else self.retention.describe())
         if self.cleanup is not None:
@@ -164,6 +167,14 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     if within_budget(f"compaction (partitions with >= {min_files} small files)"):
         try:
             report.compaction = compact(store, name, min_files, dry_run=dry_run, clean=False, progress=progress)
+        except (PinConflict, CommitConflictError) as e:
+            report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
+    from governance.column_groups import GROUP_DUE_TABLES, regroup
+
+    if within_budget(f"column groups (when >= {GROUP_DUE_TABLES} narrow feature tables would merge)"):
+        try:
+            report.column_groups = regroup(store, name, dry_run=dry_run, progress=progress, due_tables=GROUP_DUE_TABLES,
+                                           command=command or f"maintain {state.table.identifier}")
         except (PinConflict, CommitConflictError) as e:
             report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
     if within_budget(f"retention (keep last {policy.keep_last})"):

@@ -621,6 +621,15 @@ class Omni:
 
         return compact(self.store, name, min_files, dry_run=dry_run, progress=progress)
 
+    def regroup(self, name: str, *, tables: list[str] | None = None, dry_run: bool = False,
+                progress: bool | None = None, command: str = "") -> dict[str, Any]:
+        """Merge narrow feature tables into column groups (the system picks them, or ``tables``):
+        the view then joins one table per group, not one per feature. One logical commit;
+        old versions keep reading the old layout (governance/column_groups.py)."""
+        from governance.column_groups import regroup
+
+        return regroup(self.store, name, tables=tables, dry_run=dry_run, progress=progress, command=command)
+
     def accelerate(self, name: str, *, materialize: list[str] | None = None, refresh: bool = False,
                    hot: list[str] | None = None, drop_hot: bool = False, sync: bool = False,
                    sync_on_commit: bool = False, dry_run: bool = False, progress: bool | None = None) -> Any:

@@ -254,18 +254,28 @@ def read_unit(spark: SparkSession, catalog_name: str, state: FamilyState, leaves
     """Keys + ``_in<k>`` = logical column ``leaves[k]`` of one batch, at the snapshots ``state`` pins."""
     from pyspark.sql import functions as F
 
-    from omni_iceberg.explore.reader import plan_columns
+    from omni_iceberg.explore.reader import PART_MARK, logical_of, plan_columns
+
+    def alias(name: str) -> str:  # a later part of a column (column groups) keeps its part number
+        column = A.input_column(leaves.index(logical_of(name)))
+        return column if PART_MARK not in name else f"{column}__part{name.rsplit(PART_MARK, 1)[1]}"
 
     frames = []
+    parts: dict[str, list[str]] = {}
     for key, cols in plan_columns(state, leaves).items():
         meta = state.physical_table(key)
         frame = spark.read.option("snapshot-id", str(meta.snapshot_id)).table(table_name(catalog_name, meta.identifier))
         frames.append(frame.where(F.col(BATCH_COLUMN) == F.lit(batch)).select(
-            ID_COLUMN, BATCH_COLUMN,
-            *[F.col(physical).alias(A.input_column(leaves.index(logical))) for physical, logical in cols]))
+            ID_COLUMN, BATCH_COLUMN, *[F.col(physical).alias(alias(logical)) for physical, logical in cols]))
+        for _, logical in cols:
+            parts.setdefault(A.input_column(leaves.index(logical_of(logical))), []).append(alias(logical))
     joined = frames[0]
     for frame in frames[1:]:  # base first: every row of the batch, NULL where a feature has no value
         joined = joined.join(frame, [ID_COLUMN, BATCH_COLUMN], "left")
+    for column, names in parts.items():  # the parts of a column are disjoint: COALESCE is exact
+        if len(names) > 1:
+            joined = joined.withColumn(column, F.coalesce(*[F.col(n) for n in names])).drop(
+                *[n for n in names if n != column])
     present = set(joined.columns)
     return joined.select(ID_COLUMN, BATCH_COLUMN, *[
         F.col(A.input_column(k)) if A.input_column(k) in present

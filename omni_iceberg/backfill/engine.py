@@ -228,6 +228,8 @@ class BackfillRun:
         self.defs: dict[str, FeatureDefinition] = definitions_of(state)
         self.bindings = {f: state.feature(f) for f in plan.features if plan.features[f].batches}
         self.writers: dict[str, StagedWrite] = {}
+        #: column groups whose old values of recomputed units this run nulled: (group, staged writer)
+        self.nulled: list[tuple[Any, StagedWrite]] = []
         self.stats: dict[tuple[str, str], UnitStats] = {}
         self.done: set[str] = set()
         #: whether the engine reruns this plan itself after ``error`` (recorded on the failed run's row)
@@ -277,7 +279,8 @@ class BackfillRun:
         """The pinned version plus this run's own staged outputs (earlier stages feed later ones)."""
         heads = {self.bindings[f].table_key: w.staged_snapshot_id for f, w in self.writers.items()
                  if w.staged_snapshot_id is not None}
-        tables = tuple(t.model_copy(update={"snapshot_id": heads[t.key]}) if t.key in heads else t
+        heads.update({group.key: w.staged_snapshot_id for group, w in self.nulled})
+        tables = tuple(t.model_copy(update={"snapshot_id": heads[t.key], "emptied": False}) if t.key in heads else t
                        for t in self.state.tables)
         return self.state.model_copy(update={"tables": tables})
 
@@ -295,6 +298,7 @@ class BackfillRun:
 
     def execute(self) -> None:
         try:
+            self.nulled = self._null_recomputed_in_groups()
             self._execute_stages()
         finally:
             # an executor may keep one worker across stages (LocalExecutor): it ends here, also on failure
@@ -406,6 +410,7 @@ class BackfillRun:
         """
         self.executor.before_commit(self)
         writers = {f: w for f, w in self.writers.items() if w.staged_snapshot_id is not None}
+        nulled = self.nulled
 
         def updates(latest: FamilyState):
             ups: list[Any] = []
@@ -421,6 +426,8 @@ class BackfillRun:
                         self.raced |= {(f, b) for b in taken}
                         w.rebase_excluding(latest.physical_table(binding.table_key).snapshot_id, taken)
                 ups.append(PinSnapshot(binding.table_key, w.staged_snapshot_id, w.base_snapshot_id))
+            # recomputed batches leave their column groups in this same commit (column_groups.null_recomputed)
+            ups += [PinSnapshot(group.key, w.staged_snapshot_id, group.snapshot_id) for group, w in nulled]
             if self.plan.only_ids:  # values added to computed units: their signatures must move
                 return tuple(ups) + (MarkRetried(tuple(
                     (f, self.bindings[f].version, b, s.rows) for (f, b), s in sorted(self.stats.items()))),)
@@ -436,12 +443,36 @@ class BackfillRun:
                    "omni.features": ",".join(sorted({f for f, _ in self.stats}))}
         with self.clock.span("commit_s"):
             new_state = self.store.commit(ns, table, updates, operation="backfill", command=command,
-                                          summary=lambda _: summary, staged=list(writers.values()))
+                                          summary=lambda _: summary,
+                                          staged=list(writers.values()) + [w for _, w in nulled])
         self.report.raced_units = sorted(unit_label(f, b) for f, b in self.raced)
         return new_state
 
+    def _null_recomputed_in_groups(self) -> list[tuple[Any, Any]]:
+        """Group tables rewritten so the old values of this plan's recomputed (stale) units leave them.
+
+        Done before the first unit: a later stage reading a recomputed column must not
+        find the old value in the group (COALESCE would return it for a record that now
+        fails). Redone from the pinned version on every attempt (a resumed run included).
+        """
+        if self.plan.only_ids:
+            return []
+        recomputed: dict[str, set[str]] = {}
+        for f, fp in self.plan.features.items():
+            batches = set(fp.stale) & set(fp.batches)
+            if batches and f in self.bindings:
+                for out in self.bindings[f].outputs:
+                    recomputed.setdefault(out, set()).update(batches)
+        if not recomputed:
+            return []
+        from governance.column_groups import null_recomputed
+
+        with self.clock.span("write_s"):
+            return null_recomputed(self.store, self.state, recomputed, self.report.run_id)
+
     def fail(self, error: BaseException) -> None:
         self.report.status = "failed"
+        abandon_all(w for _, w in self.nulled)  # cheap to redo from the pinned version on a rerun
         if isinstance(error, (FeatureDefinitionError, ErrorBudgetExceededError)):
             abandon_all(self.writers.values())  # a definition bug or budget breach: do not resume this work
         rerun = self.reruns_after(error)

@@ -217,6 +217,16 @@ def compact(args, omni, command_line: str) -> int:
     return 0
 
 
+def regroup(args, omni, command_line: str) -> int:
+    tables = [t for t in (args.tables or "").split(",") if t] or None
+    report = omni.regroup(args.name, tables=tables, dry_run=args.dry_run, command=command_line)
+    if args.dry_run or not report["plan"]["moves"]:
+        emit(args, {**report, "dry_run": args.dry_run}, lambda: report["describe"])
+        return 0
+    emit(args, report, lambda: f"{report['describe']}\nregrouped -> version {report['logical_version']}")
+    return 0
+
+
 def accelerate(args, omni, command_line: str) -> int:
     if args.hot is not None or args.drop_hot or args.sync:
         return _hot(args, omni, command_line)
@@ -441,7 +451,7 @@ def index(args, omni, command_line: str) -> int:
 
 _HANDLERS = {
     "table": table, "tag": tag, "pin": pin, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
-    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "drop-batch": drop_batch, "accelerate": accelerate, "advise": advise, "runs": runs, "trino-config": trino_config,
+    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "regroup": regroup, "drop-batch": drop_batch, "accelerate": accelerate, "advise": advise, "runs": runs, "trino-config": trino_config,
     "spark-config": spark_config,
     "feature": feature, "backfill": backfill, "get": get, "index": index,
     "maintain": maintain, "expire": expire,

@@ -163,6 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--min-files", type=int, default=2, help="compact partitions with at least this many files")
     cp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
 
+    rg = command(sub, "regroup", "merge narrow feature tables into column groups: one join per group, "
+                 "not per feature (one logical commit)",
+                 "omni regroup web --dry-run", "omni regroup web --tables f_quality_v1,f_lang_v1 --json")
+    rg.add_argument("name", help="logical table")
+    rg.add_argument("--tables", metavar="KEYS", help="comma-separated feature table keys to merge (default: "
+                    "the system picks the narrow ones)")
+    rg.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+
     ac = command(sub, "accelerate", "pre-join co-read columns into one table every reader prefers while fresh, "
                  "or keep feature columns hot in ClickHouse for fast aggregation",
                  "omni accelerate web --materialize t_len,quality_score,RawData.url --dry-run",

@@ -206,7 +206,7 @@ def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> Que
         driver = ctx.drivers.get(alias, state.base_table.key)
         needed: dict[str, list[str]] = {driver: [ID_COLUMN, BATCH_COLUMN]}  # the driver first: its rows are the rows
         for path in leaf_paths(state, ctx.columns[alias]):
-            for pc in state.physical_columns_of(path)[:1]:
+            for pc in state.read_parts(path):
                 needed.setdefault(pc.table, [ID_COLUMN, BATCH_COLUMN])
                 if pc.name not in needed[pc.table]:  # a nested name (RawData.url) reads only that field
                     needed[pc.table].append(pc.name)
@@ -256,6 +256,8 @@ def _lives_in(state: FamilyState, ctx: QueryContext, cond: exp.Expression, key: 
         path = ctx.resolved[id(col)][1]
         if path in (ID_COLUMN, BATCH_COLUMN):
             continue
+        if len(state.read_parts(path)) > 1:
+            return False  # values split over a column group and a feature table: a filter on one part drops the other's rows
         if not any(pc.table == key for pc in state.physical_columns_of(path)):
             return False
     return True

@@ -51,7 +51,7 @@ def read_logical(catalog: Any, state: FamilyState, columns: list[str] | None = N
         part = _scan(catalog, state, key, cols, batches)
         joined = part if joined is None else left_join(joined, part)
     assert joined is not None
-    return _assemble(state, joined, out_names, leaves)
+    return _assemble(state, coalesce_parts(joined), out_names, leaves)
 
 
 def left_join(left: pa.Table, right: pa.Table) -> pa.Table:
@@ -78,13 +78,44 @@ def left_join(left: pa.Table, right: pa.Table) -> pa.Table:
     return out
 
 
+#: marks the second and later part of a column read from several tables (column groups):
+#: ``quality`` from the group, ``quality\x1fpart1`` from the feature table, until coalesced
+PART_MARK = "\x1fpart"
+
+
+def logical_of(name: str) -> str:
+    """The logical path a planned column name reads (``path`` or a part of it)."""
+    return name.split(PART_MARK, 1)[0]
+
+
 def plan_columns(state: FamilyState, leaves: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """Physical table key -> [(physical column, name in the joined result)], base table first.
+
+    A column with several parts (:meth:`FamilyState.read_parts`) is read from each of
+    its tables; :func:`coalesce_parts` folds them into one column after the join.
+    """
     per_table: dict[str, list[tuple[str, str]]] = {state.base_table.key: []}
     for path in leaves:
-        pcols = state.physical_columns_of(path)
-        if pcols:
-            per_table.setdefault(pcols[0].table, []).append((pcols[0].name, path))
+        for i, pc in enumerate(state.read_parts(path)):
+            per_table.setdefault(pc.table, []).append((pc.name, path if i == 0 else f"{path}{PART_MARK}{i}"))
     return per_table
+
+
+def coalesce_parts(joined: pa.Table) -> pa.Table:
+    """Fold every ``path\x1fpartN`` column into ``path`` (COALESCE; the parts are disjoint)."""
+    marked = [n for n in joined.column_names if PART_MARK in n]
+    if not marked:
+        return joined
+    for name in marked:
+        path = logical_of(name)
+        extra = joined.column(name)
+        if path in joined.column_names:
+            i = joined.column_names.index(path)
+            joined = joined.set_column(i, path, pc.coalesce(joined.column(path), extra))
+        else:
+            joined = joined.append_column(path, extra)
+        joined = joined.drop_columns([name])
+    return joined
 
 
 def iter_logical_slices(catalog: Any, state: FamilyState, columns: list[str], batch: str):
@@ -113,7 +144,7 @@ def iter_logical_slices(catalog: Any, state: FamilyState, columns: list[str], ba
             data = iceberg_io.read_tasks(scan, groups.get(bucket, []))
             part = _flatten(data, cols)
             joined = part if joined is None else left_join(joined, part)
-        yield _assemble_flat(state, joined, leaves)
+        yield _assemble_flat(state, coalesce_parts(joined), leaves)
 
 
 def _assemble_flat(state: FamilyState, joined: pa.Table, leaves: list[str]) -> pa.Table:

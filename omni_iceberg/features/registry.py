@@ -252,10 +252,14 @@ def binding_updates(latest: FamilyState, d: FeatureDefinition, identifier: str, 
         for out_col in previous.outputs:
             alias = f"{out_col}_v{_safe(previous.version)}"
             col = latest.column(out_col)
-            aliases.append((LogicalColumn(path=alias, type=col.type, kind=col.kind, producer=d.name,
-                                          comment=f"{out_col} as computed by {previous.key}"),
-                            PhysicalColumn(table=previous.table_key, name=physical_column_name(out_col),
-                                           logical=alias)))
+            alias_col = LogicalColumn(path=alias, type=col.type, kind=col.kind, producer=d.name,
+                                      comment=f"{out_col} as computed by {previous.key}")
+            aliases.append((alias_col, PhysicalColumn(table=previous.table_key, name=physical_column_name(out_col),
+                                                      logical=alias)))
+            # values a column group holds (governance.column_groups) stay readable under the alias too
+            aliases += [(alias_col, PhysicalColumn(table=pc.table, name=pc.name, logical=alias))
+                        for pc in latest.physical_columns_of(out_col)
+                        if latest.physical_table(pc.table).role == "column-group"]
     binding = FeatureBinding(
         name=d.name, version=d.version, definition=d.canonical_json(), code_hash=get_udf(d.udf).code_hash,
         table_key=key, outputs=tuple(o.name for o in d.outputs), registered_version=latest.version + 1,

@@ -25,6 +25,7 @@ from omni_iceberg.index.backend import POSITION_BYTES
 from omni_iceberg.index.core import IdIndex, IndexView, TableEntries
 from omni_iceberg.index.inline import decode_columns
 from omni_iceberg.index.keys import check_ids
+from omni_iceberg.explore.reader import logical_of
 
 FOUND_COLUMN = "_found"
 #: from this many rows of a table on, inline values are decoded as whole arrays
@@ -107,7 +108,7 @@ def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[
     ``force_scan`` skips the index: the bucket-pruned scan the lookup falls back to,
     for comparisons (benchmarks) and for checking the index against the tables.
     """
-    from omni_iceberg.explore.reader import expand_columns, plan_columns
+    from omni_iceberg.explore.reader import coalesce_parts, expand_columns, plan_columns
 
     wanted = check_ids(ids)
     out_names, leaves = expand_columns(state, columns)
@@ -131,7 +132,7 @@ def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[
             (part, access), asked = _table_part(view, key, cols, wanted, state, force_scan, located), None
         result.tables.append(access)
         parts.append((part, asked))
-    result.rows = _finish(state, _join_parts(parts, len(wanted)), out_names, leaves, wanted, result)
+    result.rows = _finish(state, coalesce_parts(_join_parts(parts, len(wanted))), out_names, leaves, wanted, result)
     return result
 
 
@@ -171,8 +172,8 @@ def _inline_part(found: TableEntries, cols: list[tuple[str, str]], state: Family
         batch = pa.array([rec.batch for rec, _ in found.files] or [""], pa.string()).take(codes)
     arrays = [pa.array(found.ids, pa.string()).take(pa.array(found.asked, pa.int64())), batch]
     for phys, logical in cols:
-        arrays.append(decoded[phys].cast(arrow_type(state.column(logical).type)) if n else
-                      pa.array([], arrow_type(state.column(logical).type)))
+        arrays.append(decoded[phys].cast(arrow_type(state.column(logical_of(logical)).type)) if n else
+                      pa.array([], arrow_type(state.column(logical_of(logical)).type)))
     return pa.Table.from_arrays(arrays, names=KEYS + [lg for _, lg in cols]), found.asked
 
 
@@ -258,7 +259,7 @@ def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: l
     for expected, values, _ in done:
         arrays = [pa.array(expected, pa.string()), values[BATCH_COLUMN].cast(pa.string())]
         for phys, logical in cols:
-            typ = arrow_type(state.column(logical).type)
+            typ = arrow_type(state.column(logical_of(logical)).type)
             arr = values.get(phys)
             arrays.append(pa.nulls(len(expected), typ) if arr is None else arr.cast(typ))
         pieces.append(pa.Table.from_arrays(arrays, names=KEYS + [lg for _, lg in cols]))
@@ -271,7 +272,7 @@ def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: l
 
 def _empty(cols: list[tuple[str, str]], state: FamilyState) -> pa.Table:
     fields = [pa.field(ID_COLUMN, pa.string()), pa.field(BATCH_COLUMN, pa.string())]
-    fields += [pa.field(lg, arrow_type(state.column(lg).type)) for _, lg in cols]
+    fields += [pa.field(lg, arrow_type(state.column(logical_of(lg)).type)) for _, lg in cols]
     return pa.schema(fields).empty_table()
 
 
@@ -285,7 +286,7 @@ def _scan(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str]
     data = bucket_scan(view.catalog, state, key, ids, KEYS + top)
     flat = _flatten(data, cols)
     arrays = [flat.column(ID_COLUMN), flat.column(BATCH_COLUMN)]
-    arrays += [flat.column(lg).cast(arrow_type(state.column(lg).type)) for _, lg in cols]
+    arrays += [flat.column(lg).cast(arrow_type(state.column(logical_of(lg)).type)) for _, lg in cols]
     return pa.Table.from_arrays(arrays, names=KEYS + [lg for _, lg in cols])
 
 

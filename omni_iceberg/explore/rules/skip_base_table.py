@@ -63,7 +63,7 @@ def tables_needed(state: FamilyState, columns: list[str]) -> list[str]:
     """Physical table keys holding the values of ``columns``, in first-use order."""
     out: list[str] = []
     for path in leaf_paths(state, columns):
-        for pc in state.physical_columns_of(path)[:1]:
+        for pc in state.read_parts(path):
             if pc.table not in out:
                 out.append(pc.table)
     return out
@@ -89,8 +89,8 @@ def _null_rejecting_filter(ctx: QueryContext, alias: str, state: FamilyState,
         hit = ctx.resolved.get(id(col))
         if hit is None or hit[0] != alias or hit[1] in (ID_COLUMN, BATCH_COLUMN):
             continue
-        pcs = state.physical_columns_of(hit[1])
-        if pcs and pcs[0].table in needed:
+        pcs = state.read_parts(hit[1])
+        if len(pcs) == 1 and pcs[0].table in needed:  # a column split over parts has no one table to drive
             table = state.physical_table(pcs[0].table)
             return pcs[0].table, f"the filter {cond.sql()} drops rows without a value in {table.identifier}"
     return None

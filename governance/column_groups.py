@@ -1,0 +1,471 @@
+"""Column groups: narrow feature tables merged into shared physical tables (PhysicalTableGroup).
+
+Why: every feature version writes its own physical table, so a logical table with N
+features is an N-way join. Engines pay for that width even when a query reads three
+columns (Spark resolves and optimises every join of the view: EXPLAIN grew 3.45 s at
+100 tables, see benchmarks/RESULTS.md). The paper keeps an 800-column table in 4-6
+physical tables; so do we, without changing how features are written.
+
+How (Prepare-Execute-Commit, like compaction):
+
+- **prepare** (:func:`plan_column_groups`): the system picks the feature tables that
+  hold rows and are *narrow* (bytes per row from snapshot metadata at most
+  ``narrow_bytes_per_row``: scores, labels, small arrays - not parsed text), grouped by
+  their PhysicalTableGroup (CPU or GPU features: computed by the same engine). A table
+  whose columns already have a column group goes to that group; others fill a group of
+  their kind up to ``max_columns`` or start a new one (only when at least two tables
+  merge: a group of one saves no join).
+- **execute**: bucket by bucket (memory follows a bucket), the members' rows are
+  full-outer-joined by the keys with the group's files *of the same batches* (found by
+  the files' batch bounds - so moving a new batch costs that batch, not the group's
+  history), and written as replacement group files sorted by (batch, id). The members'
+  files are deleted on their own staging branches.
+- **commit**: ONE logical version adds the group's physical columns, re-pins the group
+  and the members, and marks the members ``emptied``: readers then skip them.
+
+A feature keeps writing its own table (its binding does not move), so backfills, retries,
+resumes and races work exactly as before. Until the next regroup a column has two
+parts, its group and its feature table; readers COALESCE them (``FamilyState.read_parts``).
+They are disjoint: a moved value leaves the feature table in the same commit, a retry
+writes only values that failed (null in the group), and a recomputed (stale) batch is
+nulled in the group by the backfill's own commit (:func:`null_recomputed`). Older
+logical versions keep their pins, so they keep reading the old layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, PHYSICAL_SEPARATOR, split_qualified
+from catalog_ext.errors import OmniError
+from catalog_ext.family import FamilyState, PhysicalColumn, PhysicalTable, PhysicalTableGroup
+from catalog_ext.physical import abandon_all, create_physical_table, file_batch_bounds, iceberg_type
+from catalog_ext.store import FamilyStore
+from catalog_ext.updates import AddPhysicalColumns, AddPhysicalTable, PinSnapshot, PreconditionFailed
+
+KEYS = [ID_COLUMN, BATCH_COLUMN]
+#: a feature table is narrow (worth merging) at most this many stored bytes per row, keys included
+NARROW_BYTES_PER_ROW = 96
+#: a column group holds at most this many columns (the paper: 200-300 per physical table)
+MAX_GROUP_COLUMNS = 256
+#: ``omni maintain`` regroups once this many feature tables would move (each one is a join saved)
+GROUP_DUE_TABLES = int(os.environ.get("OMNI_GROUP_DUE_TABLES", "8"))
+
+
+class ColumnGroupError(OmniError):
+    """A column-group request that cannot run (unknown table, nothing to move)."""
+
+
+@dataclass
+class GroupMove:
+    """Feature tables whose columns move into one column group."""
+
+    group_key: str  # the column-group table (new or existing)
+    identifier: str
+    kind: str  # the PhysicalTableGroup of its members (features-cpu / features-gpu)
+    new: bool
+    members: list[str] = field(default_factory=list)  # feature table keys
+    columns: dict[str, str] = field(default_factory=dict)  # logical path -> column name in the group
+    member_columns: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # key -> [(physical, logical)]
+    rows: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class ColumnGroupPlan:
+    logical_table: str
+    version: int
+    moves: list[GroupMove] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # table key -> why it stays alone
+
+    @property
+    def empty(self) -> bool:
+        return not self.moves
+
+    def describe(self) -> str:
+        if self.empty:
+            lines = [f"{self.logical_table} v{self.version}: no feature tables to merge into column groups"]
+        else:
+            lines = [f"column groups for {self.logical_table} at version {self.version}:"]
+            for m in self.moves:
+                verb = "new group" if m.new else "into group"
+                lines.append(f"  {verb} {m.identifier} ({m.kind}): {len(m.members)} table(s), "
+                             f"{len(m.columns)} column(s), {m.rows} rows, {m.bytes / 2**20:.2f} MiB")
+                for key in m.members[:8]:
+                    lines.append(f"    {key}: {', '.join(lg for _, lg in m.member_columns[key])}")
+                if len(m.members) > 8:
+                    lines.append(f"    ... and {len(m.members) - 8} more")
+        for key, why in list(self.skipped.items())[:8]:
+            lines.append(f"  stays alone: {key} ({why})")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def group_column_name(logical: str, taken: set[str]) -> str:
+    """A column name in a group for logical column ``logical`` (``ProcessedData.lang`` -> ``ProcessedData_lang``)."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", logical)
+    name, i = base, 1
+    while name in taken or name in KEYS:
+        i += 1
+        name = f"{base}_{i}"
+    return name
+
+
+def _size(catalog: Any, t: PhysicalTable) -> tuple[int, int]:
+    """(rows, bytes) of the pinned snapshot, from its summary (no file listing)."""
+    if t.snapshot_id is None:
+        return 0, 0
+    snap = catalog.load_table(t.identifier).snapshot_by_id(t.snapshot_id)
+    summary = snap.summary.additional_properties if snap is not None and snap.summary else {}
+    return int(summary.get("total-records", 0) or 0), int(summary.get("total-files-size", 0) or 0)
+
+
+#: values of these types have a fixed, small width: a table of them is narrow whatever its files say
+FIXED_WIDTH_TYPES = frozenset({"long", "int", "double", "float", "boolean", "date", "timestamp", "timestamptz"})
+
+
+def _narrow(state: FamilyState, pcols: list[PhysicalColumn]) -> bool:
+    """Every value column has a fixed-width type (a score, a count, a flag, a time).
+
+    Strings and lists may be short labels or whole documents; for those the snapshot's
+    bytes per row decide (small files overstate it, which only keeps a table alone).
+    """
+    return all(state.column(pc.logical).type in FIXED_WIDTH_TYPES for pc in pcols)
+
+
+def plan_column_groups(store: FamilyStore, name: str, *, narrow_bytes_per_row: int = NARROW_BYTES_PER_ROW,
+                       max_columns: int = MAX_GROUP_COLUMNS, tables: list[str] | None = None) -> ColumnGroupPlan:
+    """Which feature tables move into which column group (see the module docstring).
+
+    ``tables`` (feature table keys) restricts the choice to those, narrow or not.
+    """
+    ns, table = split_qualified(name)
+    state = store.load(ns, table)
+    plan = ColumnGroupPlan(state.table.identifier, state.version)
+    known = {t.key for t in state.tables if t.role == "feature"}
+    for key in tables or ():
+        if key not in known:
+            raise ColumnGroupError(f"{key!r} is not a feature table of {state.table.identifier} "
+                                   f"(feature tables: {', '.join(sorted(known)) or 'none'})")
+    groups = [t for t in state.tables if t.role == "column-group"]
+    width = {g.key: len(state.columns_of_table(g.key)) for g in groups}
+    moves: dict[str, GroupMove] = {}
+    fresh: dict[str, list[tuple[PhysicalTable, list[PhysicalColumn], int, int]]] = {}
+    for t in state.tables:
+        if t.role != "feature" or t.emptied or (tables and t.key not in tables):
+            continue
+        pcols = state.columns_of_table(t.key)
+        rows, size = _size(store.catalog, t)
+        if not pcols or not rows:
+            plan.skipped[t.key] = "holds no rows" if pcols else "no column maps to it"
+            continue
+        if not tables and not _narrow(state, pcols) and size / rows > narrow_bytes_per_row:
+            plan.skipped[t.key] = f"{size / rows:.0f} bytes per row > {narrow_bytes_per_row} (not narrow)"
+            continue
+        home = {p.table for pc in pcols for p in state.physical_columns_of(pc.logical)
+                if state.physical_table(p.table).role == "column-group"}
+        if home:
+            g = state.physical_table(sorted(home)[0])
+            move = moves.setdefault(g.key, GroupMove(g.key, g.identifier, t.group, False))
+            _add_member(state, move, t, pcols, rows, size)
+        else:
+            fresh.setdefault(t.group, []).append((t, pcols, rows, size))
+    for kind, candidates in fresh.items():
+        pending: list[tuple[PhysicalTable, list[PhysicalColumn], int, int]] = []
+        for g in [g for g in groups if g.group == kind]:  # fill existing groups of this kind first
+            while candidates and width[g.key] + len(candidates[0][1]) <= max_columns:
+                t, pcols, rows, size = candidates.pop(0)
+                move = moves.setdefault(g.key, GroupMove(g.key, g.identifier, kind, False))
+                _add_member(state, move, t, pcols, rows, size)
+                width[g.key] += len(pcols)
+        for item in candidates:
+            if pending and sum(len(p[1]) for p in pending) + len(item[1]) > max_columns:
+                _new_group(state, ns, table, kind, pending, moves, plan)
+                pending = []
+            pending.append(item)
+        _new_group(state, ns, table, kind, pending, moves, plan)
+    plan.moves = list(moves.values())
+    return plan
+
+
+def _add_member(state: FamilyState, move: GroupMove, t: PhysicalTable, pcols: list[PhysicalColumn],
+                rows: int, size: int) -> None:
+    taken = set(move.columns.values()) | {pc.name for pc in state.columns_of_table(move.group_key)}
+    existing = {pc.logical: pc.name for pc in state.columns_of_table(move.group_key)}
+    move.members.append(t.key)
+    move.member_columns[t.key] = [(pc.name, pc.logical) for pc in pcols]
+    for pc in pcols:
+        if pc.logical not in move.columns:
+            move.columns[pc.logical] = existing.get(pc.logical) or group_column_name(pc.logical, taken)
+            taken.add(move.columns[pc.logical])
+    move.rows += rows
+    move.bytes += size
+
+
+def _new_group(state: FamilyState, ns: str, table: str, kind: str, members: list, moves: dict[str, GroupMove],
+               plan: ColumnGroupPlan) -> None:
+    if len(members) < 2:  # a group of one table saves no join
+        for t, *_ in members:
+            plan.skipped[t.key] = "the only narrow table of its kind (a group of one saves no join)"
+        return
+    digest = hashlib.sha1(",".join(t.key for t, *_ in members).encode()).hexdigest()[:10]
+    key = f"g_{kind.rsplit('-', 1)[-1]}_{digest}"
+    move = GroupMove(key, f"{ns}.{table}{PHYSICAL_SEPARATOR}{key}", kind, True)
+    for t, pcols, rows, size in members:
+        _add_member(state, move, t, pcols, rows, size)
+    moves[key] = move
+
+
+# ---- execute and commit ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MarkEmptied:
+    """Readers skip these tables: their pinned snapshots hold no rows (all moved to a group)."""
+
+    table_keys: tuple[str, ...]
+
+    def apply(self, s: FamilyState) -> dict:
+        return {"tables": tuple(t.model_copy(update={"emptied": True}) if t.key in self.table_keys else t
+                                for t in s.tables)}
+
+
+@dataclass(frozen=True)
+class ExpectMapping:
+    """The moved tables still hold the logical columns the plan moved (no registration remapped them)."""
+
+    member_columns: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+
+    def apply(self, s: FamilyState) -> dict:
+        for key, cols in self.member_columns:
+            now = tuple((pc.name, pc.logical) for pc in s.columns_of_table(key))
+            if now != cols:
+                raise PreconditionFailed(f"the columns of {key} changed during the regroup; run it again")
+        return {}
+
+
+def regroup(store: FamilyStore, name: str, *, dry_run: bool = False, progress: bool | None = None,
+            command: str = "", due_tables: int = 1, **plan_options: Any) -> dict[str, Any]:
+    """Plan and (unless ``dry_run``) run the column-group moves in ONE logical commit.
+
+    Runs only when at least ``due_tables`` feature tables would move (maintenance waits
+    for enough of them). Loses cleanly to a concurrent writer of any table it rewrites
+    (the commit fails and its files are deleted): run it again. Returns the plan and the
+    new logical version.
+    """
+    from omni_iceberg.ui.progress import progress_bar
+
+    plan = plan_column_groups(store, name, **plan_options)
+    report: dict[str, Any] = {"plan": plan.to_dict(), "logical_version": plan.version,
+                              "describe": plan.describe()}
+    moving = sum(len(m.members) for m in plan.moves)
+    if moving and moving < due_tables:
+        report["describe"] += f"\n  not due: {moving} table(s) would move, fewer than {due_tables}"
+        return report
+    if plan.empty or dry_run:
+        return report
+    ns, table = split_qualified(name)
+    state = store.load(ns, table, plan.version)
+    run_id = f"regroup-{uuid.uuid4().hex[:12]}"
+    props = {"omni.operation": "regroup", "omni.run-id": run_id}
+    writers: dict[str, Any] = {}
+    created: dict[str, PhysicalTable] = {}
+    bar = progress_bar(progress, f"regroup {plan.logical_table}", "row", total=sum(m.rows for m in plan.moves))
+    try:
+        for move in plan.moves:
+            group = _group_table(store, state, ns, table, move)
+            if move.new:
+                created[move.group_key] = group
+            writers[move.group_key] = store.staged_write(state, group.identifier, group.snapshot_id, run_id, props,
+                                                         rebasable=False)
+            for key in move.members:
+                t = state.physical_table(key)
+                writers[key] = store.staged_write(state, t.identifier, t.snapshot_id, run_id, props, rebasable=False)
+            _move_rows(store, state, move, group, writers, bar)
+
+        def updates(latest: FamilyState):
+            ups: list[Any] = []
+            for move in plan.moves:
+                ups.append(ExpectMapping(tuple((k, tuple(move.member_columns[k])) for k in move.members)))
+                if move.new:
+                    g = created[move.group_key]
+                    ups.append(AddPhysicalTable(g, PhysicalTableGroup(name=g.group, purpose="")))
+                ups.append(AddPhysicalColumns(tuple(PhysicalColumn(table=move.group_key, name=col, logical=path)
+                                                    for path, col in move.columns.items())))
+                base = created[move.group_key].snapshot_id if move.new else \
+                    state.physical_table(move.group_key).snapshot_id
+                ups.append(PinSnapshot(move.group_key, writers[move.group_key].staged_snapshot_id, base))
+                for key in move.members:
+                    ups.append(PinSnapshot(key, writers[key].staged_snapshot_id, state.physical_table(key).snapshot_id))
+                ups.append(MarkEmptied(tuple(move.members)))
+            return tuple(ups)
+
+        summary = {"omni.groups": ",".join(m.group_key for m in plan.moves),
+                   "omni.moved-tables": ",".join(k for m in plan.moves for k in m.members)[:1000]}
+        new_state = store.commit(ns, table, updates, operation="regroup", command=command or f"regroup {name}",
+                                 summary=lambda _: summary, staged=list(writers.values()))
+    except BaseException:
+        abandon_all(writers.values())  # never pinned: delete what was written
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    report["logical_version"] = new_state.version
+    return report
+
+
+def _group_table(store: FamilyStore, state: FamilyState, ns: str, table: str, move: GroupMove) -> PhysicalTable:
+    """The group's physical table: created for a new group, given the new columns for an existing one."""
+    types = {col: iceberg_type(state.column(path).type) for path, col in move.columns.items()}
+    if move.new:
+        _, snapshot = create_physical_table(store.catalog, move.identifier, types, state.table.bucket_count,
+                                            {"omni.logical-table": state.table.identifier, "omni.role": "column-group"})
+        return PhysicalTable(key=move.group_key, identifier=move.identifier, group=move.kind,
+                             snapshot_id=snapshot, role="column-group")
+    ice = store.catalog.load_table(move.identifier)
+    have = {f.name for f in ice.schema().fields}
+    missing = {c: t for c, t in types.items() if c not in have}
+    if missing:  # a schema change only: pinned snapshots read the new columns as nulls
+        with ice.update_schema() as update:
+            for col, typ in missing.items():
+                update.add_column(col, typ)
+    return state.physical_table(move.group_key)
+
+
+def _bucket_files(store: FamilyStore, t: PhysicalTable) -> tuple[Any, dict[int, list[Any]]]:
+    from catalog_ext import iceberg_io
+    from pyiceberg.expressions import AlwaysTrue
+
+    ice = store.catalog.load_table(t.identifier)
+    if t.snapshot_id is None:
+        return ice, {}
+    _, groups = iceberg_io.scan_tasks_by_bucket(ice, t.snapshot_id, ("*",), AlwaysTrue())
+    return ice, {b: [task.file for task in tasks] for b, tasks in groups.items()}
+
+
+def _move_rows(store: FamilyStore, state: FamilyState, move: GroupMove, group: PhysicalTable,
+               writers: dict[str, Any], bar: Any) -> None:
+    from catalog_ext.iceberg_io import read_data_files
+
+    group_ice, group_files = _bucket_files(store, group)
+    members = {key: _bucket_files(store, state.physical_table(key)) for key in move.members}
+    group_ice = store.catalog.load_table(group.identifier)  # after a schema change
+    schema = group_ice.schema().as_arrow()
+    buckets = sorted({b for _, files in members.values() for b in files})
+    for bucket in buckets:
+        parts: list[pa.Table] = []
+        moved_batches: set[str] = set()
+        for key in move.members:
+            ice, files = members[key]
+            if not files.get(bucket):
+                continue
+            cols = move.member_columns[key]
+            data = read_data_files(ice, files[bucket], tuple(KEYS + [p for p, _ in cols]))
+            moved_batches.update(pc.unique(data.column(BATCH_COLUMN)).to_pylist())
+            keys = [data.column(k).cast(pa.string()) for k in KEYS]
+            parts.append(pa.table(keys + [data.column(p) for p, _ in cols],
+                                  names=KEYS + [move.columns[lg] for _, lg in cols]))
+            writers[key].delete_files(files[bucket])
+            if bar is not None:
+                bar.update(data.num_rows)
+        # group files of the same batches may hold the same ids: they are merged, the rest untouched
+        overlapping = [f for f in group_files.get(bucket, []) if _overlaps(group_ice, f, moved_batches)]
+        if overlapping:
+            old = read_data_files(group_ice, overlapping)
+            keys = [old.column(k).cast(pa.string()) for k in KEYS]
+            values = [old.column(f.name) for f in schema if f.name not in KEYS]
+            names = KEYS + [f.name for f in schema if f.name not in KEYS]
+            parts.insert(0, pa.table(keys + values, names=names))  # first: the moved values win over it
+        merged = _merge_by_keys(parts, schema)
+        writers[move.group_key].write_replacement(overlapping, merged)
+    for key in [move.group_key, *move.members]:
+        if writers[key].replacing:
+            writers[key].commit_replacements({"omni.groups": move.group_key})
+
+
+def _overlaps(table: Any, data_file: Any, batches: set[str]) -> bool:
+    lo, hi = file_batch_bounds(table, data_file)
+    if lo is None or hi is None:
+        return True
+    return any(lo <= b <= hi for b in batches)
+
+
+def _merge_by_keys(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """Full outer join of ``parts`` on the keys, one row per key, each column the COALESCE of its parts.
+
+    Later parts win: the moved rows (newer values) over the group's existing ones, which
+    are null wherever a moved value exists (see the module docstring), so order only
+    matters for data that breaks that rule - and then the newest value is the right one.
+    """
+    from omni_iceberg.explore.reader import left_join
+
+    keys = pa.concat_tables([p.select(KEYS) for p in parts]).group_by(KEYS).aggregate([])
+    keys = keys.select(KEYS).sort_by([(BATCH_COLUMN, "ascending"), (ID_COLUMN, "ascending")])
+    columns: dict[str, Any] = {}
+    for part in parts:
+        joined = left_join(keys, part)
+        for name in part.column_names:
+            if name in KEYS:
+                continue
+            value = joined.column(name)
+            columns[name] = value if name not in columns else pc.coalesce(value, columns[name])
+    n = keys.num_rows
+    arrays = [keys.column(ID_COLUMN), keys.column(BATCH_COLUMN)]
+    for f in schema:
+        if f.name in KEYS:
+            continue
+        arrays.append(columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# ---- a recomputed batch leaves the group ------------------------------------------------------
+def null_recomputed(store: FamilyStore, state: FamilyState, recomputed: dict[str, set[str]], run_id: str
+                    ) -> list[tuple[PhysicalTable, Any]]:
+    """Null, in each column group, the values of logical columns recomputed for some batches.
+
+    ``recomputed`` maps a logical column to the batches a backfill recomputes (stale
+    units): their new values go to the feature table, so the group's old values must go,
+    in the backfill's own logical commit, or COALESCE would return them for the records
+    that now fail. Returns (group, staged writer) pairs to pin; rewrites only the group
+    files of those batches.
+    """
+    from catalog_ext.iceberg_io import read_data_files
+
+    by_group: dict[str, dict[str, set[str]]] = {}
+    for path, batches in recomputed.items():
+        for p in state.physical_columns_of(path):
+            if state.physical_table(p.table).role == "column-group":
+                by_group.setdefault(p.table, {}).setdefault(p.name, set()).update(batches)
+    out = []
+    for key, columns in by_group.items():
+        group = state.physical_table(key)
+        ice, files = _bucket_files(store, group)
+        w = store.staged_write(state, group.identifier, group.snapshot_id, run_id,
+                               {"omni.operation": "backfill", "omni.run-id": run_id}, rebasable=False)
+        w.abandon()  # a branch an earlier attempt of this run left: start again from the pinned snapshot
+        schema = ice.schema().as_arrow()
+        every = set().union(*columns.values())
+        for bucket, bucket_files in sorted(files.items()):
+            touched = [f for f in bucket_files if _overlaps(ice, f, every)]
+            if not touched:
+                continue
+            data = read_data_files(ice, touched).cast(schema)
+            batch = data.column(BATCH_COLUMN)
+            for col, batches in columns.items():
+                hit = pc.is_in(batch, pa.array(sorted(batches), pa.string()))
+                i = data.column_names.index(col)
+                data = data.set_column(i, col, pc.if_else(hit, pa.nulls(data.num_rows, data.schema.field(col).type),
+                                                          data.column(col)))
+            w.write_replacement(touched, data)
+        if w.replacing:
+            w.commit_replacements({"omni.nulled": ",".join(sorted(columns))[:1000]})
+            out.append((group, w))
+    return out

@@ -1,0 +1,265 @@
+"""Column groups (governance/column_groups.py): narrow feature tables merged into one table.
+
+Every reader answers exactly as before a regroup, at the new version and at old ones; a
+batch added after it is read from two parts until the next regroup; a recomputed batch
+leaves the group in the backfill's own commit. Embedded SQLite catalog, real Parquet;
+the last test runs the same on real Spark and Trino through the Iceberg view.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from catalog_ext.view_sql import render_view_sql
+from governance.column_groups import plan_column_groups, regroup
+from omni_iceberg.api import Omni
+from omni_iceberg.cli import main as cli_main
+from omni_iceberg.features import feature
+from tests import feature_udfs as U
+
+QUERY = ("SELECT _ai_append_name_ AS b, count(*) AS n, sum(t_len) AS words, sum(t_digits) AS digits, "
+         "count(t_lang) AS langs FROM {t} GROUP BY 1 ORDER BY 1")
+COLUMNS = ["_ai_unique_id_", "_ai_append_name_", "t_len", "t_digits", "t_lang", "RawData.raw_data"]
+
+
+def _jsonl(tmp_path: Path, tag: str, n: int) -> Path:
+    path = tmp_path / f"{tag}.jsonl"
+    path.write_text("".join(json.dumps({"raw_data": f"<p>the {tag} page {i} has 12{i} words</p>"}) + "\n"
+                            for i in range(n)))
+    return path
+
+
+def _load(omni: Omni, name: str, tmp_path: Path, batches=(("a", 5), ("b", 7))) -> None:
+    for tag, n in batches:
+        omni.submit(name, [str(_jsonl(tmp_path, tag, n))], batch=tag, progress=False)
+    omni.backfill(name, ["t_len", "t_digits", "t_lang"], isolation="inline", progress=False)
+
+
+@pytest.fixture
+def omni(omni_home, tmp_path):
+    """Two tables with the same rows and features: ``web`` is regrouped, ``ref`` never is."""
+    o = Omni(config=omni_home)
+    for name in ("web", "ref"):
+        o.create_table(name)
+        o.register_features(name, [U.t_parse, U.t_len, U.t_digits, U.t_lang])
+        _load(o, name, tmp_path)
+    return o
+
+
+def _rows(omni: Omni, name: str, as_of: int | None = None):
+    return sorted(omni.read(name, columns=COLUMNS, as_of=as_of).to_pylist(), key=lambda r: r["_ai_unique_id_"])
+
+
+def _same_as_ref(omni: Omni) -> None:
+    assert _rows(omni, "web") == _rows(omni, "ref")
+    assert omni.query(QUERY.format(t="web")).to_pylist() == omni.query(QUERY.format(t="ref")).to_pylist()
+    ids = [r["_ai_unique_id_"] for r in _rows(omni, "ref")]
+    picked = ids[::3] + ["0" * 32]  # and one id that is nowhere
+    got = omni.get("web", picked, columns=["t_len", "t_digits", "t_lang"]).to_pylist()
+    want = omni.get("ref", picked, columns=["t_len", "t_digits", "t_lang"]).to_pylist()
+    assert got == want
+
+
+def _feature_tables(omni: Omni, name: str) -> list[str]:
+    state = omni.state(name)
+    return [state.feature(f).table_key for f in ("t_len", "t_digits", "t_lang")]
+
+
+def test_narrow_tables_merge_into_one_group_and_every_reader_answers_the_same(omni):
+    before = omni.state("web")
+    plan = plan_column_groups(omni.store, "web")
+    members = set(_feature_tables(omni, "web")[:2])  # t_len (long), t_digits (double): fixed width
+    assert [set(m.members) for m in plan.moves] == [members]
+    assert before.feature("t_parse").table_key in plan.skipped  # parsed text is not narrow
+    assert "new group" in plan.describe() and "t_len" in plan.describe()
+
+    report = omni.regroup("web")
+    state = omni.state("web")
+    group = plan.moves[0].group_key
+    assert report["logical_version"] == state.version == before.version + 1
+    assert state.physical_table(group).role == "column-group"
+    assert all(state.physical_table(k).emptied for k in members)
+    assert [pc.table for pc in state.read_parts("t_len")] == [group]
+    _same_as_ref(omni)
+    assert omni.verify_index("web").ok
+    # the engines' view joins the group once instead of one table per feature
+    for dialect in ("spark", "trino"):
+        sql = render_view_sql(state, dialect)
+        assert f"__{group}" in sql and not any(f"__{k}" in sql for k in members)
+    # the old version keeps its layout and its answers
+    assert _rows(omni, "web", as_of=before.version) == _rows(omni, "ref")
+    assert any(f"__{k}" in render_view_sql(omni.state("web", as_of=before.version), "spark") for k in members)
+    # nothing left to move: a second regroup changes nothing
+    again = omni.regroup("web")
+    assert again["plan"]["moves"] == [] and omni.state("web").version == state.version
+
+
+def test_a_batch_after_the_regroup_is_read_from_both_parts_until_the_next(omni, tmp_path):
+    omni.regroup("web")
+    group = omni.state("web").read_parts("t_len")[0].table
+    for name in ("web", "ref"):
+        omni.submit(name, [str(_jsonl(tmp_path, "c", 6))], batch="c", progress=False)
+        omni.backfill(name, ["t_len", "t_digits", "t_lang"], isolation="inline", progress=False)
+    state = omni.state("web")
+    len_table = state.feature("t_len").table_key
+    assert {pc.table for pc in state.read_parts("t_len")} == {group, len_table}
+    assert "COALESCE(" in render_view_sql(state, "spark")
+    _same_as_ref(omni)
+    # the next regroup moves only batch c: the group's files of batches a and b are not rewritten
+    group_ident = state.physical_table(group).identifier
+    old_files = {t.file.file_path for t in omni.catalog.load_table(group_ident)
+                 .scan(snapshot_id=state.physical_table(group).snapshot_id).plan_files()}
+    report = omni.regroup("web")
+    assert [m["group_key"] for m in report["plan"]["moves"]] == [group]
+    after = omni.state("web")
+    new_files = {t.file.file_path for t in omni.catalog.load_table(group_ident)
+                 .scan(snapshot_id=after.physical_table(group).snapshot_id).plan_files()}
+    assert old_files <= new_files
+    assert [pc.table for pc in after.read_parts("t_len")] == [group]
+    _same_as_ref(omni)
+    assert omni.verify_index("web").ok
+
+
+def test_cli_dry_run_changes_nothing_and_json_names_the_plan(omni, capsys):
+    version = omni.state("web").version
+    assert cli_main(["--home", str(omni.config.home), "regroup", "web", "--dry-run", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dry_run"] is True and len(out["plan"]["moves"]) == 1
+    assert omni.state("web").version == version
+    bad = _feature_tables(omni, "web")[0] + "_nope"
+    assert cli_main(["--home", str(omni.config.home), "regroup", "web", "--tables", bad]) != 0
+    assert bad in capsys.readouterr().err
+
+
+def test_maintain_regroups_once_enough_tables_would_merge(omni, monkeypatch):
+    import governance.column_groups as cg
+
+    monkeypatch.setattr(cg, "GROUP_DUE_TABLES", 3)
+    report = omni.maintain("web")
+    assert "not due" in report.column_groups["describe"] and not any(
+        t.role == "column-group" for t in omni.state("web").tables)
+    monkeypatch.setattr(cg, "GROUP_DUE_TABLES", 2)
+    report = omni.maintain("web")
+    assert any(t.role == "column-group" for t in omni.state("web").tables)
+    assert "column groups" in report.describe()
+    _same_as_ref(omni)
+
+
+# ---- a recomputed batch leaves the group -----------------------------------------------------
+def _parser(version: str, fail_on: str | None = None):
+    @feature(outputs={"ProcessedData.cg_text": "string"}, inputs=["RawData.raw_data"], name="cg_parse",
+             version=version)
+    def cg_parse(raw_data):
+        if fail_on and fail_on in raw_data:
+            raise ValueError("cannot parse this one")
+        return raw_data.lower() + (" and two more" if version == "2" else "")
+
+    return cg_parse
+
+
+@feature(outputs={"cg_len": "long"}, inputs=["ProcessedData.cg_text"])
+def cg_len(cg_text):
+    return len(cg_text.split())
+
+
+@feature(outputs={"cg_score": "double"}, inputs=["cg_len"])
+def cg_score(cg_len):
+    return cg_len / 10
+
+
+def test_a_recomputed_batch_leaves_the_group_in_the_backfills_commit(omni_home, tmp_path):
+    omni = Omni(config=omni_home)
+    omni.create_table("st")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"raw_data": f"doc {i} with words"}) + "\n" for i in range(10)))
+    omni.submit("st", [str(docs)], batch="a", progress=False)
+    omni.register_features("st", [_parser("1"), cg_len, cg_score])
+    omni.backfill("st", ["cg_score"], isolation="inline", progress=False)
+    state = omni.state("st")
+    omni.regroup("st", tables=[state.feature("cg_len").table_key, state.feature("cg_score").table_key])
+    assert {r["cg_len"] for r in omni.read("st", columns=["cg_len"]).to_pylist()} == {4}
+
+    # v2 adds three words, and fails on one record: its values must be NULL, not the old ones
+    omni.register_features("st", [_parser("2", fail_on="doc 3 ")])
+    report = omni.backfill("st", ["cg_score"], isolation="inline", progress=False)
+    assert report.status == "succeeded"
+    read = omni.read("st", columns=["RawData", "cg_len", "cg_score"]).to_pylist()
+    rows = {r["RawData"]["raw_data"]: r for r in read}
+    assert len(rows) == 10
+    assert rows["doc 3 with words"]["cg_len"] is None and rows["doc 3 with words"]["cg_score"] is None
+    assert {r["cg_len"] for k, r in rows.items() if k != "doc 3 with words"} == {7}
+    assert {r["cg_score"] for k, r in rows.items() if k != "doc 3 with words"} == {0.7}
+    # and once the feature tables move into the group again, still the same
+    omni.regroup("st")
+    read = omni.read("st", columns=["RawData", "cg_len", "cg_score"]).to_pylist()
+    again = {r["RawData"]["raw_data"]: r for r in read}
+    assert again == rows
+
+
+def test_a_new_feature_version_keeps_the_grouped_old_values_under_its_alias(omni):
+    omni.regroup("web")
+    old = {r["_ai_unique_id_"]: r["t_len"] for r in omni.read("web", columns=["_ai_unique_id_", "t_len"]).to_pylist()}
+
+    @feature(outputs={"t_len": "long"}, inputs=["ProcessedData.parsed_text"], name="t_len", version="2")
+    def t_len_v2(parsed_text):
+        return 0
+
+    omni.register_features("web", [t_len_v2])
+    state = omni.state("web")
+    alias = next(c.path for c in state.columns if c.path.startswith("t_len_v"))
+    got = {r["_ai_unique_id_"]: r[alias] for r in omni.read("web", columns=["_ai_unique_id_", alias]).to_pylist()}
+    assert got == old
+
+
+# ---- real engines: the Iceberg view of a grouped family ----------------------------------------
+def test_spark_and_trino_read_the_group_once_and_both_parts_after_a_new_batch(spark, trino, tmp_path):
+    import re
+
+    from omni_iceberg.demo.wide import feature_name, wide_features
+
+    width, name = 12, "cg_wide"
+    omni = Omni(config=spark.config)
+    omni.create_table(name)
+
+    def add(batch: str, n: int) -> None:
+        src = tmp_path / f"{batch}.jsonl"
+        src.write_text("".join(json.dumps({"raw_data": f"<p>{batch} " + "x" * (i % 23) + f" row {i}</p>"}) + "\n"
+                               for i in range(n)))
+        omni.submit(name, [str(src)], batch=batch, progress=False)
+        omni.backfill(name, [feature_name(i) for i in range(width)], isolation="inline", progress=False)
+
+    omni.register_features(name, wide_features(width))
+    add("a", 40)
+    cols = ", ".join(feature_name(i) for i in range(width))
+    full = f"SELECT _ai_unique_id_, _ai_append_name_, {cols} FROM omni.aidata.{name} ORDER BY _ai_unique_id_"
+    before = [tuple(r) for r in spark.sql(full)]
+    assert len(before) == 40 and all(v is not None for r in before for v in r)
+
+    omni.regroup(name)
+    state = omni.state(name)
+    group = next(t for t in state.tables if t.role == "column-group")
+    scanned = set(re.findall(r"BatchScan omni\.aidata\.(\w+)", spark.session.sql("EXPLAIN " + full).collect()[0][0]))
+    assert scanned == {f"{name}__base", group.identifier.split(".")[1]}
+    assert [tuple(r) for r in spark.sql(full)] == before
+    assert [tuple(r) for r in trino.query(full)] == before
+
+    add("b", 25)  # read from the group (batch a) and the feature tables (batch b)
+    want = [tuple(d.values()) for d in omni.query(full.replace("omni.aidata.", "")).to_pylist()]
+    assert len(want) == 65 and all(v is not None for r in want for v in r)
+    assert [tuple(r) for r in spark.sql(full)] == want
+    assert [tuple(r) for r in trino.query(full, session={"query_max_stage_count": "400"})] == want
+    # the Spark backfill engine's input reader folds the parts too
+    from spark_udfs.arrow_stage import input_column
+    from spark_udfs.engine import read_unit
+
+    state = omni.state(name)
+    assert len(state.read_parts(feature_name(0))) == 2
+    for batch in ("a", "b"):
+        frame = read_unit(spark.session, spark.config.catalog_name, state, [feature_name(0), feature_name(5)], batch)
+        got = sorted((r[0], r[input_column(0)], r[input_column(1)]) for r in frame.collect())
+        ref = omni.read(name, columns=["_ai_unique_id_", feature_name(0), feature_name(5)], batches=[batch])
+        assert got == sorted(tuple(r.values()) for r in ref.to_pylist())
+        assert all(v is not None for r in got for v in r)
