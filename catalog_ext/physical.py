@@ -434,8 +434,12 @@ class StagedWrite:
         """Replacements are written and wait for :meth:`commit_replacements`."""
         return bool(self._replacements)
 
-    def commit_replacements(self, properties: dict[str, str] | None = None) -> int:
-        """One overwrite snapshot on the branch: every replacement written since the last one."""
+    def commit_replacements(self, properties: dict[str, str] | None = None, *, live_only: bool = True) -> int:
+        """One overwrite snapshot on the branch: every replacement written since the last one.
+
+        ``live_only=False`` skips the second commit that drops the manifest of deleted
+        entries: for a table whose every file was deleted (column groups), nobody scans it.
+        """
         replacements = self._replacements
         old_files = [f for old, _ in replacements for f in old]
         new_files = [f for _, new in replacements for f in new]
@@ -464,9 +468,9 @@ class StagedWrite:
                     pass
             return self.catalog.load_table(self.identifier)
 
-        iceberg_io.with_table_retry(self.catalog, self.identifier, commit)
-        # a separate commit: retrying it never repeats the overwrite
-        table = iceberg_io.with_table_retry(self.catalog, self.identifier, drop_deleted_entries)
+        table = iceberg_io.with_table_retry(self.catalog, self.identifier, commit)
+        if live_only:  # a separate commit: retrying it never repeats the overwrite
+            table = iceberg_io.with_table_retry(self.catalog, self.identifier, drop_deleted_entries)
         self._replacements = []
         self.branch_files += new_files
         self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id

@@ -386,9 +386,11 @@ def _move_rows(store: FamilyStore, state: FamilyState, move: GroupMove, group: P
             parts.insert(0, pa.table(keys + values, names=names))  # first: the moved values win over it
         merged = _merge_by_keys(parts, schema)
         writers[move.group_key].write_replacement(overlapping, merged)
-    for key in [move.group_key, *move.members]:
+    if writers[move.group_key].replacing:
+        writers[move.group_key].commit_replacements({"omni.groups": move.group_key})
+    for key in move.members:  # emptied: no scan reads them, so their deleted-entry manifests may stay
         if writers[key].replacing:
-            writers[key].commit_replacements({"omni.groups": move.group_key})
+            writers[key].commit_replacements({"omni.groups": move.group_key}, live_only=False)
 
 
 def _overlaps(table: Any, data_file: Any, batches: set[str]) -> bool:
