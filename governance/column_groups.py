@@ -34,6 +34,7 @@ logical versions keep their pins, so they keep reading the old layout.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -47,7 +48,8 @@ import pyarrow.compute as pc
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, PHYSICAL_SEPARATOR, split_qualified
 from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState, PhysicalColumn, PhysicalTable, PhysicalTableGroup
-from catalog_ext.physical import abandon_all, create_physical_table, file_batch_bounds, iceberg_type
+from catalog_ext.physical import (abandon_all, create_physical_table, file_batch_bounds, first_snapshot_id,
+                                  iceberg_type)
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddPhysicalColumns, AddPhysicalTable, PinSnapshot, PreconditionFailed
 
@@ -314,6 +316,9 @@ def regroup(store: FamilyStore, name: str, *, dry_run: bool = False, progress: b
                                  summary=lambda _: summary, staged=list(writers.values()))
     except BaseException:
         abandon_all(writers.values())  # never pinned: delete what was written
+        for group in created.values():  # and the new group tables no version names
+            with contextlib.suppress(Exception):
+                store.catalog.drop_table(group.identifier)
         raise
     finally:
         if bar is not None:
@@ -324,20 +329,36 @@ def regroup(store: FamilyStore, name: str, *, dry_run: bool = False, progress: b
 
 def _group_table(store: FamilyStore, state: FamilyState, ns: str, table: str, move: GroupMove) -> PhysicalTable:
     """The group's physical table: created for a new group, given the new columns for an existing one."""
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
     types = {col: iceberg_type(state.column(path).type) for path, col in move.columns.items()}
     if move.new:
-        _, snapshot = create_physical_table(store.catalog, move.identifier, types, state.table.bucket_count,
-                                            {"omni.logical-table": state.table.identifier, "omni.role": "column-group"})
+        props = {"omni.logical-table": state.table.identifier, "omni.role": "column-group"}
+        try:
+            _, snapshot = create_physical_table(store.catalog, move.identifier, types, state.table.bucket_count, props)
+            return PhysicalTable(key=move.group_key, identifier=move.identifier, group=move.kind,
+                                 snapshot_id=snapshot, role="column-group")
+        except TableAlreadyExistsError:
+            # left by a regroup of the same tables that lost its commit: never pinned, so ours to reuse
+            ice = store.catalog.load_table(move.identifier)
+            if {k: ice.properties.get(k) for k in props} != props:
+                raise ColumnGroupError(f"physical table {move.identifier} exists and belongs to something else") \
+                    from None
+        _add_columns(ice, types)
         return PhysicalTable(key=move.group_key, identifier=move.identifier, group=move.kind,
-                             snapshot_id=snapshot, role="column-group")
-    ice = store.catalog.load_table(move.identifier)
+                             snapshot_id=first_snapshot_id(store.catalog, move.identifier), role="column-group")
+    _add_columns(store.catalog.load_table(move.identifier), types)
+    return state.physical_table(move.group_key)
+
+
+def _add_columns(ice: Any, types: dict[str, Any]) -> None:
+    """Give a group table the columns it lacks (a schema change only: old snapshots read them as nulls)."""
     have = {f.name for f in ice.schema().fields}
     missing = {c: t for c, t in types.items() if c not in have}
-    if missing:  # a schema change only: pinned snapshots read the new columns as nulls
+    if missing:
         with ice.update_schema() as update:
             for col, typ in missing.items():
                 update.add_column(col, typ)
-    return state.physical_table(move.group_key)
 
 
 def _bucket_files(store: FamilyStore, t: PhysicalTable) -> tuple[Any, dict[int, list[Any]]]:

@@ -263,3 +263,33 @@ def test_spark_and_trino_read_the_group_once_and_both_parts_after_a_new_batch(sp
         ref = omni.read(name, columns=["_ai_unique_id_", feature_name(0), feature_name(5)], batches=[batch])
         assert got == sorted(tuple(r.values()) for r in ref.to_pylist())
         assert all(v is not None for r in got for v in r)
+
+
+def test_a_regroup_loses_cleanly_to_a_concurrent_backfill(omni, tmp_path, monkeypatch):
+    """A backfill that commits to a member table while the regroup runs wins; the regroup's
+    commit fails, its group files are deleted, and nothing a reader sees changed."""
+    from catalog_ext.errors import CommitConflictError
+
+    omni.submit("web", [str(_jsonl(tmp_path, "c", 4))], batch="c", progress=False)
+    omni.submit("ref", [str(_jsonl(tmp_path, "c", 4))], batch="c", progress=False)
+    omni.backfill("ref", ["t_len", "t_digits", "t_lang"], isolation="inline", progress=False)
+    real = omni.store.commit
+    raced = []
+
+    def commit(ns, table, updates, **kw):
+        if kw.get("operation") == "regroup" and not raced:  # a writer gets in first
+            raced.append(omni.backfill("web", ["t_len", "t_digits", "t_lang"], isolation="inline", progress=False))
+        return real(ns, table, updates, **kw)
+
+    monkeypatch.setattr(omni.store, "commit", commit)
+    version = omni.state("web").version
+    with pytest.raises(CommitConflictError):
+        omni.regroup("web")
+    monkeypatch.undo()
+    state = omni.state("web")
+    assert raced and state.version == version + 1 and state.operation == "backfill"
+    assert not any(t.role == "column-group" or t.emptied for t in state.tables)
+    assert not [t for t in omni.catalog.list_tables("aidata") if "__g_" in t[-1]]  # its new group table is gone
+    _same_as_ref(omni)
+    omni.regroup("web")  # and run again, it merges everything, batch c included
+    _same_as_ref(omni)
