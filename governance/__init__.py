@@ -5,7 +5,8 @@ private staging branches (readers keep reading their pinned logical version), co
 it as ONE logical version that re-pins the rewritten snapshots.
 """
 
-from governance.column_groups import ColumnGroupError, ColumnGroupPlan, plan_column_groups, regroup
+from governance.column_groups import (ColumnGroupError, ColumnGroupPlan, SplitPlan, plan_column_groups, plan_split,
+                                      regroup, split_columns)
 from governance.drop_batch import DropBatchPlan, NoSuchBatchError, drop_batch, plan_drop_batch
 from governance.maintenance import MaintainReport, clean_leftovers, maintain
 from governance.materialize import MaterializeError, MaterializePlan, materialize, plan_materialization, \
@@ -22,4 +23,4 @@ from governance.retention import (
 __all__ = ["RetentionPolicy", "RetentionPlan", "RetentionReport", "RetentionError", "plan_retention",
            "apply_retention", "maintain", "MaintainReport", "clean_leftovers", "drop_batch", "plan_drop_batch",
            "DropBatchPlan", "NoSuchBatchError", "materialize", "plan_materialization", "refresh_materializations",
-           "MaterializePlan", "MaterializeError", "regroup", "plan_column_groups", "ColumnGroupPlan", "ColumnGroupError"]
+           "MaterializePlan", "MaterializeError", "regroup", "plan_column_groups", "ColumnGroupPlan", "ColumnGroupError", "split_columns", "plan_split", "SplitPlan"]

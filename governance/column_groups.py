@@ -174,10 +174,14 @@ def plan_column_groups(store: FamilyStore, name: str, *, narrow_bytes_per_row: i
         if not tables and not _narrow(state, pcols) and size / rows > narrow_bytes_per_row:
             plan.skipped[t.key] = f"{size / rows:.0f} bytes per row > {narrow_bytes_per_row} (not narrow)"
             continue
-        home = {p.table for pc in pcols for p in state.physical_columns_of(pc.logical)
-                if state.physical_table(p.table).role == "column-group"}
-        if home:
-            g = state.physical_table(sorted(home)[0])
+        homes = [{p.table for p in state.physical_columns_of(pc.logical)
+                  if state.physical_table(p.table).role == "column-group"} for pc in pcols]
+        if any(homes):
+            common = set.intersection(*homes)
+            if not common:  # after a split: its rows would have to be cut between tables
+                plan.skipped[t.key] = "its columns live in several column groups (after a split): left as a part"
+                continue
+            g = state.physical_table(sorted(common)[0])
             move = moves.setdefault(g.key, GroupMove(g.key, g.identifier, t.group, False))
             _add_member(state, move, t, pcols, rows, size)
         else:
@@ -447,6 +451,176 @@ def _merge_by_keys(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
             continue
         arrays.append(columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# ---- column split: columns leave their group ---------------------------------------------------
+#: the PhysicalTableGroup of tables holding columns split out of their column groups
+SPLIT_GROUP = "column-splits"
+
+
+@dataclass
+class SplitPlan:
+    """Columns moved out of their column groups into one table of their own."""
+
+    logical_table: str
+    version: int
+    columns: dict[str, str]  # logical path -> its column name in the new table
+    sources: dict[str, str]  # logical path -> the group table key it leaves
+    table_key: str
+    identifier: str
+
+    def describe(self) -> str:
+        lines = [f"split for {self.logical_table} at version {self.version}: into {self.identifier}"]
+        lines += [f"  {path}: out of {self.sources[path]}" for path in self.columns]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ExpectPin:
+    """The table is still pinned where the operation read it (else its copy would be stale)."""
+
+    table_key: str
+    snapshot_id: int | None
+
+    def apply(self, s: FamilyState) -> dict:
+        from catalog_ext.updates import PinConflict
+
+        current = s.physical_table(self.table_key).snapshot_id
+        if current != self.snapshot_id:
+            raise PinConflict(self.table_key, self.snapshot_id, current)
+        return {}
+
+
+@dataclass(frozen=True)
+class DropPhysicalColumns:
+    """Logical columns stop reading these (table, physical name) places; the values stay in old snapshots."""
+
+    columns: tuple[tuple[str, str], ...]
+
+    def apply(self, s: FamilyState) -> dict:
+        gone = set(self.columns)
+        return {"physical_columns": tuple(pc for pc in s.physical_columns if (pc.table, pc.name) not in gone)}
+
+
+def plan_split(store: FamilyStore, name: str, columns: list[str]) -> SplitPlan:
+    """Which group each of ``columns`` leaves, and the table they move to."""
+    from catalog_ext.suggest import did_you_mean
+
+    ns, table = split_qualified(name)
+    state = store.load(ns, table)
+    if not columns:
+        raise ColumnGroupError("name at least one column to split out of its column group")
+    sources: dict[str, str] = {}
+    for path in dict.fromkeys(columns):
+        if not state.has_column(path):
+            known = [c.path for c in state.columns]
+            raise ColumnGroupError(f"{state.table.identifier} has no column {path!r}{did_you_mean(path, known)}")
+        groups = [p for p in state.physical_columns_of(path) if state.physical_table(p.table).role == "column-group"]
+        if not groups:
+            raise ColumnGroupError(f"column {path!r} of {state.table.identifier} is in no column group: nothing to "
+                                   "split (omni regroup merges narrow feature tables first)")
+        sources[path] = groups[0].table
+    taken: set[str] = set()
+    names = {}
+    for path in sources:
+        names[path] = group_column_name(path, taken)
+        taken.add(names[path])
+    key = "g_split_" + hashlib.sha1(",".join(sorted(sources)).encode()).hexdigest()[:10]
+    return SplitPlan(state.table.identifier, state.version, names, sources, key,
+                     f"{ns}.{table}{PHYSICAL_SEPARATOR}{key}")
+
+
+def split_columns(store: FamilyStore, name: str, columns: list[str], *, dry_run: bool = False,
+                  progress: bool | None = None, command: str = "") -> dict[str, Any]:
+    """Move ``columns`` out of their column groups into one new table, in ONE logical commit.
+
+    Their values are copied bucket by bucket from the groups' pinned snapshots; the
+    groups keep the old values in their files (old versions read them there) until their
+    files are next rewritten. A writer that moved a source group meanwhile fails the
+    commit cleanly (the copy would be stale): run it again.
+    """
+    from omni_iceberg.ui.progress import progress_bar
+
+    plan = plan_split(store, name, columns)
+    report: dict[str, Any] = {"plan": plan.to_dict(), "describe": plan.describe(), "logical_version": plan.version}
+    if dry_run:
+        return report
+    ns, table = split_qualified(name)
+    state = store.load(ns, table, plan.version)
+    types = {plan.columns[p]: iceberg_type(state.column(p).type) for p in plan.columns}
+    props = {"omni.logical-table": state.table.identifier, "omni.role": "column-group"}
+    run_id = f"split-{uuid.uuid4().hex[:12]}"
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    try:
+        _, first = create_physical_table(store.catalog, plan.identifier, types, state.table.bucket_count, props)
+    except TableAlreadyExistsError:  # a split of the same columns that lost its commit left it: never pinned
+        first = first_snapshot_id(store.catalog, plan.identifier)
+    target = PhysicalTable(key=plan.table_key, identifier=plan.identifier, group=SPLIT_GROUP, snapshot_id=first,
+                           role="column-group")
+    writer = store.staged_write(state, plan.identifier, first, run_id, {"omni.operation": "split", "omni.run-id": run_id},
+                                rebasable=False)
+    schema = store.catalog.load_table(plan.identifier).schema().as_arrow()
+    by_source: dict[str, list[str]] = {}
+    for path, source in plan.sources.items():
+        by_source.setdefault(source, []).append(path)
+    bar = progress_bar(progress, f"split {plan.logical_table}", "bucket")
+    try:
+        from catalog_ext.iceberg_io import read_data_files
+
+        scanned = {key: _bucket_files(store, state.physical_table(key)) for key in by_source}
+        for bucket in sorted({b for _, files in scanned.values() for b in files}):
+            parts = []
+            for key, paths in by_source.items():
+                ice, files = scanned[key]
+                if not files.get(bucket):
+                    continue
+                src = {p.logical: p.name for p in state.columns_of_table(key)}
+                data = read_data_files(ice, files[bucket], tuple(KEYS + [src[p] for p in paths]))
+                parts.append(pa.table([data.column(k).cast(pa.string()) for k in KEYS] +
+                                      [data.column(src[p]) for p in paths], names=KEYS + [plan.columns[p] for p in paths]))
+            if parts:
+                merged = _merge_by_keys(parts, schema)
+                valued = None  # a row holding none of the columns reads as NULLs anyway: left out
+                for col in plan.columns.values():
+                    has = pc.is_valid(merged.column(col))
+                    valued = has if valued is None else pc.or_(valued, has)
+                merged = merged.filter(valued)
+                if merged.num_rows:
+                    writer.write_replacement([], merged)
+            if bar is not None:
+                bar.update(1)
+        if writer.replacing:
+            writer.commit_replacements({"omni.split": ",".join(plan.columns)[:1000]})
+
+        def updates(latest: FamilyState):
+            ups: list[Any] = [ExpectPin(key, state.physical_table(key).snapshot_id) for key in by_source]
+            ups.append(AddPhysicalTable(target, PhysicalTableGroup(name=SPLIT_GROUP,
+                                                                   purpose="columns split out of column groups")))
+            ups.append(AddPhysicalColumns(tuple(PhysicalColumn(table=plan.table_key, name=col, logical=path)
+                                                for path, col in plan.columns.items())))
+            gone = tuple((key, p.name) for key, paths in by_source.items()
+                         for p in state.columns_of_table(key) if p.logical in paths)
+            ups.append(DropPhysicalColumns(gone))
+            if writer.staged_snapshot_id is not None:  # else every value was NULL: the empty table is right
+                ups.append(PinSnapshot(plan.table_key, writer.staged_snapshot_id, first))
+            return tuple(ups)
+
+        new_state = store.commit(ns, table, updates, operation="split", command=command or f"regroup {name} --split",
+                                 summary=lambda _: {"omni.split": ",".join(plan.columns)[:1000]}, staged=[writer])
+    except BaseException:
+        abandon_all([writer])
+        with contextlib.suppress(Exception):
+            store.catalog.drop_table(plan.identifier)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    report["logical_version"] = new_state.version
+    return report
 
 
 # ---- a recomputed batch leaves the group ------------------------------------------------------

@@ -630,6 +630,14 @@ class Omni:
 
         return regroup(self.store, name, tables=tables, dry_run=dry_run, progress=progress, command=command)
 
+    def split_columns(self, name: str, columns: list[str], *, dry_run: bool = False, progress: bool | None = None,
+                      command: str = "") -> dict[str, Any]:
+        """Move ``columns`` out of their column groups into one table of their own (cold or huge
+        columns), in one logical commit; old versions keep reading them where they were."""
+        from governance.column_groups import split_columns
+
+        return split_columns(self.store, name, columns, dry_run=dry_run, progress=progress, command=command)
+
     def accelerate(self, name: str, *, materialize: list[str] | None = None, refresh: bool = False,
                    hot: list[str] | None = None, drop_hot: bool = False, sync: bool = False,
                    sync_on_commit: bool = False, dry_run: bool = False, progress: bool | None = None) -> Any:

@@ -293,3 +293,40 @@ def test_a_regroup_loses_cleanly_to_a_concurrent_backfill(omni, tmp_path, monkey
     _same_as_ref(omni)
     omni.regroup("web")  # and run again, it merges everything, batch c included
     _same_as_ref(omni)
+
+
+def test_a_split_moves_a_column_out_of_its_group_in_one_commit(omni, tmp_path):
+    from governance.column_groups import ColumnGroupError, plan_split
+
+    omni.regroup("web")
+    grouped = omni.state("web")
+    group = grouped.read_parts("t_len")[0].table
+    with pytest.raises(ColumnGroupError, match="in no column group"):
+        plan_split(omni.store, "web", ["t_lang"])  # a string feature that stayed alone
+    with pytest.raises(ColumnGroupError, match="did you mean 't_len'"):
+        plan_split(omni.store, "web", ["t_lem"])
+    assert "out of " + group in omni.split_columns("web", ["t_len"], dry_run=True)["describe"]
+    assert omni.state("web").version == grouped.version
+
+    report = omni.split_columns("web", ["t_len"])
+    state = omni.state("web")
+    split = report["plan"]["table_key"]
+    assert state.version == grouped.version + 1 and state.operation == "split"
+    assert [p.table for p in state.read_parts("t_len")] == [split]
+    assert [p.table for p in state.read_parts("t_digits")] == [group]
+    _same_as_ref(omni)
+    assert f"__{split}" in render_view_sql(state, "spark")
+    assert f"__{split}" not in render_view_sql(omni.state("web", as_of=grouped.version), "spark")
+    assert _rows(omni, "web", as_of=grouped.version) == _rows(omni, "ref")  # the old layout still reads
+
+    # a new batch's values go to the feature table, and the next regroup takes them to the split table
+    for name in ("web", "ref"):
+        omni.submit(name, [str(_jsonl(tmp_path, "c", 5))], batch="c", progress=False)
+        omni.backfill(name, ["t_len", "t_digits", "t_lang"], isolation="inline", progress=False)
+    _same_as_ref(omni)
+    moves = {m["group_key"]: m["members"] for m in omni.regroup("web")["plan"]["moves"]}
+    state = omni.state("web")
+    assert moves == {split: [state.feature("t_len").table_key], group: [state.feature("t_digits").table_key]}
+    assert [p.table for p in state.read_parts("t_len")] == [split]
+    _same_as_ref(omni)
+    assert omni.verify_index("web").ok

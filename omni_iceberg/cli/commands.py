@@ -218,6 +218,12 @@ def compact(args, omni, command_line: str) -> int:
 
 
 def regroup(args, omni, command_line: str) -> int:
+    if args.split:
+        columns = [c for c in args.split.split(",") if c]
+        report = omni.split_columns(args.name, columns, dry_run=args.dry_run, command=command_line)
+        emit(args, {**report, "dry_run": args.dry_run}, lambda: report["describe"] + (
+            "" if args.dry_run else f"\nsplit -> version {report['logical_version']}"))
+        return 0
     tables = [t for t in (args.tables or "").split(",") if t] or None
     report = omni.regroup(args.name, tables=tables, dry_run=args.dry_run, command=command_line)
     if args.dry_run or not report["plan"]["moves"]:

@@ -165,10 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     rg = command(sub, "regroup", "merge narrow feature tables into column groups: one join per group, "
                  "not per feature (one logical commit)",
-                 "omni regroup web --dry-run", "omni regroup web --tables f_quality_v1,f_lang_v1 --json")
+                 "omni regroup web --dry-run", "omni regroup web --tables f_quality_v1,f_lang_v1 --json",
+                 "omni regroup web --split quality_score")
     rg.add_argument("name", help="logical table")
     rg.add_argument("--tables", metavar="KEYS", help="comma-separated feature table keys to merge (default: "
                     "the system picks the narrow ones)")
+    rg.add_argument("--split", metavar="COLUMNS", help="instead: move these columns out of their column groups "
+                    "into one table of their own (cold or huge columns)")
     rg.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
 
     ac = command(sub, "accelerate", "pre-join co-read columns into one table every reader prefers while fresh, "
