@@ -7,6 +7,8 @@ the engine and its latency) and proposes:
 - **hot columns** (:mod:`omni_iceberg.hot`): the scalar feature columns of the logged
   SQL queries that read nothing else - those queries would be answered by ClickHouse.
   Benefit: how many logged queries (and how much of their latency) that covers;
+- **column groups** (:mod:`governance.column_groups`): when logged reads joined feature
+  tables a regroup would merge. Benefit: the joins it removes; no storage (a move);
 - **a materialization** (:mod:`governance.materialize`): the columns read together by
   queries and exports that joined several physical tables - those reads would scan one
   table. Benefit: the reads and joins it removes.
@@ -37,7 +39,7 @@ MIN_TABLES_JOINED = 3
 
 @dataclass
 class Proposal:
-    kind: str  # "hot" | "materialize"
+    kind: str  # "regroup" | "hot" | "materialize"
     columns: list[str]
     reads: int  # logged reads it serves
     of_reads: int  # logged reads considered
@@ -88,12 +90,14 @@ def advise(omni: Any, name: str, *, apply: bool = False, progress: bool | None =
         return advice
     reads = [_read(state, row) for row in log]
     sizes = _column_bytes(omni.catalog, state)
-    for proposal in (_hot(state, reads, sizes), _materialize(state, reads, sizes)):
+    for proposal in (_regroup(omni, state, reads), _hot(state, reads, sizes), _materialize(state, reads, sizes)):
         if proposal is not None:
             advice.proposals.append(proposal)
     if apply:
         for p in advice.proposals:
-            if p.kind == "hot":
+            if p.kind == "regroup":
+                report = omni.regroup(name, progress=progress, command=p.command)
+            elif p.kind == "hot":
                 report = omni.set_hot_columns(name, sorted(set(p.columns) | set(state.hot.columns if state.hot
                                                                                     else ())), progress=progress)
             else:
@@ -136,6 +140,34 @@ def _hot(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[str, int])
         f"{len(served)} of {len(sql)} logged SQL queries read only these columns: ClickHouse would answer them "
         f"(they took {waited / 1000:.1f} s in all, joining up to {max(r['tables'] for r in served)} tables)",
         f"omni accelerate {state.table.identifier} --hot {','.join(sorted(set(columns) | already))}")
+
+
+def _regroup(omni: Any, state: FamilyState, reads: list[dict[str, Any]]) -> Proposal | None:
+    """Column groups (governance.column_groups) for logged reads that joined feature tables a
+    regroup would merge: a move, not a copy, so it costs no storage."""
+    from governance.column_groups import plan_column_groups
+
+    plan = plan_column_groups(omni.store, state.table.identifier)
+    target = {key: m.group_key for m in plan.moves for key in m.members}
+    if not target:
+        return None
+    saved, served, waited, columns = 0, 0, 0, []
+    for r in reads:
+        tables = {pc.table for c in r["columns"] for pc in state.read_parts(c)}
+        moved = tables & set(target)
+        after = (tables - moved) | {target[k] for k in moved}
+        if len(after) < len(tables):
+            saved += len(tables) - len(after)
+            served += 1
+            waited += r["latency_ms"]
+            columns += [c for c in r["columns"] if any(pc.table in moved for pc in state.read_parts(c))]
+    if not served:
+        return None
+    return Proposal(
+        "regroup", list(dict.fromkeys(columns))[:MAX_COLUMNS], served, len(reads), waited, 0,
+        f"{served} of {len(reads)} logged reads joined feature tables that {len(plan.moves)} column group(s) would "
+        f"merge ({len(target)} tables): {saved} joins fewer (they took {waited / 1000:.1f} s in all); a move, "
+        "not a copy", f"omni regroup {state.table.identifier}")
 
 
 def _materialize(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[str, int]) -> Proposal | None:

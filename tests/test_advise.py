@@ -75,3 +75,24 @@ def test_cli_advise(omni, capsys):
     assert main(["--home", str(omni.config.home), "advise", "web", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["reads_logged"] == 1 and out["proposals"][0]["kind"] == "hot"
+
+
+@feature(outputs={"ad_twice": "long"}, inputs=["RawData.raw_data"])
+def ad_twice(raw_data):
+    return 2 * len(raw_data)
+
+
+def test_reads_joining_narrow_feature_tables_propose_a_regroup_that_costs_no_storage(omni):
+    omni.register_features("web", [ad_twice])
+    omni.backfill("web", ["ad_twice"], isolation="inline")
+    for _ in range(2):
+        omni.query("SELECT avg(ad_len) AS a, avg(ad_twice) AS b FROM web WHERE ad_len > 3")
+    regroup = next(p for p in omni.advise("web").proposals if p.kind == "regroup")
+    assert set(regroup.columns) == {"ad_len", "ad_twice"} and regroup.reads == 2 and regroup.storage_bytes == 0
+    assert "2 joins fewer" in regroup.benefit and regroup.command == "omni regroup aidata.web"
+    before = omni.query("SELECT avg(ad_len) AS a, avg(ad_twice) AS b FROM web WHERE ad_len > 3").to_pylist()
+    applied = omni.advise("web", apply=True)
+    assert applied.applied[0]["kind"] == "regroup"
+    assert any(t.role == "column-group" for t in omni.state("web").tables)
+    assert omni.query("SELECT avg(ad_len) AS a, avg(ad_twice) AS b FROM web WHERE ad_len > 3").to_pylist() == before
+    assert not [p for p in omni.advise("web").proposals if p.kind == "regroup"]
