@@ -121,6 +121,11 @@ def test_a_batch_after_the_regroup_is_read_from_both_parts_until_the_next(omni, 
     assert [pc.table for pc in after.read_parts("t_len")] == [group]
     _same_as_ref(omni)
     assert omni.verify_index("web").ok
+    # a dropped batch leaves the group too (its files hold several batches: rewritten without it)
+    for name in ("web", "ref"):
+        omni.drop_batch(name, "a", progress=False)
+    _same_as_ref(omni)
+    assert {r["_ai_append_name_"] for r in _rows(omni, "web")} == {"b", "c"}
 
 
 def test_cli_dry_run_changes_nothing_and_json_names_the_plan(omni, capsys):
