@@ -17,7 +17,7 @@ from benchmarks.common import BENCH, RESULTS, machine_facts
 
 ORDER = ("ingest", "submit_history", "index", "index-hbase", "history", "governed_appends", "fusion", "spark_fusion",
          "isolation", "table_centric", "spark_crossover", "spark_join", "pruning", "export", "query_log", "rest_commit",
-         "s3_warehouse", "view_pruning", "hot_columns", "tuning", "reliability")
+         "s3_warehouse", "view_pruning", "width", "hot_columns", "tuning", "reliability")
 
 
 def _fmt(value: float, unit: str) -> str:
