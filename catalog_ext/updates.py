@@ -281,8 +281,58 @@ class SetHotColumns:
         return {"hot": self.hot}
 
 
+@dataclass(frozen=True)
+class MarkEmptied:
+    """Readers skip these tables: their pinned snapshots hold no rows (all moved to a group)."""
+
+    table_keys: tuple[str, ...]
+
+    def apply(self, s: FamilyState) -> dict:
+        return {"tables": tuple(t.model_copy(update={"emptied": True}) if t.key in self.table_keys else t
+                                for t in s.tables)}
+
+
+@dataclass(frozen=True)
+class ExpectMapping:
+    """The moved tables still hold the logical columns the plan moved (no registration remapped them)."""
+
+    member_columns: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+
+    def apply(self, s: FamilyState) -> dict:
+        for key, cols in self.member_columns:
+            now = tuple((pc.name, pc.logical) for pc in s.columns_of_table(key))
+            if now != cols:
+                raise PreconditionFailed(f"the columns of {key} changed during the regroup; run it again")
+        return {}
+
+
+@dataclass(frozen=True)
+class ExpectPin:
+    """The table is still pinned where the operation read it (else its copy would be stale)."""
+
+    table_key: str
+    snapshot_id: int | None
+
+    def apply(self, s: FamilyState) -> dict:
+        current = s.physical_table(self.table_key).snapshot_id
+        if current != self.snapshot_id:
+            raise PinConflict(self.table_key, self.snapshot_id, current)
+        return {}
+
+
+@dataclass(frozen=True)
+class DropPhysicalColumns:
+    """Logical columns stop reading these (table, physical name) places; the values stay in old snapshots."""
+
+    columns: tuple[tuple[str, str], ...]
+
+    def apply(self, s: FamilyState) -> dict:
+        gone = set(self.columns)
+        return {"physical_columns": tuple(pc for pc in s.physical_columns if (pc.table, pc.name) not in gone)}
+
+
 Update = (AddBatch | SetHotColumns | MarkRetried | DropBatch | RecordMaterialization | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
-          | RecordFeatureSource | MarkComputed)
+          | RecordFeatureSource | MarkComputed | MarkEmptied | ExpectMapping | ExpectPin | DropPhysicalColumns)
 
 
 def apply_updates(

@@ -51,7 +51,8 @@ from catalog_ext.family import FamilyState, PhysicalColumn, PhysicalTable, Physi
 from catalog_ext.physical import (abandon_all, create_physical_table, file_batch_bounds, first_snapshot_id,
                                   iceberg_type)
 from catalog_ext.store import FamilyStore
-from catalog_ext.updates import AddPhysicalColumns, AddPhysicalTable, PinSnapshot, PreconditionFailed
+from catalog_ext.updates import (AddPhysicalColumns, AddPhysicalTable, DropPhysicalColumns, ExpectMapping, ExpectPin,
+                                 MarkEmptied, PinSnapshot)
 
 KEYS = [ID_COLUMN, BATCH_COLUMN]
 #: a feature table is narrow (worth merging) at most this many stored bytes per row, keys included
@@ -233,31 +234,6 @@ def _new_group(state: FamilyState, ns: str, table: str, kind: str, members: list
 
 
 # ---- execute and commit ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MarkEmptied:
-    """Readers skip these tables: their pinned snapshots hold no rows (all moved to a group)."""
-
-    table_keys: tuple[str, ...]
-
-    def apply(self, s: FamilyState) -> dict:
-        return {"tables": tuple(t.model_copy(update={"emptied": True}) if t.key in self.table_keys else t
-                                for t in s.tables)}
-
-
-@dataclass(frozen=True)
-class ExpectMapping:
-    """The moved tables still hold the logical columns the plan moved (no registration remapped them)."""
-
-    member_columns: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
-
-    def apply(self, s: FamilyState) -> dict:
-        for key, cols in self.member_columns:
-            now = tuple((pc.name, pc.logical) for pc in s.columns_of_table(key))
-            if now != cols:
-                raise PreconditionFailed(f"the columns of {key} changed during the regroup; run it again")
-        return {}
-
-
 def regroup(store: FamilyStore, name: str, *, dry_run: bool = False, progress: bool | None = None,
             command: str = "", due_tables: int = 1, **plan_options: Any) -> dict[str, Any]:
     """Plan and (unless ``dry_run``) run the column-group moves in ONE logical commit.
@@ -476,33 +452,6 @@ class SplitPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class ExpectPin:
-    """The table is still pinned where the operation read it (else its copy would be stale)."""
-
-    table_key: str
-    snapshot_id: int | None
-
-    def apply(self, s: FamilyState) -> dict:
-        from catalog_ext.updates import PinConflict
-
-        current = s.physical_table(self.table_key).snapshot_id
-        if current != self.snapshot_id:
-            raise PinConflict(self.table_key, self.snapshot_id, current)
-        return {}
-
-
-@dataclass(frozen=True)
-class DropPhysicalColumns:
-    """Logical columns stop reading these (table, physical name) places; the values stay in old snapshots."""
-
-    columns: tuple[tuple[str, str], ...]
-
-    def apply(self, s: FamilyState) -> dict:
-        gone = set(self.columns)
-        return {"physical_columns": tuple(pc for pc in s.physical_columns if (pc.table, pc.name) not in gone)}
 
 
 def plan_split(store: FamilyStore, name: str, columns: list[str]) -> SplitPlan:
