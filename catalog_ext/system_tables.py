@@ -166,12 +166,14 @@ PARTITION_BY = {FEATURE_VALUES: "feature"}
 
 
 def append_rows(catalog: Any, name: str, rows: list[dict[str, Any]], attempts: int = 10, *,
-                compact: bool = True) -> Any | None:
+                compact: bool = True, snapshot_properties: dict[str, str] | None = None) -> Any | None:
     """Append rows to a system table, retrying when another writer committed first.
 
     Returns the table as committed (``None`` when there was nothing to append: an
     empty append would still cost a snapshot). With ``compact=False`` the caller runs
-    :func:`maybe_compact` itself (to time it apart from the append).
+    :func:`maybe_compact` itself (to time it apart from the append, or to run it
+    after a step that must come first). ``snapshot_properties`` go into the snapshot
+    summary (the query-log spool records its token there).
     """
     if not rows:
         return None
@@ -182,7 +184,7 @@ def append_rows(catalog: Any, name: str, rows: list[dict[str, Any]], attempts: i
 
     def append() -> Any:
         table = system_table(catalog, name)
-        table.append(data)
+        table.append(data, snapshot_properties=snapshot_properties or {})
         return table
 
     table = retry(append, on=is_commit_race, attempts=attempts, backoff=0.05, cap=1.0,

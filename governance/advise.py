@@ -81,6 +81,9 @@ def advise(omni: Any, name: str, *, apply: bool = False, progress: bool | None =
 
     ns, table = split_qualified(name)
     state = omni.store.load(ns, table)
+    from omni_iceberg.explore.query_log import flush_query_log
+
+    flush_query_log(omni)
     log = system_tables.read_rows(omni.catalog, system_tables.QUERY_LOG,
                                   f"logical_table == '{state.table.identifier}'").to_pylist()
     advice = Advice(state.table.identifier, state.version, len(log))

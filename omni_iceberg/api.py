@@ -508,6 +508,13 @@ class Omni:
 
         return run_query(self, sql, as_of=self._query_version(as_of), engine=engine)
 
+    def flush_query_log(self) -> int:
+        """Push the spooled query-log rows into ``omni_sys.query_log`` now (Spark and Trino
+        otherwise see them once the spool is due); returns how many rows."""
+        from omni_iceberg.explore.query_log import flush_query_log
+
+        return flush_query_log(self)
+
     def _query_version(self, as_of: int | str | None) -> int | None:
         """A tag in ``omni sql --as-of`` must name one version number in every table that has it."""
         if as_of is None or isinstance(as_of, int) or str(as_of).strip().lstrip("-").isdigit():

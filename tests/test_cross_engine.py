@@ -82,5 +82,6 @@ def test_omni_sql_executes_on_spark_on_request(table):
     on_spark = table.query(sql, engine="spark").to_pylist()
     assert [(r["_ai_append_name_"], r["n"], int(r["words"])) for r in local] == \
         [(r["_ai_append_name_"], r["n"], int(r["words"])) for r in on_spark]
+    table.flush_query_log()  # queries spool their log rows
     log = table.catalog.load_table("omni_sys.query_log").scan().to_arrow().to_pylist()
     assert max(log, key=lambda r: r["at"])["engine"] == "spark"

@@ -173,6 +173,7 @@ def test_query_log_records_columns_filters_batches(omni):
     started = time.perf_counter()
     omni.query("SELECT avg(t_len) FROM web WHERE _ai_append_name_ = 'cc' AND t_digits < 0.5")
     measured_ms = (time.perf_counter() - started) * 1000
+    assert omni.flush_query_log() >= 1  # queries spool their log rows
     log = max(omni.catalog.load_table("omni_sys.query_log").scan().to_arrow().to_pylist(), key=lambda r: r["at"])
     assert log["logical_table"] == "aidata.web" and log["kind"] == "sql" and log["engine"] == "local"
     assert json.loads(log["columns"]) == ["_ai_unique_id_", "_ai_append_name_", "t_len", "t_digits"]
@@ -213,6 +214,7 @@ def test_system_tables_read_only_json_numbers_and_explain_data(omni, capsys):
     assert [r["b"] for r in rows] == ["cc", "wiki"] and all(type(r["s"]) is int for r in rows)
     assert {r["b"]: r["s"] for r in rows} == sums
     # joined with a logical table, still read-only: every logged query of web times every cc row
+    omni.flush_query_log()
     logged = sum(r["logical_table"] == "aidata.web"
                  for r in omni.catalog.load_table("omni_sys.query_log").scan().to_arrow().to_pylist())
     got = omni.query("SELECT count(*) AS n FROM omni_sys.query_log AS q JOIN web AS w "

@@ -62,6 +62,7 @@ def test_query_log_stores_the_sql_redacted(tmp_path):
     docs.write_text(json.dumps({"raw_data": "<p>x</p>"}) + "\n")
     omni.submit("web", [str(docs)], batch="b")
     omni.query(f"SELECT count(*) FROM web WHERE _ai_append_name_ <> 'password={SECRET}'")
+    omni.flush_query_log()
     logged = [r["sql"] for r in omni.catalog.load_table("omni_sys.query_log").scan().to_arrow().to_pylist()]
     assert logged and all(SECRET not in s for s in logged) and "password=***" in logged[-1]
 

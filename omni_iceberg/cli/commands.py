@@ -306,6 +306,12 @@ def advise(args, omni, command_line: str) -> int:
     return 0
 
 
+def flush_log(args, omni, command_line: str) -> int:
+    n = omni.flush_query_log()
+    emit(args, {"flushed_rows": n}, lambda: f"flushed {n} query-log row(s) into omni_sys.query_log")
+    return 0
+
+
 def drop_batch(args, omni, command_line: str) -> int:
     if args.dry_run:
         plan = omni.plan_drop_batch(args.name, args.batch)
@@ -457,7 +463,7 @@ def index(args, omni, command_line: str) -> int:
 
 _HANDLERS = {
     "table": table, "tag": tag, "pin": pin, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
-    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "regroup": regroup, "drop-batch": drop_batch, "accelerate": accelerate, "advise": advise, "runs": runs, "trino-config": trino_config,
+    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "regroup": regroup, "drop-batch": drop_batch, "accelerate": accelerate, "advise": advise, "flush-log": flush_log, "runs": runs, "trino-config": trino_config,
     "spark-config": spark_config,
     "feature": feature, "backfill": backfill, "get": get, "index": index,
     "maintain": maintain, "expire": expire,

@@ -205,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--apply", action="store_true", help="run the proposals (omni accelerate --hot / --materialize)")
     ad.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
+    command(sub, "flush-log", "push the spooled rows of omni_sys.query_log into the table now (queries "
+                 "spool them; Spark and Trino see them once the spool is due)", "omni flush-log")
+
     db = command(sub, "drop-batch", "remove one ingest batch from every physical table and the id index "
                  "(one logical commit; older versions keep it)",
                  "omni drop-batch web cc-2024-10 --dry-run", "omni drop-batch web cc-2024-10")

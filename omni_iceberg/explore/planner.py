@@ -224,6 +224,10 @@ def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> Que
                 if scan.alias == alias:
                     scan.route = route
     for alias, system in ctx.system.items():
+        if system.name == "query_log" and getattr(omni, "config", None) is not None:
+            from omni_iceberg.explore.query_log import flush_query_log
+
+            flush_query_log(omni)  # the spooled rows too: a query sees every query before it
         snapshot = _system_snapshot(catalog, system.identifier, loaded)
         table = PhysicalTable(key=f"system_{system.name}", identifier=system.identifier, group="system",
                               snapshot_id=snapshot)

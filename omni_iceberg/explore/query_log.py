@@ -1,7 +1,8 @@
 """The query log (``omni_sys.query_log``): what each query and export read.
 
 Later work (materializations, hot OLAP columns, column splits) decides from it which
-columns are read together, filtered on, and how often.
+columns are read together, filtered on, and how often. Rows reach the table through a
+local spool (``catalog_ext/log_spool.py``): a query pays a file append, not a commit.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from catalog_ext import system_tables
+from catalog_ext.log_spool import spool_for
 from catalog_ext.redact import redact
 
 
@@ -29,4 +31,12 @@ def log_query(omni: Any, plan: Any, *, kind: str, engine: str, rows: int, latenc
             "physical_tables": json.dumps([s.table.identifier for s in plan.scans if s.alias == alias]),
             "engine": engine, "rows": rows, "latency_ms": latency_ms, "sql": redact(plan.ctx.sql)[:4000], "at": now,
         })
-    system_tables.append_rows(omni.catalog, system_tables.QUERY_LOG, records)  # none for system-only queries
+    if getattr(omni, "config", None) is None:  # a bare catalog holder (tests of the planner): no home to spool in
+        system_tables.append_rows(omni.catalog, system_tables.QUERY_LOG, records)
+        return
+    spool_for(omni, system_tables.QUERY_LOG).add(omni.catalog, records)  # none for system-only queries
+
+
+def flush_query_log(omni: Any) -> int:
+    """Push every spooled log row into ``omni_sys.query_log`` now; returns how many."""
+    return spool_for(omni, system_tables.QUERY_LOG).flush(omni.catalog)
