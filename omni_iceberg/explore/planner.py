@@ -328,9 +328,10 @@ def scan_arrow(omni: Any, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
         expr = _to_iceberg(f, plan.ctx, state, scan.table.key)
         if expr is not None:
             row_filter = And(row_filter, expr)
+    from catalog_ext import iceberg_io
+
     table = load_physical(omni, plan, scan.table)
-    return table.scan(row_filter=row_filter, snapshot_id=scan.table.snapshot_id,
-                      selected_fields=tuple(scan.columns)).to_arrow()
+    return iceberg_io.scan_to_arrow(table, row_filter, scan.table.snapshot_id, tuple(scan.columns))
 
 
 def execute_local(omni: Any, plan: QueryPlan) -> pa.Table:
