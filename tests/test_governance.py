@@ -147,6 +147,40 @@ def test_small_batches_merge_across_batches_and_batch_pruning_keeps_working(tmp_
     assert {f.file.file_path for f in early}.isdisjoint({f.file.file_path for f in late})
 
 
+def test_export_after_compaction_reads_each_batch_once_from_merged_files(tmp_path, monkeypatch):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from catalog_ext import iceberg_io
+
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")
+    for b in range(6):
+        src = tmp_path / f"b{b}.jsonl"
+        src.write_text("".join(json.dumps({"raw_data": f"batch {b} doc {i}"}) + "\n" for i in range(15)))
+        omni.submit("web", [str(src)], batch=f"b{b}")
+    compact(omni.store, "web")
+    planned = []
+    real_plan = iceberg_io.scan_tasks_by_bucket
+    monkeypatch.setattr(iceberg_io, "scan_tasks_by_bucket", lambda *a: planned.append(a[0]) or real_plan(*a))
+    for where, want in [(None, {f"b{b}": 15 for b in range(6)}), ("_ai_append_name_ IN ('b1', 'b4')",
+                                                                   {"b1": 15, "b4": 15})]:
+        planned.clear()
+        out = tmp_path / f"out-{len(want)}"
+        res = omni.export("web", str(out), columns=["_ai_unique_id_", "_ai_append_name_"], where=where,
+                          progress=False)
+        assert len(planned) == 1  # one plan for every batch, not one per batch
+        rows = [r for f in sorted(out.glob("part-*")) for r in pq.read_table(f).to_pylist()]
+        got: dict[str, int] = {}
+        for r in rows:
+            got[r["_ai_append_name_"]] = got.get(r["_ai_append_name_"], 0) + 1
+        assert got == want and res.rows == sum(want.values()) == len({r["_ai_unique_id_"] for r in rows})
+        # every file holds the one batch its name says
+        for f in out.glob("part-*"):
+            assert set(pq.read_table(f).column("_ai_append_name_").to_pylist()) == {f.name.split("-")[1]}
+
+
 def test_maintain_compacts_what_is_due_then_expires_what_it_replaced(tmp_path):
     import json
 

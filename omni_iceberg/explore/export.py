@@ -88,7 +88,7 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
     bar = progress_bar(progress, f"export {state.table.identifier}", "part", total=len(parts))
     sql = plan.sql("duckdb")
     for batch, bucket, tables in parts:
-        data = _run_part(sql, plan, tables)
+        data = _run_part(sql, plan, tables, batch)
         if bar is not None:
             bar.update(1)
         if data.num_rows == 0:
@@ -178,37 +178,51 @@ def _verify(expected: dict[str, Any], got: dict[str, Any]) -> None:
 
 
 def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
-    """(batch, first bucket, {scan local name: (scan, tasks)}) for every part holding rows."""
-    from catalog_ext import iceberg_io
-    from pyiceberg.expressions import And, EqualTo
+    """(batch, first bucket, {scan local name: (scan, tasks)}) for every part holding rows.
 
+    Each physical table is planned ONCE for all exported batches (its manifests read
+    once, not once per batch: an export of a table with 1,000 batches would otherwise
+    read every manifest 1,000 times); its file tasks are then sorted into (batch,
+    bucket) by the partition value and the file's exact batch bounds. A compacted file
+    that holds several batches goes to each of them, and its part is read with that
+    batch's filter (see :func:`_run_part`).
+    """
+    from catalog_ext import iceberg_io
+    from pyiceberg.expressions import AlwaysTrue, And, In
+
+    all_batches = {b.name for b in plan.ctx.tables[plan.scans[0].alias].state.batches}
+    wanted = sorted(set(batches))
+    # (batch, bucket) -> local name -> (scan, tasks)
+    grouped: dict[tuple[str, int], dict[str, tuple[Any, list]]] = {}
+    for scan in plan.scans:
+        state = plan.ctx.tables[scan.alias].state
+        row_filter = AlwaysTrue() if set(wanted) >= all_batches else In(BATCH_COLUMN, set(wanted))
+        for f in scan.filters:
+            expr = _to_iceberg(f, plan.ctx, state, scan.table.key)
+            if expr is not None:
+                row_filter = And(row_filter, expr)
+        table = load_physical(omni, plan, scan.table)
+        ice_scan, by_bucket = iceberg_io.scan_tasks_by_bucket(table, scan.table.snapshot_id, tuple(scan.columns),
+                                                              row_filter)
+        for bucket, tasks in by_bucket.items():
+            for task in tasks:
+                for batch in _batches_of(table.metadata, task.file, wanted):
+                    grouped.setdefault((batch, bucket), {}).setdefault(scan.local_name, (ice_scan, []))[1].append(task)
+        for key in grouped:
+            grouped[key].setdefault(scan.local_name, (ice_scan, []))
+    base = plan.scans[0].local_name
     for batch in batches:
-        grouped: dict[int, dict[str, tuple[Any, list]]] = {}
-        for scan in plan.scans:
-            state = plan.ctx.tables[scan.alias].state
-            row_filter = EqualTo(BATCH_COLUMN, batch)
-            for f in scan.filters:
-                expr = _to_iceberg(f, plan.ctx, state, scan.table.key)
-                if expr is not None:
-                    row_filter = And(row_filter, expr)
-            table = load_physical(omni, plan, scan.table)
-            ice_scan, groups = iceberg_io.scan_tasks_by_bucket(table, scan.table.snapshot_id, tuple(scan.columns),
-                                                               row_filter)
-            for bucket, tasks in groups.items():
-                grouped.setdefault(bucket, {})[scan.local_name] = (ice_scan, tasks)
-            for bucket in grouped:
-                grouped[bucket].setdefault(scan.local_name, (ice_scan, []))
-        base = plan.scans[0].local_name
         # consecutive buckets are merged into parts of about PART_ROWS rows: one file per
         # bucket would mean many tiny files for small batches
         part: dict[str, tuple[Any, list]] = {}
         first, rows = None, 0
-        for bucket in sorted(grouped):
-            base_tasks = grouped[bucket][base][1]
+        for bucket in sorted(b for (name, b) in grouped if name == batch):
+            tables = grouped[(batch, bucket)]
+            base_tasks = tables.get(base, (None, []))[1]
             if not base_tasks:
                 continue
             first = bucket if first is None else first
-            for local, (ice_scan, tasks) in grouped[bucket].items():
+            for local, (ice_scan, tasks) in tables.items():
                 part.setdefault(local, (ice_scan, []))[1].extend(tasks)
             rows += sum(t.file.record_count for t in base_tasks)
             if rows >= PART_ROWS:
@@ -218,13 +232,32 @@ def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
             yield batch, first, part
 
 
-def _run_part(sql: str, plan: QueryPlan, tables: dict[str, tuple[Any, list]]) -> pa.Table:
+def _batches_of(meta: Any, data_file: Any, wanted: list[str]) -> list[str]:
+    """The wanted batches a data file may hold, from its exact (``full`` metrics) bounds."""
+    from catalog_ext.physical import file_batch_bounds
+
+    lo, hi = file_batch_bounds(meta, data_file)
+    if lo is None or hi is None:
+        return wanted
+    return [lo] if lo == hi and lo in wanted else [b for b in wanted if lo <= b <= hi]
+
+
+def _spans_batches(meta: Any, tasks: list[Any]) -> bool:
+    from catalog_ext.physical import file_batch_bounds
+
+    return any(len(set(file_batch_bounds(meta, t.file))) != 1 for t in tasks)
+
+
+def _run_part(sql: str, plan: QueryPlan, tables: dict[str, tuple[Any, list]], batch: str) -> pa.Table:
     from catalog_ext import iceberg_io
     from omni_iceberg.explore.sandbox import locked_duckdb
+    from pyiceberg.expressions import EqualTo
 
     data = {}
     for scan in plan.scans:
         ice_scan, tasks = tables.get(scan.local_name, (None, []))
+        if ice_scan is not None and _spans_batches(ice_scan.table_metadata, tasks):
+            ice_scan = ice_scan.filter(EqualTo(BATCH_COLUMN, batch))  # a compacted file: this part's batch only
         data[scan.local_name] = iceberg_io.read_tasks(ice_scan, tasks) if ice_scan is not None else None
         if data[scan.local_name] is None:
             raise ExportError(f"no scan planned for {scan.table.identifier}")
