@@ -49,10 +49,11 @@ from catalog_ext.family import FamilyState
 from catalog_ext.physical import StagedWrite
 from catalog_ext.types import to_spark
 from omni_iceberg.backfill import bookkeeping
-from omni_iceberg.backfill.engine import (SLICE_ROWS, BackfillReport, BackfillRun, UnitStats, now_ms, start_report,
-                                         unresolved_errors)
-from omni_iceberg.backfill.planner import BackfillPlan, Stage, plan_backfill, plan_retry
+from omni_iceberg.backfill.engine import (MAX_MEMORY_SHRINK, SLICE_ROWS, BackfillReport, BackfillRun, UnitStats,
+                                         now_ms, start_report, unresolved_errors)
+from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, plan_backfill, plan_retry
 from omni_iceberg.backfill.protocol import Unit
+from omni_iceberg.backfill.tuning import tune_run
 from omni_iceberg.backfill.worker import WorkerCrashedError
 from catalog_ext.errors import ConfigError, OmniError
 from omni_iceberg.features.registry import physical_column_name
@@ -318,10 +319,10 @@ class _SparkStage:
         return A.run_stage(frame, defs, self.specs, leaves, gpu=self.gpu, gpus_per_task=self.gpus_per_task,
                            batch_rows=batch_rows)
 
-    def batch_rows(self, features: list[str]) -> int:
+    def batch_rows(self, features: list[str], slice_rows: int = SLICE_ROWS, shrink: int = 1) -> int:
         if not self.gpu:
-            return SLICE_ROWS
-        return max(1, max(self.defs[f].batch_size for f in features))
+            return max(1, slice_rows // shrink)
+        return max(1, max(self.defs[f].batch_size for f in features) // shrink)
 
     def close(self) -> None:
         pass  # models live in the Python workers, which Spark keeps for the next stage
@@ -332,9 +333,11 @@ class SparkExecutor:
 
     name = ENGINE
 
-    def __init__(self, spark: SparkSession, catalog_name: str):
+    def __init__(self, spark: SparkSession, catalog_name: str, tuning: Any = None):
         self.spark = spark
         self.catalog_name = catalog_name
+        #: slice rows, shrink and parallelism chosen from history and hints (backfill/tuning.py)
+        self.tuning = tuning
         self.gpus = gpus_per_task(spark)
         self.branches: set[str] = set()
         self.stage_notes: dict[str, str] = {}
@@ -373,8 +376,15 @@ class SparkExecutor:
                 frame = frame.join(F.broadcast(ids), ID_COLUMN, "left_semi")
             rows_hint = len(retry_ids) if retry_ids is not None else (run.state.batch(batch).rows
                                                                        if run.state.batch(batch) else SLICE_ROWS)
-            frame = frame.coalesce(max(1, math.ceil(rows_hint / SLICE_ROWS)))  # few tasks, full Arrow batches
-            batch_rows = stage.batch_rows(todo)
+            slice_rows = self.tuning.slice_rows if self.tuning else SLICE_ROWS
+            shrink = self.tuning.shrink if self.tuning else 1
+            tasks = max(1, math.ceil(rows_hint * shrink / slice_rows))
+            wanted = self.tuning.parallelism if self.tuning else 1
+            if wanted > tasks:  # the definition asks for more tasks than the rows need: spread them
+                frame = frame.repartition(min(wanted, max(1, rows_hint)), ID_COLUMN)
+            else:
+                frame = frame.coalesce(tasks)  # few tasks, full Arrow batches
+            batch_rows = stage.batch_rows(todo, slice_rows, shrink)
             with session_conf(self.spark, {**UNIT_READ_CONF,
                                             "spark.sql.execution.arrow.maxRecordsPerBatch": str(batch_rows)}):
                 tagged = stage.run(frame, defs, leaves, batch_rows)
@@ -624,11 +634,15 @@ class SparkBackfill:
             return report
         spark = self.spark
         ship_python_path(spark)
-        executor = SparkExecutor(spark, self.omni.config.catalog_name)
+        tuning = tune_run(self.omni, state, plan, definitions_of(state), slice_rows=SLICE_ROWS,
+                          max_shrink=MAX_MEMORY_SHRINK)
+        report.tuning.extend(tuning.reasons)
+        executor = SparkExecutor(spark, self.omni.config.catalog_name, tuning)
         report.plan["spark"] = {"master": spark.sparkContext.master, "stages": executor.stage_notes}
         # stage_notes fill as stages start and are saved with the run row
         run = BackfillRun(self.omni, state, plan, report, executor, max_error_ratio=max_error_ratio,
                           progress=progress)
+        run.tuning = tuning.to_dict()
         return run.run_to_commit(command or f"backfill {name} --features {','.join(features)} --engine spark",
                                  started)
 

@@ -39,6 +39,7 @@ from omni_iceberg.backfill.phases import PhaseClock
 from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, plan_backfill
 from omni_iceberg.backfill.protocol import Unit, UnitExecutor
 from omni_iceberg.backfill.reuse import ReuseIndex
+from omni_iceberg.backfill.tuning import tune_run
 from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult, WorkerCrashedError, holds_models
 from omni_iceberg.features.registry import physical_column_name
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
@@ -234,6 +235,8 @@ class BackfillRun:
         self.done: set[str] = set()
         #: whether the engine reruns this plan itself after ``error`` (recorded on the failed run's row)
         self.reruns_after: Callable[[BaseException], bool] = lambda error: False
+        #: the tuning this attempt runs with (recorded in omni_sys.runs: the next run learns from it)
+        self.tuning: dict[str, Any] = {}
         #: units a concurrent run committed first: this run's copies were dropped at commit
         self.raced: set[tuple[str, str]] = set()
         # branches of killed or superseded runs on these tables go first (metadata only;
@@ -511,13 +514,20 @@ class BackfillRun:
                    f"{', '.join(self.report.raced_units)}" if self.raced else "")
         self._record_run("succeeded", new_state.version, message)
 
+    def _tuning_record(self) -> dict[str, Any]:
+        """The tuning, plus the UDFs' own seconds where the engine clocks them: the next run's rate."""
+        compute = self.clock.seconds.get("compute_s")
+        return {**self.tuning, **({"compute_s": round(compute, 3)} if compute else {})}
+
     def _record_run(self, status: str, version: int | None, message: str) -> None:
         kept = [s for k, s in self.stats.items() if k not in self.raced]
         try:
             self._append_system_rows(system_tables.RUNS, [{
                 "run_id": self.report.run_id, "logical_table": self.state.table.identifier,
                 "features": ",".join(sorted(self.bindings)), "batches": ",".join(self.plan.batches),
-                "engine": self.report.engine, "status": status, "plan": json.dumps(self.report.plan, default=str),
+                "engine": self.report.engine, "status": status,
+                "plan": json.dumps({**self.report.plan, "tuning": self._tuning_record()} if self.tuning
+                                   else self.report.plan, default=str),
                 "rows": sum(s.rows for s in kept), "errors": sum(s.errors for s in kept),
                 "reused": sum(s.reused for s in kept), "logical_version": version,
                 "started_at": _ts(self.started_ms), "finished_at": datetime.now(timezone.utc),
@@ -537,12 +547,14 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, isolation: str = "process", shrink: int = 1):
+    def __init__(self, isolation: str = "process", shrink: int = 1, slice_rows: int = SLICE_ROWS):
         if isolation not in ("process", "inline"):
             raise ConfigError(f"unknown isolation {isolation!r}: use 'process' or 'inline'")
         self.isolation = isolation
-        #: batch sizes and slice rows are divided by this (a rerun after the worker ran out of memory)
+        #: batch sizes and slice rows are divided by this (history, hints, or a rerun after
+        #: the worker ran out of memory: see :mod:`omni_iceberg.backfill.tuning`)
         self.shrink = shrink
+        self.slice_rows = slice_rows
         self._worker: Any = None
         self._stage: Stage | None = None
 
@@ -601,7 +613,7 @@ class LocalExecutor:
         error_rows: list[dict[str, Any]] = []
         clock = run.clock
         parts = _rebatch(iter_logical_slices(run.store.catalog, run.working_state(), inputs, batch),
-                         max(1, SLICE_ROWS // self.shrink), unit.retry_ids)
+                         max(1, self.slice_rows // self.shrink), unit.retry_ids)
         for part in clock.timed_iter("read_s", parts):
             with clock.span("read_s"):
                 computed_here = self._reuse(run, todo, part)
@@ -696,10 +708,19 @@ class LocalBackfill:
         if plan.empty or dry_run:
             report.status = "nothing to do" if plan.empty else "dry run"
             return report
-        shrink = 1
+        with clock.span("plan_s"):
+            tuning = tune_run(self.omni, state, plan, definitions_of(state), slice_rows=SLICE_ROWS,
+                              max_shrink=MAX_MEMORY_SHRINK)
+        report.tuning.extend(tuning.reasons)
+        if tuning.parallelism > 1:
+            report.tuning.append(f"parallelism {tuning.parallelism} asked: the local engine runs one worker per "
+                                 "stage (the Spark engine uses it)")
+        shrink = tuning.shrink
         while True:
-            run = BackfillRun(self.omni, state, plan, report, LocalExecutor(self.isolation, shrink),
+            executor = LocalExecutor(self.isolation, shrink, slice_rows=tuning.slice_rows)
+            run = BackfillRun(self.omni, state, plan, report, executor,
                               max_error_ratio=max_error_ratio, progress=progress, clock=clock)
+            run.tuning = {**tuning.to_dict(), "shrink": shrink}
             # killed for memory: the same plan again (finished units resume from their
             # checkpoints) with batches and slices halved, not the same failure again
             run.reruns_after = lambda e, shrink=shrink: (isinstance(e, WorkerCrashedError) and e.out_of_memory

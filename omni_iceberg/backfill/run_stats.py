@@ -8,7 +8,7 @@ feature set and overall:
   the paper tracks for newcomers (~60% -> >90% with adaptive tuning). An attempt the
   engine reran by itself (a worker killed for memory, rerun with smaller batches) is
   part of the same submit: the user asked once;
-- attempts, failures by cause (memory, error budget, definition, other), automatic
+- attempts, failures by cause (memory, timeout, error budget, definition, other), automatic
   reruns, and the median throughput (rows per second) of succeeded attempts.
 """
 
@@ -30,12 +30,15 @@ def runs_of(omni: Any, logical_table: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["started_at"], r["finished_at"]))
 
 
-def _cause(row: dict[str, Any]) -> str:
+def failure_cause(row: dict[str, Any]) -> str:
+    """succeeded, memory, timeout, error budget, definition or other (from the attempt's message)."""
     message = row["message"] or ""
     if row["status"] == "succeeded":
         return "succeeded"
     if "signal 9" in message or "MemoryError" in message:
         return "memory"
+    if "timed out" in message or "TimeoutError" in message or "Timeout" in message:
+        return "timeout"
     if "ErrorBudgetExceededError" in message:
         return "error budget"
     if "FeatureDefinitionError" in message:
@@ -62,7 +65,7 @@ def run_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
         causes: dict[str, int] = defaultdict(int)
         for a in attempts:
             if a["status"] != "succeeded":
-                causes[_cause(a)] += 1
+                causes[failure_cause(a)] += 1
         rates = [a["rows"] / s for a in attempts if a["status"] == "succeeded"
                  and (s := (a["finished_at"] - a["started_at"]).total_seconds()) > 0 and a["rows"]]
         return {"runs": len(by_run), "attempts": len(attempts),
