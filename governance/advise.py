@@ -11,7 +11,12 @@ the engine and its latency) and proposes:
   tables a regroup would merge. Benefit: the joins it removes; no storage (a move);
 - **a materialization** (:mod:`governance.materialize`): the columns read together by
   queries and exports that joined several physical tables - those reads would scan one
-  table. Benefit: the reads and joins it removes.
+  table. Benefit: the reads and joins it removes;
+- **a column split** (:func:`governance.column_groups.split_columns`): a column group that
+  logged reads keep using while most of its bytes sit in columns no logged read asked for.
+  Benefit: those cold bytes stop being rewritten with the group (every merge of a new
+  batch rewrites the group's files of that batch) and stop widening its schema; a move,
+  no storage.
 
 Each proposal's storage cost is measured, not guessed: the Parquet bytes of those
 columns in the family today (``column_sizes`` of the pinned data files), which is
@@ -35,11 +40,15 @@ from catalog_ext.family import FamilyState
 MAX_COLUMNS = 32
 #: a materialization is proposed for reads that joined at least this many physical tables
 MIN_TABLES_JOINED = 3
+#: a split is proposed for a group read at least this often whose never-read columns hold
+#: at least this share of its bytes
+MIN_SPLIT_READS = 3
+MIN_COLD_SHARE = 0.5
 
 
 @dataclass
 class Proposal:
-    kind: str  # "regroup" | "hot" | "materialize"
+    kind: str  # "regroup" | "hot" | "materialize" | "split"
     columns: list[str]
     reads: int  # logged reads it serves
     of_reads: int  # logged reads considered
@@ -92,14 +101,20 @@ def advise(omni: Any, name: str, *, apply: bool = False, progress: bool | None =
                             "(omni sql, omni export), then ask again")
         return advice
     reads = [_read(state, row) for row in log]
-    sizes = _column_bytes(omni.catalog, state)
-    for proposal in (_regroup(omni, state, reads), _hot(state, reads, sizes), _materialize(state, reads, sizes)):
+    by_table = _column_bytes_by_table(omni.catalog, state)
+    sizes: dict[str, int] = {}
+    for (path, _key), size in by_table.items():
+        sizes[path] = sizes.get(path, 0) + size
+    for proposal in (_regroup(omni, state, reads), _hot(state, reads, sizes), _materialize(state, reads, sizes),
+                     _split(state, reads, by_table)):
         if proposal is not None:
             advice.proposals.append(proposal)
     if apply:
         for p in advice.proposals:
             if p.kind == "regroup":
                 report = omni.regroup(name, progress=progress, command=p.command)
+            elif p.kind == "split":
+                report = omni.split_columns(name, p.columns, progress=progress, command=p.command)
             elif p.kind == "hot":
                 report = omni.set_hot_columns(name, sorted(set(p.columns) | set(state.hot.columns if state.hot
                                                                                     else ())), progress=progress)
@@ -195,9 +210,39 @@ def _materialize(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[st
         f"omni accelerate {state.table.identifier} --materialize {','.join(columns)}")
 
 
-def _column_bytes(catalog: Any, state: FamilyState) -> dict[str, int]:
-    """Logical column -> Parquet bytes of its values in the family at ``state`` (data file column sizes)."""
-    out: dict[str, int] = {}
+def _split(state: FamilyState, reads: list[dict[str, Any]], by_table: dict[tuple[str, str], int]
+           ) -> Proposal | None:
+    """Cold columns out of the column group whose reads skip the most bytes (see the module docstring)."""
+    best = None
+    for t in state.tables:
+        if t.role != "column-group" or t.emptied:
+            continue
+        members = [c.path for c in state.columns if any(pc.table == t.key for pc in state.physical_columns_of(c.path))]
+        readers = [r for r in reads if any(pc.table == t.key for c in r["columns"] for pc in state.read_parts(c))]
+        used = {c for r in readers for c in r["columns"]}
+        cold = [c for c in members if c not in used]
+        total = sum(by_table.get((c, t.key), 0) for c in members)
+        cold_bytes = sum(by_table.get((c, t.key), 0) for c in cold)
+        if (len(readers) < MIN_SPLIT_READS or not cold or len(cold) == len(members) or not total
+                or cold_bytes / total < MIN_COLD_SHARE):
+            continue
+        if best is None or cold_bytes > best[0]:
+            best = (cold_bytes, total, t, cold, readers)
+    if best is None:
+        return None
+    cold_bytes, total, t, cold, readers = best
+    return Proposal(
+        "split", cold[:MAX_COLUMNS], len(readers), len(reads), sum(r["latency_ms"] for r in readers), 0,
+        f"{len(readers)} of {len(reads)} logged reads used column group {t.identifier}, none of them these "
+        f"{len(cold)} column(s): {cold_bytes / total:.0%} of its bytes ({cold_bytes / 2**20:.2f} MiB), which every "
+        "merge of a new batch rewrites with the group; a move to a table of their own, not a copy",
+        f"omni regroup {state.table.identifier} --split {','.join(cold[:MAX_COLUMNS])}")
+
+
+def _column_bytes_by_table(catalog: Any, state: FamilyState) -> dict[tuple[str, str], int]:
+    """(logical column, physical table key) -> Parquet bytes of its values there at ``state``
+    (data file column sizes; materialized copies left out)."""
+    out: dict[tuple[str, str], int] = {}
     for t in state.tables:
         if t.snapshot_id is None or t.role == "materialized":
             continue
@@ -215,5 +260,5 @@ def _column_bytes(catalog: Any, state: FamilyState) -> dict[str, int]:
                     field_id = schema.find_field(pc.name).field_id
                 except ValueError:
                     continue
-                out[col.path] = out.get(col.path, 0) + by_id.get(field_id, 0)
+                out[(col.path, t.key)] = out.get((col.path, t.key), 0) + by_id.get(field_id, 0)
     return out

@@ -96,3 +96,34 @@ def test_reads_joining_narrow_feature_tables_propose_a_regroup_that_costs_no_sto
     assert any(t.role == "column-group" for t in omni.state("web").tables)
     assert omni.query("SELECT avg(ad_len) AS a, avg(ad_twice) AS b FROM web WHERE ad_len > 3").to_pylist() == before
     assert not [p for p in omni.advise("web").proposals if p.kind == "regroup"]
+
+
+@feature(outputs={"ad_c1": "double", "ad_c2": "double", "ad_c3": "double"}, inputs=["RawData.raw_data"])
+def ad_cold(raw_data):
+    h = hash(raw_data) % 10_007
+    return {"ad_c1": h / 7, "ad_c2": h / 11, "ad_c3": h / 13}  # fixed width: grouped; never read below
+
+
+def test_a_group_whose_reads_skip_most_of_its_bytes_proposes_a_split(omni):
+    omni.register_features("web", [ad_twice, ad_cold])
+    omni.backfill("web", ["ad_twice", "ad_cold"], isolation="inline")
+    omni.regroup("web")
+    group = next(t for t in omni.state("web").tables if t.role == "column-group")
+    sql = "SELECT avg(ad_len) AS a, sum(ad_twice) AS b FROM web WHERE ad_len > 3"
+    for _ in range(2):
+        omni.query(sql)
+    assert not [p for p in omni.advise("web").proposals if p.kind == "split"]  # 2 reads: too few to judge
+    omni.query(sql)
+    split = next(p for p in omni.advise("web").proposals if p.kind == "split")
+    assert split.columns == ["ad_c1", "ad_c2", "ad_c3"]
+    assert split.reads == 3 and split.storage_bytes == 0 and group.identifier in split.benefit
+    assert split.command == "omni regroup aidata.web --split ad_c1,ad_c2,ad_c3"
+    before = omni.query(sql).to_pylist()
+    cold = omni.read("web", columns=["_ai_unique_id_", "ad_c1", "ad_c3"]).sort_by("_ai_unique_id_")  # not logged
+    applied = omni.advise("web", apply=True)
+    assert "split" in [a["kind"] for a in applied.applied]
+    state = omni.state("web")
+    assert all(pc.table != group.key for c in ("ad_c1", "ad_c2", "ad_c3") for pc in state.read_parts(c))
+    assert omni.query(sql).to_pylist() == before
+    assert omni.read("web", columns=["_ai_unique_id_", "ad_c1", "ad_c3"]).sort_by("_ai_unique_id_").equals(cold)
+    assert not [p for p in omni.advise("web").proposals if p.kind == "split"]

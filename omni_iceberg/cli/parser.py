@@ -199,10 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("name", help="logical table")
     rn.add_argument("--stats", action="store_true", help="figures per feature set and overall instead of the list")
 
-    ad = command(sub, "advise", "read the query log and propose hot columns and a materialization, with the "
-                 "benefit observed and the storage they cost", "omni advise web", "omni advise web --apply --json")
+    ad = command(sub, "advise", "read the query log and propose column groups, a column split, hot columns and "
+                 "a materialization, with the benefit observed and the storage they cost", "omni advise web", "omni advise web --apply --json")
     ad.add_argument("name", help="logical table")
-    ad.add_argument("--apply", action="store_true", help="run the proposals (omni accelerate --hot / --materialize)")
+    ad.add_argument("--apply", action="store_true", help="run the proposals (omni regroup [--split], omni accelerate "
+                    "--hot / --materialize)")
     ad.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     command(sub, "flush-log", "push the spooled rows of omni_sys.query_log into the table now (queries "
