@@ -188,9 +188,6 @@ def main(argv: list[str] | None = None) -> None:
          "sorts each output part by id, hashes every file (SHA-256) and writes a manifest that re-creates the "
          "export; the floor does none of that."),
         "The floor's table was materialised from omni.read (untimed); the row sets of both exports are checked equal.",
-        ("The base-table scan projects the whole RawData struct (see the scan line above), so it reads the raw HTML "
-        "of every row although no exported column needs it: the planner projects top-level columns only, while "
-        "pyiceberg accepts nested names such as 'RawData.url'."),
         f"{repeats} repeat(s), order alternating.",
         (f"Phase 2: `omni accelerate web --materialize` of the 15 columns ({materialize_s:.1f} s, untimed), then "
          f"the same export, interleaved with the floor again; it read {len(scans_mat)} table(s): "
