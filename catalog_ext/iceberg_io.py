@@ -223,7 +223,7 @@ def _stable_top_level(meta: Any) -> dict[str, Any]:
             if prev.field_id != f.field_id or prev.field_type != f.field_type:
                 broken.add(f.name)
     stable = {n: f for n, f in by_name.items() if n not in broken}
-    if len(_STABLE_NAMES) > 256:
+    if len(_STABLE_NAMES) >= 32:  # it holds the metadata objects alive: keep it small
         _STABLE_NAMES.clear()
     _STABLE_NAMES[id(meta)] = (meta, stable)
     return stable
