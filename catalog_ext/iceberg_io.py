@@ -189,7 +189,8 @@ def read_tasks(scan: Any, tasks: list[Any]) -> Any:
     fast = _read_by_name(scan, tasks)
     if fast is not None:
         return fast
-    return ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter, scan.case_sensitive).to_table(tasks)
+    return ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter,
+                     scan.case_sensitive).to_table(tasks)
 
 
 def scan_to_arrow(table: Any, row_filter: Any, snapshot_id: int | None, selected: tuple[str, ...]) -> Any:

@@ -28,7 +28,8 @@ resumes and races work exactly as before. Until the next regroup a column has tw
 parts, its group and its feature table; readers COALESCE them (``FamilyState.read_parts``).
 They are disjoint: a moved value leaves the feature table in the same commit, a retry
 writes only values that failed (null in the group), and a recomputed (stale) batch is
-nulled in the group by the backfill's own commit (:func:`null_recomputed`). Older
+nulled in the group by the backfill's own commit
+(:func:`catalog_ext.group_values.null_recomputed`). Older
 logical versions keep their pins, so they keep reading the old layout.
 """
 
@@ -48,8 +49,8 @@ import pyarrow.compute as pc
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, PHYSICAL_SEPARATOR, split_qualified
 from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState, PhysicalColumn, PhysicalTable, PhysicalTableGroup
-from catalog_ext.physical import (abandon_all, create_physical_table, file_batch_bounds, first_snapshot_id,
-                                  iceberg_type)
+from catalog_ext.group_values import bucket_files, overlaps_batches
+from catalog_ext.physical import abandon_all, create_physical_table, first_snapshot_id, iceberg_type
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import (AddPhysicalColumns, AddPhysicalTable, DropPhysicalColumns, ExpectMapping, ExpectPin,
                                  MarkEmptied, PinSnapshot)
@@ -341,23 +342,12 @@ def _add_columns(ice: Any, types: dict[str, Any]) -> None:
                 update.add_column(col, typ)
 
 
-def _bucket_files(store: FamilyStore, t: PhysicalTable) -> tuple[Any, dict[int, list[Any]]]:
-    from catalog_ext import iceberg_io
-    from pyiceberg.expressions import AlwaysTrue
-
-    ice = store.catalog.load_table(t.identifier)
-    if t.snapshot_id is None:
-        return ice, {}
-    _, groups = iceberg_io.scan_tasks_by_bucket(ice, t.snapshot_id, ("*",), AlwaysTrue())
-    return ice, {b: [task.file for task in tasks] for b, tasks in groups.items()}
-
-
 def _move_rows(store: FamilyStore, state: FamilyState, move: GroupMove, group: PhysicalTable,
                writers: dict[str, Any], bar: Any) -> None:
     from catalog_ext.iceberg_io import read_data_files
 
-    group_ice, group_files = _bucket_files(store, group)
-    members = {key: _bucket_files(store, state.physical_table(key)) for key in move.members}
+    group_ice, group_files = bucket_files(store, group)
+    members = {key: bucket_files(store, state.physical_table(key)) for key in move.members}
     group_ice = store.catalog.load_table(group.identifier)  # after a schema change
     schema = group_ice.schema().as_arrow()
     buckets = sorted({b for _, files in members.values() for b in files})
@@ -378,7 +368,7 @@ def _move_rows(store: FamilyStore, state: FamilyState, move: GroupMove, group: P
             if bar is not None:
                 bar.update(data.num_rows)
         # group files of the same batches may hold the same ids: they are merged, the rest untouched
-        overlapping = [f for f in group_files.get(bucket, []) if _overlaps(group_ice, f, moved_batches)]
+        overlapping = [f for f in group_files.get(bucket, []) if overlaps_batches(group_ice, f, moved_batches)]
         if overlapping:
             old = read_data_files(group_ice, overlapping)
             keys = [old.column(k).cast(pa.string()) for k in KEYS]
@@ -392,13 +382,6 @@ def _move_rows(store: FamilyStore, state: FamilyState, move: GroupMove, group: P
     for key in move.members:  # emptied: no scan reads them, so their deleted-entry manifests may stay
         if writers[key].replacing:
             writers[key].commit_replacements({"omni.groups": move.group_key}, live_only=False)
-
-
-def _overlaps(table: Any, data_file: Any, batches: set[str]) -> bool:
-    lo, hi = file_batch_bounds(table, data_file)
-    if lo is None or hi is None:
-        return True
-    return any(lo <= b <= hi for b in batches)
 
 
 def _merge_by_keys(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
@@ -520,7 +503,7 @@ def split_columns(store: FamilyStore, name: str, columns: list[str], *, dry_run:
     try:
         from catalog_ext.iceberg_io import read_data_files
 
-        scanned = {key: _bucket_files(store, state.physical_table(key)) for key in by_source}
+        scanned = {key: bucket_files(store, state.physical_table(key)) for key in by_source}
         for bucket in sorted({b for _, files in scanned.values() for b in files}):
             parts = []
             for key, paths in by_source.items():
@@ -570,48 +553,3 @@ def split_columns(store: FamilyStore, name: str, columns: list[str], *, dry_run:
             bar.close()
     report["logical_version"] = new_state.version
     return report
-
-
-# ---- a recomputed batch leaves the group ------------------------------------------------------
-def null_recomputed(store: FamilyStore, state: FamilyState, recomputed: dict[str, set[str]], run_id: str
-                    ) -> list[tuple[PhysicalTable, Any]]:
-    """Null, in each column group, the values of logical columns recomputed for some batches.
-
-    ``recomputed`` maps a logical column to the batches a backfill recomputes (stale
-    units): their new values go to the feature table, so the group's old values must go,
-    in the backfill's own logical commit, or COALESCE would return them for the records
-    that now fail. Returns (group, staged writer) pairs to pin; rewrites only the group
-    files of those batches.
-    """
-    from catalog_ext.iceberg_io import read_data_files
-
-    by_group: dict[str, dict[str, set[str]]] = {}
-    for path, batches in recomputed.items():
-        for p in state.physical_columns_of(path):
-            if state.physical_table(p.table).role == "column-group":
-                by_group.setdefault(p.table, {}).setdefault(p.name, set()).update(batches)
-    out = []
-    for key, columns in by_group.items():
-        group = state.physical_table(key)
-        ice, files = _bucket_files(store, group)
-        w = store.staged_write(state, group.identifier, group.snapshot_id, run_id,
-                               {"omni.operation": "backfill", "omni.run-id": run_id}, rebasable=False)
-        w.abandon()  # a branch an earlier attempt of this run left: start again from the pinned snapshot
-        schema = ice.schema().as_arrow()
-        every = set().union(*columns.values())
-        for bucket, bucket_files in sorted(files.items()):
-            touched = [f for f in bucket_files if _overlaps(ice, f, every)]
-            if not touched:
-                continue
-            data = read_data_files(ice, touched).cast(schema)
-            batch = data.column(BATCH_COLUMN)
-            for col, batches in columns.items():
-                hit = pc.is_in(batch, pa.array(sorted(batches), pa.string()))
-                i = data.column_names.index(col)
-                data = data.set_column(i, col, pc.if_else(hit, pa.nulls(data.num_rows, data.schema.field(col).type),
-                                                          data.column(col)))
-            w.write_replacement(touched, data)
-        if w.replacing:
-            w.commit_replacements({"omni.nulled": ",".join(sorted(columns))[:1000]})
-            out.append((group, w))
-    return out

@@ -52,7 +52,8 @@ def test_past_throughput_sizes_slices_but_never_below_a_batch():
     fast = [_attempt("succeeded", versions={"f": "v1"}, rows=10**6, seconds=1.0)]
     assert _choose({"f": _def()}, fast).slice_rows == 8192
     # a tiny run (start-up dominated) says nothing about the rate; the UDF time, where recorded, wins
-    assert _choose({"f": _def()}, [_attempt("succeeded", versions={"f": "v1"}, rows=40, seconds=2.0)]).slice_rows == 8192
+    tiny = _attempt("succeeded", versions={"f": "v1"}, rows=40, seconds=2.0)
+    assert _choose({"f": _def()}, [tiny]).slice_rows == 8192
     timed = _attempt("succeeded", versions={"f": "v1"}, rows=1000, seconds=1000.0)
     timed["tuning"]["compute_s"] = 1.0
     assert _choose({"f": _def()}, [timed]).slice_rows == 8192

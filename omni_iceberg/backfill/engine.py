@@ -30,6 +30,7 @@ import pyarrow as pa
 from catalog_ext import system_tables
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
+from catalog_ext.group_values import null_recomputed
 from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.physical import StagedWrite, abandon_all, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, MarkRetried, PinSnapshot
@@ -429,7 +430,7 @@ class BackfillRun:
                         self.raced |= {(f, b) for b in taken}
                         w.rebase_excluding(latest.physical_table(binding.table_key).snapshot_id, taken)
                 ups.append(PinSnapshot(binding.table_key, w.staged_snapshot_id, w.base_snapshot_id))
-            # recomputed batches leave their column groups in this same commit (column_groups.null_recomputed)
+            # recomputed batches leave their column groups in this same commit (group_values.null_recomputed)
             ups += [PinSnapshot(group.key, w.staged_snapshot_id, group.snapshot_id) for group, w in nulled]
             if self.plan.only_ids:  # values added to computed units: their signatures must move
                 return tuple(ups) + (MarkRetried(tuple(
@@ -468,8 +469,6 @@ class BackfillRun:
                     recomputed.setdefault(out, set()).update(batches)
         if not recomputed:
             return []
-        from governance.column_groups import null_recomputed
-
         with self.clock.span("write_s"):
             return null_recomputed(self.store, self.state, recomputed, self.report.run_id)
 

@@ -11,8 +11,8 @@ and decides two numbers for the run:
   smaller in proportion. The local engine still halves it again if a worker is killed.
 - ``slice_rows``: rows read and handed to the UDFs at a time. From the median past
   throughput of each feature version (its UDF time where the engine recorded it, and
-  only from runs of at least ``MIN_RATE_ROWS`` rows: start-up swamps smaller ones), a slice takes about ``OMNI_TARGET_SLICE_S``
-  seconds (30): a feature that computes 20 rows a second gets slices of 512 rows, so a
+  only from runs of at least ``MIN_RATE_ROWS`` rows: start-up swamps smaller ones), a
+  slice takes about ``OMNI_TARGET_SLICE_S`` seconds (30): a feature that computes 20 rows a second gets slices of 512 rows, so a
   progress bar moves and a crash loses a slice, not an hour; fast features keep the
   full ``OMNI_SLICE_ROWS``. Never below the largest declared ``batch_size``: a model
   wants full batches.
