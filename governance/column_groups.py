@@ -35,7 +35,6 @@ logical versions keep their pins, so they keep reading the old layout.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
@@ -50,8 +49,9 @@ from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, PHYSICAL_SEPARATOR, sp
 from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState, PhysicalColumn, PhysicalTable, PhysicalTableGroup
 from catalog_ext.group_values import bucket_files, overlaps_batches
-from catalog_ext.physical import abandon_all, create_physical_table, first_snapshot_id, iceberg_type
+from catalog_ext.physical import create_physical_table, first_snapshot_id, iceberg_type
 from catalog_ext.store import FamilyStore
+from governance.attempt import staged_attempt
 from catalog_ext.updates import (AddPhysicalColumns, AddPhysicalTable, DropPhysicalColumns, ExpectMapping, ExpectPin,
                                  MarkEmptied, PinSnapshot)
 
@@ -262,7 +262,9 @@ def regroup(store: FamilyStore, name: str, *, dry_run: bool = False, progress: b
     writers: dict[str, Any] = {}
     created: dict[str, PhysicalTable] = {}
     bar = progress_bar(progress, f"regroup {plan.logical_table}", "row", total=sum(m.rows for m in plan.moves))
-    try:
+    # on failure: the files were never pinned, and no version names the new group tables
+    with staged_attempt(bar, writers.values, catalog=store.catalog,
+                        created=lambda: [g.identifier for g in created.values()]):
         for move in plan.moves:
             group = _group_table(store, state, ns, table, move)
             if move.new:
@@ -295,15 +297,6 @@ def regroup(store: FamilyStore, name: str, *, dry_run: bool = False, progress: b
                    "omni.moved-tables": ",".join(k for m in plan.moves for k in m.members)[:1000]}
         new_state = store.commit(ns, table, updates, operation="regroup", command=command or f"regroup {name}",
                                  summary=lambda _: summary, staged=list(writers.values()))
-    except BaseException:
-        abandon_all(writers.values())  # never pinned: delete what was written
-        for group in created.values():  # and the new group tables no version names
-            with contextlib.suppress(Exception):
-                store.catalog.drop_table(group.identifier)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
     report["logical_version"] = new_state.version
     return report
 
@@ -500,7 +493,7 @@ def split_columns(store: FamilyStore, name: str, columns: list[str], *, dry_run:
     for path, source in plan.sources.items():
         by_source.setdefault(source, []).append(path)
     bar = progress_bar(progress, f"split {plan.logical_table}", "bucket")
-    try:
+    with staged_attempt(bar, lambda: [writer], catalog=store.catalog, created=lambda: [plan.identifier]):
         from catalog_ext.iceberg_io import read_data_files
 
         scanned = {key: bucket_files(store, state.physical_table(key)) for key in by_source}
@@ -543,13 +536,5 @@ def split_columns(store: FamilyStore, name: str, columns: list[str], *, dry_run:
 
         new_state = store.commit(ns, table, updates, operation="split", command=command or f"regroup {name} --split",
                                  summary=lambda _: {"omni.split": ",".join(plan.columns)[:1000]}, staged=[writer])
-    except BaseException:
-        abandon_all([writer])
-        with contextlib.suppress(Exception):
-            store.catalog.drop_table(plan.identifier)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
     report["logical_version"] = new_state.version
     return report

@@ -31,9 +31,10 @@ from typing import Any
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
 from catalog_ext.iceberg_io import read_data_files
-from catalog_ext.physical import abandon_all, file_batch
+from catalog_ext.physical import file_batch
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import PinSnapshot
+from governance.attempt import staged_attempt
 from governance.maintenance import clean_leftovers
 
 #: files at least this big are left alone: merging them buys little and rewrites a lot
@@ -168,7 +169,7 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
                for t in plan.tables}
     bar = progress_bar(progress, f"compact {plan.logical_table}", "file",
                        total=sum(t.files_rewritten for t in plan.tables))
-    try:
+    with staged_attempt(bar, writers.values):  # the rewritten files were never pinned: deleted on failure
         for t in plan.tables:
             w = writers[t.key]
             ice = store.catalog.load_table(t.identifier)
@@ -193,11 +194,5 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
         new_state = store.commit(ns, table, updates, operation="compact", command=f"compact {name}",
                                  summary=lambda _: {"omni.tables": ",".join(t.key for t in plan.tables)},
                                  staged=list(writers.values()))
-    except BaseException:
-        abandon_all(writers.values())  # the rewritten files were never pinned: delete them
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
     report["logical_version"] = new_state.version
     return report

@@ -34,9 +34,10 @@ from catalog_ext.contract import BATCH_COLUMN, split_qualified
 from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState
 from catalog_ext.iceberg_io import read_data_files
-from catalog_ext.physical import abandon_all, file_batch_bounds
+from catalog_ext.physical import file_batch_bounds
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import DropBatch, PinSnapshot
+from governance.attempt import staged_attempt
 
 OPERATION = "drop-batch"
 
@@ -126,7 +127,7 @@ def drop_batch(store: FamilyStore, name: str, batch: str, *, dry_run: bool = Fal
                for t in plan.tables}
     bar = progress_bar(progress, f"drop batch {batch} from {plan.logical_table}", "file",
                        total=sum(len(t.files_deleted) + len(t.files_rewritten) for t in plan.tables))
-    try:
+    with staged_attempt(bar, writers.values):  # never pinned: what was written is deleted on failure
         for t in plan.tables:
             ice = store.catalog.load_table(t.identifier)
             live = {task.file.file_path: task.file for task in ice.scan(snapshot_id=t.snapshot_id).plan_files()}
@@ -155,11 +156,5 @@ def drop_batch(store: FamilyStore, name: str, batch: str, *, dry_run: bool = Fal
                                  command=command or f"drop-batch {plan.logical_table} {batch}",
                                  summary=lambda _: {"omni.batch": batch, "omni.rows": str(plan.rows)},
                                  staged=list(writers.values()))
-    except BaseException:
-        abandon_all(writers.values())  # never pinned: delete what was written
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
     report["logical_version"] = new_state.version
     return report

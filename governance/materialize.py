@@ -34,9 +34,9 @@ from typing import Any
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES, split_qualified
 from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState, MaterializedCopy, PhysicalColumn, PhysicalTable, PhysicalTableGroup
-from catalog_ext.physical import abandon_all
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddPhysicalColumns, AddPhysicalTable, PinSnapshot, RecordMaterialization
+from governance.attempt import staged_attempt
 
 OPERATION = "materialize"
 GROUP = PhysicalTableGroup(name="materialized", purpose="pre-joined copies of co-read columns")
@@ -174,7 +174,7 @@ def materialize(store: FamilyStore, name: str, columns: list[str], *, dry_run: b
     writer = store.staged_write(state, plan.identifier, base_snapshot, run_id,
                                 {"omni.operation": OPERATION}, rebasable=False)
     bar = progress_bar(progress, f"materialize {plan.identifier}", "row", total=plan.rows)
-    try:
+    with staged_attempt(bar, lambda: [writer]):
         if plan.action == "rebuild":
             writer.clear_batches([b.name for b in state.batches] + list(_copied_batches(state, plan.table_key)))
         arrow_schema = writer.table.schema().as_arrow()
@@ -215,12 +215,6 @@ def materialize(store: FamilyStore, name: str, columns: list[str], *, dry_run: b
                                  summary=lambda _: {"omni.materialized": plan.identifier, "omni.action": plan.action,
                                                     "omni.rows": str(report["rows_written"])},
                                  staged=[writer])
-    except BaseException:
-        abandon_all([writer])
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
     report["logical_version"] = new_state.version
     return report
 
