@@ -182,9 +182,15 @@ def main(argv: list[str] | None = None) -> None:
         for w in widths:
             sql = query(f"omni.aidata.{names[w]}", w, "spread")
             box: dict[str, Any] = {}
+            def spread_query() -> None:
+                try:
+                    box.update(rows=[tuple(x) for x in sb.spark.sql(sql).collect()])
+                except Exception as e:  # noqa: BLE001 - e.g. the driver's heap: recorded, not timed
+                    box.update(error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+
             for r in range(-1, max(3, repeats // 2)):
-                thread = threading.Thread(target=lambda: box.update(rows=[tuple(x) for x in sb.spark.sql(sql).collect()]),
-                                          daemon=True)
+                box.clear()
+                thread = threading.Thread(target=spread_query, daemon=True)
                 t0 = time.perf_counter()
                 thread.start()
                 thread.join(SPARK_TIMEOUT_S)
@@ -192,6 +198,11 @@ def main(argv: list[str] | None = None) -> None:
                     spark_stuck = True
                     facts[f"{w} {GROUPED}"]["spark_spread_timeout_s"] = SPARK_TIMEOUT_S
                     C.log(f"{w} column groups spark view spread: not finished after {SPARK_TIMEOUT_S} s")
+                    break
+                if "error" in box:  # a failed query is an outcome, not a time; the JVM may be gone
+                    spark_stuck = True
+                    facts[f"{w} {GROUPED}"]["spark_spread_error"] = box["error"]
+                    C.log(f"{w} column groups spark view spread failed (repeat {r}): {box['error']}")
                     break
                 if r < 0:
                     C.log(f"warm-up {w} column groups spark view spread: {time.perf_counter() - t0:.2f} s")
@@ -205,7 +216,10 @@ def main(argv: list[str] | None = None) -> None:
         if not spark_stuck:
             sb.close()
         elif sb.pg is not None:
-            sb.pg.stop()
+            import contextlib
+
+            with contextlib.suppress(Exception):
+                sb.pg.stop()
     C.remove(folder)
 
     for key in {k.split(" ", 2)[0] + " " + k.split(" ", 2)[1] for k in answers}:  # same answer everywhere
@@ -254,6 +268,8 @@ def main(argv: list[str] | None = None) -> None:
                 v = stat(w, layout, kind, fn)
                 if v is not None:
                     return f"{v:.3f}"
+                if kind == "spark view spread" and f.get("spark_spread_error"):
+                    return f"failed: {f['spark_spread_error'][:80]}"
                 return f"not finished in {SPARK_TIMEOUT_S} s" if f.get("spark_spread_timeout_s") and \
                     kind == "spark view spread" else "not run"
 
