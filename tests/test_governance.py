@@ -109,17 +109,25 @@ def test_a_lost_compaction_deletes_the_files_it_rewrote(tmp_path, monkeypatch, c
     assert omni.read("web").num_rows == 30
 
 
+def _small_batches(tmp_path, batches: list[str], records: int) -> Omni:
+    """A table ``web`` with one small submit per batch name (distinct records)."""
+    import json
+
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")
+    for n, batch in enumerate(batches):
+        src = tmp_path / f"{batch}.jsonl"
+        src.write_text("".join(json.dumps({"raw_data": f"batch {n} doc {i}"}) + "\n" for i in range(records)))
+        omni.submit("web", [str(src)], batch=batch)
+    return omni
+
+
 def test_small_batches_merge_across_batches_and_batch_pruning_keeps_working(tmp_path):
     import json
 
     from pyiceberg.expressions import EqualTo
 
-    omni = Omni(home=tmp_path / "h")
-    omni.create_table("web")
-    for b in range(12):
-        src = tmp_path / f"b{b}.jsonl"
-        src.write_text("".join(json.dumps({"raw_data": f"batch {b} doc {i}"}) + "\n" for i in range(20)))
-        omni.submit("web", [str(src)], batch=f"b{b:02d}")
+    omni = _small_batches(tmp_path, [f"b{b:02d}" for b in range(12)], 20)
     per_batch = "SELECT _ai_append_name_ AS b, count(*) AS n FROM web GROUP BY 1 ORDER BY 1"
     before, v_before = omni.query(per_batch).to_pylist(), omni.state("web").version
     base = omni.state("web").base_table
@@ -148,18 +156,11 @@ def test_small_batches_merge_across_batches_and_batch_pruning_keeps_working(tmp_
 
 
 def test_export_after_compaction_reads_each_batch_once_from_merged_files(tmp_path, monkeypatch):
-    import json
-
     import pyarrow.parquet as pq
 
     from catalog_ext import iceberg_io
 
-    omni = Omni(home=tmp_path / "h")
-    omni.create_table("web")
-    for b in range(6):
-        src = tmp_path / f"b{b}.jsonl"
-        src.write_text("".join(json.dumps({"raw_data": f"batch {b} doc {i}"}) + "\n" for i in range(15)))
-        omni.submit("web", [str(src)], batch=f"b{b}")
+    omni = _small_batches(tmp_path, [f"b{b}" for b in range(6)], 15)
     compact(omni.store, "web")
     planned = []
     real_plan = iceberg_io.scan_tasks_by_bucket

@@ -115,20 +115,16 @@ def _compute_seconds(attempt: dict[str, Any]) -> float:
 
 def _shrink_from_history(attempts: list[dict[str, Any]]) -> int:
     """The shrink the latest attempts of one feature version call for (1: none)."""
+    from omni_iceberg.backfill.run_stats import failure_cause  # run_stats imports the engine, which imports us
+
     if not attempts:
         return 1
     last = attempts[-1]
     if last["status"] == "succeeded":
         return int((last.get("tuning") or {}).get("shrink", 1))
-    if _cause(last) in ("memory", "timeout"):
+    if failure_cause(last) in ("memory", "timeout"):
         return 2 * int((last.get("tuning") or {}).get("shrink", 1))
     return 1
-
-
-def _cause(row: dict[str, Any]) -> str:
-    from omni_iceberg.backfill.run_stats import failure_cause
-
-    return failure_cause(row)
 
 
 def history_of(omni: Any, logical_table: str) -> list[dict[str, Any]]:

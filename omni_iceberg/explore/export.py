@@ -188,6 +188,7 @@ def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
     batch's filter (see :func:`_run_part`).
     """
     from catalog_ext import iceberg_io
+    from catalog_ext.group_values import overlaps_batches
     from pyiceberg.expressions import AlwaysTrue, And, In
 
     all_batches = {b.name for b in plan.ctx.tables[plan.scans[0].alias].state.batches}
@@ -206,7 +207,7 @@ def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
                                                               row_filter)
         for bucket, tasks in by_bucket.items():
             for task in tasks:
-                for batch in _batches_of(table.metadata, task.file, wanted):
+                for batch in [b for b in wanted if overlaps_batches(table.metadata, task.file, {b})]:
                     grouped.setdefault((batch, bucket), {}).setdefault(scan.local_name, (ice_scan, []))[1].append(task)
         for key in grouped:
             grouped[key].setdefault(scan.local_name, (ice_scan, []))
@@ -230,16 +231,6 @@ def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
                 part, first, rows = {}, None, 0
         if part:
             yield batch, first, part
-
-
-def _batches_of(meta: Any, data_file: Any, wanted: list[str]) -> list[str]:
-    """The wanted batches a data file may hold, from its exact (``full`` metrics) bounds."""
-    from catalog_ext.physical import file_batch_bounds
-
-    lo, hi = file_batch_bounds(meta, data_file)
-    if lo is None or hi is None:
-        return wanted
-    return [lo] if lo == hi and lo in wanted else [b for b in wanted if lo <= b <= hi]
 
 
 def _spans_batches(meta: Any, tasks: list[Any]) -> bool:
