@@ -2,8 +2,11 @@
 with a manifest that re-creates the same bytes later.
 
 Rows are read a few (batch, id-bucket) partitions at a time (about ``PART_ROWS`` rows:
-bounded memory, no flood of tiny files) and each part becomes one file; within a part
-rows are sorted by ``_ai_unique_id_``. The manifest
+bounded memory, no flood of tiny files); within a part rows are sorted by
+``_ai_unique_id_``. Writing Parquet with zstd is most of an export's time and pyarrow
+writes one file on one core, so a part larger than ``PIECE_MIN_BYTES`` is cut into up to
+one piece per core, each its own file, written (and hashed) in parallel while the next
+part is read. The manifest
 records the logical version (so every physical snapshot is pinned), the feature
 versions, batches, filter, row counts and a SHA-256 per file. ``--from-manifest``
 replays the same version and filter and checks every checksum.
@@ -13,13 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
@@ -30,6 +36,9 @@ from omni_iceberg.ui.progress import progress_bar
 
 MANIFEST = "_omni_export_manifest.json"
 PART_ROWS = 100_000
+#: a part is cut into several files only when each piece holds at least this much Arrow
+#: data: smaller files would cost their readers more than the parallel write saves
+PIECE_MIN_BYTES = 8 * 1024 * 1024
 
 
 class ExportError(QueryError):
@@ -75,6 +84,7 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"export directory {out_dir} is not empty; choose a new or empty directory")
     ns, table = split_qualified(name)
+    workers = _writers()
     started = time.perf_counter()
     plan = plan_query(omni, export_query(ns, table, columns, where), as_of)
     if len(plan.ctx.tables) != 1:
@@ -87,22 +97,40 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
     parts = list(_partitions(omni, plan, batches))
     bar = progress_bar(progress, f"export {state.table.identifier}", "part", total=len(parts))
     sql = plan.sql("duckdb")
-    for batch, bucket, tables in parts:
-        data = _run_part(sql, plan, tables, batch)
+    replayed = _replayed_pieces(expected)
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="omni-export")
+    previous: list[Future] = []
+    try:
+        for batch, bucket, tables in parts:
+            data = _run_part(sql, plan, tables, batch)
+            if bar is not None:
+                bar.update(1)
+            if data.num_rows == 0:
+                continue
+            # the order is fixed here (cheap: indices only); the pieces take their rows in the writers
+            order = pc.sort_indices(data, [(ID_COLUMN, "ascending")]) if ID_COLUMN in data.column_names else None
+            sizes = replayed.get((batch, bucket)) or _piece_rows(data.num_rows, data.nbytes, workers)
+            if sum(sizes) != data.num_rows:  # a replay whose rows changed: verification names the files
+                sizes = _piece_rows(data.num_rows, data.nbytes, workers)
+            current, start = [], 0
+            for k, n in enumerate(sizes):
+                fname = f"part-{batch}-{bucket:04d}.{fmt}" if len(sizes) == 1 else \
+                    f"part-{batch}-{bucket:04d}-{k:03d}.{fmt}"
+                entry = {"file": fname, "batch": batch, "bucket": bucket, "rows": n}
+                files.append(entry)
+                current.append(pool.submit(_write_piece, data, order, start, n, out / fname, fmt, entry))
+                start += n
+            total += data.num_rows
+            # at most two parts in memory: this one being cut, the last one being written
+            for f in previous:
+                f.result()
+            previous = current
+        for f in previous:
+            f.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         if bar is not None:
-            bar.update(1)
-        if data.num_rows == 0:
-            continue
-        if ID_COLUMN in data.column_names:
-            data = data.sort_by(ID_COLUMN)
-        fname = f"part-{batch}-{bucket:04d}.{fmt}"
-        path = out / fname
-        _write(data, path, fmt)
-        files.append({"file": fname, "batch": batch, "bucket": bucket, "rows": data.num_rows,
-                      "sha256": _sha256(path)})
-        total += data.num_rows
-    if bar is not None:
-        bar.close()
+            bar.close()
     manifest = {
         "format_version": 1, "logical_table": state.table.identifier, "logical_version": state.version,
         "pinned_snapshots": {t.identifier: t.snapshot_id for t in state.tables},
@@ -257,6 +285,44 @@ def _run_part(sql: str, plan: QueryPlan, tables: dict[str, tuple[Any, list]], ba
         return con.sql(sql).to_arrow_table()
     finally:
         con.close()
+
+
+def _writers() -> int:
+    """Files written at once: one per core (``OMNI_EXPORT_WRITERS`` overrides), at most 8."""
+    env = os.environ.get("OMNI_EXPORT_WRITERS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ExportError(f"OMNI_EXPORT_WRITERS must be a whole number, got {env!r}") from None
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _piece_rows(rows: int, nbytes: int, workers: int) -> list[int]:
+    """Rows per file of one part: one piece per writer, none under ``PIECE_MIN_BYTES``."""
+    pieces = max(1, min(workers, rows, nbytes // PIECE_MIN_BYTES))
+    base, extra = divmod(rows, pieces)
+    return [base + (1 if k < extra else 0) for k in range(pieces)]
+
+
+def _replayed_pieces(expected: dict[str, Any] | None) -> dict[tuple[str, int], list[int]]:
+    """(batch, bucket) -> rows per file, as the manifest being replayed cut its parts.
+
+    A replay must write the same files whatever machine it runs on, so it cuts each part
+    where the original export did, not by this machine's core count.
+    """
+    out: dict[tuple[str, int], list[int]] = {}
+    for f in (expected or {}).get("files", []):
+        out.setdefault((f["batch"], int(f["bucket"])), []).append((f["file"], int(f["rows"])))
+    return {k: [n for _, n in sorted(v)] for k, v in out.items()}
+
+
+def _write_piece(data: pa.Table, order: Any, start: int, rows: int, path: Path, fmt: str,
+                 entry: dict[str, Any]) -> None:
+    """Rows ``start .. start + rows`` of ``data`` in id order, written to ``path``; its SHA-256 into ``entry``."""
+    piece = data.take(order[start:start + rows]) if order is not None else data.slice(start, rows)
+    _write(piece, path, fmt)
+    entry["sha256"] = _sha256(path)
 
 
 def _write(data: pa.Table, path: Path, fmt: str) -> None:
