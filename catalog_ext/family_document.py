@@ -119,8 +119,37 @@ def write(open_io: Opener, folder: str, path: str, state: FamilyState,
     return tuple(n for names in segments.values() for n in names)
 
 
+#: document path -> (its state, its segment names). A document is written once under a
+#: fresh name (``overwrite=False``) and its state is frozen, so a parsed one stays true;
+#: validating a 2,500-feature state costs ~0.1 s, which every query on it would repeat.
+_STATES: "OrderedDict[str, tuple[FamilyState, tuple[str, ...]]]" = OrderedDict()
+_CACHE_STATES = 16
+
+
+def clear_caches() -> None:
+    """Forget every parsed document and segment: what a new process would see."""
+    with _LOCK:
+        _STATES.clear()
+        _PARSED.clear()
+        _NAMED.clear()
+
+
 def read(open_io: Opener, folder: str, path: str) -> tuple[FamilyState, tuple[str, ...]]:
     """The state stored at ``path`` and the segment names its document refers to."""
+    with _LOCK:
+        hit = _STATES.get(path)
+        if hit is not None:
+            _STATES.move_to_end(path)
+            return hit
+    out = _read(open_io, folder, path)
+    with _LOCK:
+        _STATES[path] = out
+        while len(_STATES) > _CACHE_STATES:
+            _STATES.popitem(last=False)
+    return out
+
+
+def _read(open_io: Opener, folder: str, path: str) -> tuple[FamilyState, tuple[str, ...]]:
     with open_io(path).new_input(path).open() as stream:
         doc = json.loads(stream.read())
     segments: dict[str, list[str]] = doc.pop(_SEGMENTS_KEY, {})

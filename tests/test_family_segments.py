@@ -31,8 +31,7 @@ def omni(omni_home, monkeypatch):
 
 def _fresh(omni: Omni) -> Omni:
     """What another process sees: a new handle, with no parsed segment kept in memory."""
-    family_document._PARSED.clear()
-    family_document._NAMED.clear()
+    family_document.clear_caches()
     return Omni(config=omni.config)
 
 

@@ -107,3 +107,31 @@ def test_files_with_delete_files_step_aside(catalog):
     # a position-delete file on one task (as Spark's merge-on-read writes): pyiceberg must apply it
     with_deletes = [FileScanTask(tasks[0].file, delete_files={tasks[1].file}), tasks[1]]
     assert iceberg_io._read_by_name(scan, with_deletes) is None
+
+
+def test_footers_are_parsed_once_and_the_cache_stays_within_its_bytes(catalog, monkeypatch):
+    table = catalog.create_table("ns.cached", schema=_rows(1).schema)
+    for start in (0, 100, 200):
+        table.append(_rows(100, start))
+    iceberg_io.FOOTERS.clear()
+    first, slow = _both(table, AlwaysTrue(), ("id", "n"))
+    assert iceberg_io.FOOTERS.misses == 3 and iceberg_io.FOOTERS.hits == 0
+    again, _ = _both(table, AlwaysTrue(), ("id", "n"))
+    assert iceberg_io.FOOTERS.misses == 3 and iceberg_io.FOOTERS.hits == 3
+    _same(first, slow)
+    _same(again, slow)
+    _same(*_both(table, GreaterThan("n", 150), ("id", "score")))  # cached footers, a filter, other columns
+    assert iceberg_io.FOOTERS.misses == 3
+    # a bound smaller than two footers keeps at most one: the least recently used leaves
+    iceberg_io.FOOTERS.clear()
+    one = table.scan().plan_files()
+    size = None
+    for task in one:
+        import pyarrow.parquet as pq
+
+        size = pq.read_metadata(task.file.file_path.removeprefix("file://")).serialized_size
+        break
+    monkeypatch.setenv("OMNI_FOOTER_CACHE_MB", str(1.5 * size / (1 << 20)))
+    _same(*_both(table))
+    assert len(iceberg_io.FOOTERS._entries) == 1 and iceberg_io.FOOTERS._bytes <= 1.5 * size
+    iceberg_io.FOOTERS.clear()
