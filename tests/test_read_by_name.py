@@ -135,3 +135,21 @@ def test_footers_are_parsed_once_and_the_cache_stays_within_its_bytes(catalog, m
     _same(*_both(table))
     assert len(iceberg_io.FOOTERS._entries) == 1 and iceberg_io.FOOTERS._bytes <= 1.5 * size
     iceberg_io.FOOTERS.clear()
+
+
+def test_a_snapshot_and_filter_are_planned_once_and_a_new_snapshot_is_planned_again(catalog):
+    table = catalog.create_table("ns.planned", schema=_rows(1).schema)
+    table.append(_rows(100, 0))
+    iceberg_io.PLANS.clear()
+    first = iceberg_io.scan_to_arrow(table, GreaterThan("n", 50), None, ("id", "n"))
+    again = iceberg_io.scan_to_arrow(table, GreaterThan("n", 50), None, ("id",))
+    assert (iceberg_io.PLANS.misses, iceberg_io.PLANS.hits) == (1, 1)
+    assert first.num_rows == again.num_rows == 49 and again.column_names == ["id"]
+    iceberg_io.scan_to_arrow(table, GreaterThan("n", 60), None, ("id",))  # another filter: planned
+    table.append(_rows(100, 100))  # a new snapshot: planned, and sees the new file
+    newer = iceberg_io.scan_to_arrow(table, GreaterThan("n", 50), None, ("id",))
+    assert iceberg_io.PLANS.misses == 3 and newer.num_rows == 149
+    old = table.metadata.snapshots[0].snapshot_id  # the old snapshot's plan is still right
+    assert iceberg_io.scan_to_arrow(table, GreaterThan("n", 50), old, ("id",)).num_rows == 49
+    assert iceberg_io.PLANS.hits == 2
+    iceberg_io.PLANS.clear()
