@@ -21,6 +21,11 @@ Variants, interleaved, each repeated (first run of each untimed: the warm-up):
 - ``plain-join body`` (10 tables only: at 100 it runs for minutes): the body the view had
   before, every table LEFT JOINed plainly (``render_family_select``), as a subquery -
   what the engines cannot prune;
+- ``view, regrouped`` (both widths, after the rounds above): the same view query after
+  ``omni regroup`` merged the narrow feature tables into column groups
+  (governance/column_groups.py; at most 256 columns a group, so one group at both
+  widths), against ``needed tables, regrouped``: ``omni sql --dialect``'s rewrite for the
+  regrouped family (base + the group);
 - ``view, materialized`` (100 tables, measured last): the same view query after
   ``omni accelerate --materialize`` copied every column into one table
   (governance/materialize.py): the view then drives from that copy and names no other
@@ -45,6 +50,7 @@ from benchmarks.spark_fusion import SparkBench
 
 WIDTHS = (10, 100)  # physical tables in the family, base included
 VIEW, NEEDED, PLAIN, MAT = "view", "needed tables", "plain-join body", "view, materialized"
+REGROUPED, NEEDED_REGROUPED = "view, regrouped", "needed tables, regrouped"
 ENGINES = ("spark", "trino")
 
 
@@ -167,6 +173,29 @@ def main(argv: list[str] | None = None) -> None:
                     for variant in order:
                         trials.append(trial(eng, e, w, variant, texts[(w, e)][variant], r))
 
+            # phase 1b: both families after omni regroup (column groups)
+            regroup_s = {}
+            for w in WIDTHS:
+                t0 = time.perf_counter()
+                report = omni.regroup(table_name(w), progress=False)
+                regroup_s[w] = round(time.perf_counter() - t0, 1)
+                state = omni.state(table_name(w))
+                setup[table_name(w)]["regrouped_tables"] = sum(1 for t in state.tables if not t.emptied)
+                C.log(f"regrouped {table_name(w)}: {len(report['plan']['moves'])} group(s), "
+                      f"{setup[table_name(w)]['regrouped_tables']} tables with rows, in {regroup_s[w]} s")
+                for e in ENGINES:
+                    fresh = queries(omni, w, e)
+                    texts[(w, e)][REGROUPED], texts[(w, e)][NEEDED_REGROUPED] = fresh[VIEW], fresh[NEEDED]
+                    for variant in (REGROUPED, NEEDED_REGROUPED):
+                        rows = eng.run(e, texts[(w, e)][variant])  # warm-up
+                        checks[f"{e} {w} {variant}"] = [(int(r[0]), round(float(r[1]), 6)) for r in rows]
+                    plan = eng.explain(e, texts[(w, e)][REGROUPED])
+                    plans[f"{e} {w} regrouped"] = {"scans": scanned_tables(e, plan), "plan": plan}
+            for r in range(repeats):
+                for w, e in cells:
+                    for variant in ([REGROUPED, NEEDED_REGROUPED] if r % 2 == 0 else [NEEDED_REGROUPED, REGROUPED]):
+                        trials.append(trial(eng, e, w, variant, texts[(w, e)][variant], r))
+
             # phase 2: the wide family with every column materialized into one copy
             wide = table_name(WIDTHS[1])
             t0 = time.perf_counter()
@@ -208,6 +237,21 @@ def main(argv: list[str] | None = None) -> None:
         heads.append(C.headline(f"{e}: view growth, {WIDTHS[0]} -> {WIDTHS[1]} tables", growth, "x", "<= 1.2",
                                 growth <= 1.2))
     for e in ENGINES:
+        for w in WIDTHS:
+            ratio = med(e, w, REGROUPED) / med(e, w, NEEDED_REGROUPED)
+            heads.append(C.headline(f"{e}: regrouped view / needed tables, {w} tables before regroup", ratio, "x",
+                                    "<= 1.5", ratio <= 1.5,
+                                    f"view {med(e, w, REGROUPED):.2f} s (EXPLAIN {med(e, w, REGROUPED, 'explain_s'):.2f}"
+                                    f" s), needed {med(e, w, NEEDED_REGROUPED):.2f} s"))
+            rows.append([e, f"{w}, regrouped ({setup[table_name(w)]['regrouped_tables']} tables)",
+                         f"{med(e, w, REGROUPED):.2f}", f"{med(e, w, NEEDED_REGROUPED):.2f}", f"{ratio:.2f}",
+                         str(len(plans[f"{e} {w} regrouped"]["scans"])),
+                         f"{med(e, w, REGROUPED, 'explain_s'):.2f} / {med(e, w, NEEDED_REGROUPED, 'explain_s'):.2f}",
+                         "not run"])
+        growth = med(e, WIDTHS[1], REGROUPED) / med(e, WIDTHS[0], REGROUPED)
+        heads.append(C.headline(f"{e}: regrouped view growth, {WIDTHS[0]} -> {WIDTHS[1]} tables before regroup",
+                                growth, "x", "<= 1.2", growth <= 1.2))
+    for e in ENGINES:
         ratio = med(e, WIDTHS[1], MAT) / med(e, WIDTHS[1], NEEDED + " (phase 2)")
         heads.append(C.headline(f"{e}: materialized view / needed tables, {WIDTHS[1]} tables", ratio, "x", "<= 1.5",
                                 ratio <= 1.5, f"view {med(e, WIDTHS[1], MAT):.2f} s (EXPLAIN "
@@ -222,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
                      str(len(plans[f"{e} {WIDTHS[1]} materialized"]["scans"])),
                      f"{med(e, WIDTHS[1], MAT, 'explain_s'):.2f} / "
                      f"{med(e, WIDTHS[1], NEEDED + ' (phase 2)', 'explain_s'):.2f}", "not run"])
-    pruned = all(len(p["scans"]) == 3 for k, p in plans.items() if "materialized" not in k)
+    pruned = all(len(p["scans"]) == 3 for k, p in plans.items() if "materialized" not in k and "regrouped" not in k)
     one_table = all(len(p["scans"]) == 1 for k, p in plans.items() if "materialized" in k)
     heads.append(C.headline("materialized view plans scan one table (both engines)", 1.0 if one_table else 0.0,
                             "bool", "1", one_table))
@@ -241,6 +285,9 @@ def main(argv: list[str] | None = None) -> None:
         "same query (base + the 2 feature tables at their pinned snapshots): the engine-side optimum for this query.",
         "`EXPLAIN s` times EXPLAIN of the same text alone (resolving every table the text names, analysis, "
         "optimisation): the part of a view query that grows with the family's width even when its scans do not.",
+        (f"`regrouped`: after those rounds, `omni regroup` on both families (" + ", ".join(
+            f"{table_name(w)} {regroup_s[w]} s" for w in WIDTHS) + ", untimed); `needed tables, regrouped` is "
+         "`omni sql --dialect`'s rewrite for the regrouped family, timed interleaved with the view."),
         f"`{table_name(WIDTHS[1])}, materialized`: after the timed rounds above, `omni accelerate --materialize` "
         f"copied RawData and all {WIDTHS[1] - 1} features into one table ({materialize_s} s, untimed); the view then "
         "drives from it. `needed tables` is timed again in that phase (same SQL text as before).",
@@ -249,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     payload = {
         "title": "The logical view costs what a query reads: Spark and Trino, 10 vs 100 physical tables",
         "params": {"records": records, "repeats": repeats, "widths": list(WIDTHS), "setup": setup,
-                   "materialize_s": materialize_s,
+                   "materialize_s": materialize_s, "regroup_s": regroup_s,
                    "checks": checks, "queries": {f"{e} {w}": texts[(w, e)] for w, e in cells}},
         "headline": heads,
         "table": {"columns": ["engine", "physical tables", "view s (median)", "needed tables s (median)",
@@ -264,7 +311,8 @@ def main(argv: list[str] | None = None) -> None:
     plot(args, trials, records)
 
 
-SHORT = {VIEW: "view", NEEDED: "needed", PLAIN: "old\nplain join", MAT: "view,\nmaterialized"}
+SHORT = {VIEW: "view", NEEDED: "needed", PLAIN: "old\nplain join", REGROUPED: "view,\nregrouped",
+         NEEDED_REGROUPED: "needed,\nregrouped", MAT: "view,\nmaterialized"}
 
 
 def plot(args: Any, trials: list[dict[str, Any]], records: int) -> None:
