@@ -134,14 +134,22 @@ class SparkBench:
         self.close()
 
     def close(self) -> None:
-        if self.spark is not None:
-            self.spark.stop()
-            self.spark = None
-        if self.pg is not None:
-            self.pg.stop()
-            self.pg = None
-        for home in self._homes:
-            C.remove(home)
+        try:
+            if self.spark is not None:
+                spark, self.spark = self.spark, None
+                proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+                try:
+                    spark.stop()
+                except Exception as e:  # noqa: BLE001 - e.g. a driver out of heap: its JVM would outlive us
+                    C.log(f"Spark did not stop ({type(e).__name__}: {e}); killing its JVM")
+                    if proc is not None and proc.poll() is None:
+                        proc.kill()
+        finally:
+            if self.pg is not None:
+                self.pg.stop()
+                self.pg = None
+            for home in self._homes:
+                C.remove(home)
 
     def _config(self, catalog_name: str, home: Path | None = None) -> Any:
         from catalog_ext.config import OmniConfig
