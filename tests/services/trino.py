@@ -70,6 +70,9 @@ def _properties(values: dict[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
+#: how long a query retries while Trino has no active node (see TrinoServer.query)
+NO_NODE_RETRY_S = 60.0
+
 class TrinoServer:
     """A private Trino server on ``config``'s catalog, started by :meth:`start`.
 
@@ -114,14 +117,27 @@ class TrinoServer:
         return trino.dbapi.connect(host=self.host, port=self.port, http_scheme="http", **kwargs)
 
     def query(self, sql: str, session: dict[str, str] | None = None) -> list[tuple]:
-        """Run one statement (with ``session`` properties, if any) and return its rows as tuples."""
-        conn = self.connect(session_properties=session) if session else self.connect()
-        try:
-            cur = conn.cursor()
-            cur.execute(sql)
-            return [tuple(r) for r in cur.fetchall()]
-        finally:
-            conn.close()
+        """Run one statement (with ``session`` properties, if any) and return its rows as tuples.
+
+        NO_NODES_AVAILABLE is retried for up to ``NO_NODE_RETRY_S``: on a starved 2-core
+        machine (Trino beside s3proxy and an Iceberg REST server) the one node's discovery
+        announcement can lapse for a moment after start-up, and the query never ran.
+        """
+        from trino.exceptions import TrinoQueryError
+
+        deadline = time.monotonic() + NO_NODE_RETRY_S
+        while True:
+            conn = self.connect(session_properties=session) if session else self.connect()
+            try:
+                cur = conn.cursor()
+                cur.execute(sql)
+                return [tuple(r) for r in cur.fetchall()]
+            except TrinoQueryError as e:
+                if e.error_name != "NO_NODES_AVAILABLE" or time.monotonic() > deadline:
+                    raise
+            finally:
+                conn.close()
+            time.sleep(1.0)
 
     @property
     def log_path(self) -> Path:
