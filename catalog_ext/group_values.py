@@ -8,7 +8,7 @@ core write path, so it lives here, under ``catalog_ext``, not in ``governance``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,12 +31,18 @@ def bucket_files(store: FamilyStore, t: PhysicalTable) -> tuple[Any, dict[int, l
     return ice, {b: [task.file for task in tasks] for b, tasks in groups.items()}
 
 
-def overlaps_batches(table: Any, data_file: Any, batches: set[str]) -> bool:
-    """Whether a data file may hold rows of ``batches`` (its batch bounds; no bounds: it may)."""
+def batches_in(table: Any, data_file: Any, batches: Iterable[str]) -> list[str]:
+    """Those of ``batches`` a data file may hold rows of, in their order (its batch bounds,
+    decoded once; no bounds: every one)."""
     lo, hi = file_batch_bounds(table, data_file)
     if lo is None or hi is None:
-        return True
-    return any(lo <= b <= hi for b in batches)
+        return list(batches)
+    return [b for b in batches if lo <= b <= hi]
+
+
+def overlaps_batches(table: Any, data_file: Any, batches: Iterable[str]) -> bool:
+    """Whether a data file may hold rows of ``batches`` (its batch bounds; no bounds: it may)."""
+    return bool(batches_in(table, data_file, batches))
 
 
 def null_recomputed(store: FamilyStore, state: FamilyState, recomputed: dict[str, set[str]], run_id: str

@@ -163,7 +163,54 @@ def reachable_data_files(table: Any, snapshot_ids: Iterable[int]) -> set[str]:
     return out
 
 
-class _PlanCache:
+class _WeightedLru:
+    """Values by key, least recently used out first, bounded by their total weight; thread-safe.
+
+    Shared by the footer and plan caches below: both keep facts about files that never
+    change, and differ only in what a value weighs and how much may be kept.
+    """
+
+    def __init__(self) -> None:
+        import threading
+        from collections import OrderedDict
+
+        self._entries: "OrderedDict[Any, tuple[Any, int]]" = OrderedDict()
+        self._total = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def _limit(self) -> int:
+        raise NotImplementedError
+
+    def get(self, key: Any) -> Any | None:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return hit[0]
+
+    def put(self, key: Any, value: Any, weight: int) -> None:
+        limit = self._limit()
+        with self._lock:
+            if key in self._entries or weight > limit:
+                return
+            self._entries[key] = (value, weight)
+            self._total += weight
+            while self._total > limit:
+                _, (_, w) = self._entries.popitem(last=False)
+                self._total -= w
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._total = 0
+            self.hits = self.misses = 0
+
+
+class _PlanCache(_WeightedLru):
     """File tasks of planned scans, by (table uuid, snapshot id, schema, filter, options).
 
     Why: planning reads the snapshot's manifests and evaluates every file's column
@@ -176,14 +223,8 @@ class _PlanCache:
     #: weight units kept: one per data file plus one per column it has statistics for
     LIMIT = 2_000_000
 
-    def __init__(self) -> None:
-        import threading
-        from collections import OrderedDict
-
-        self._plans: "OrderedDict[tuple[Any, ...], tuple[list[Any], int]]" = OrderedDict()
-        self._weight = 0
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
+    def _limit(self) -> int:
+        return self.LIMIT
 
     def tasks(self, scan: Any) -> list[Any]:
         snapshot = scan.snapshot()
@@ -192,29 +233,11 @@ class _PlanCache:
         # the filter binds to the current schema; empty files are an option of the scan
         key = (str(scan.table_metadata.table_uuid), snapshot.snapshot_id, scan.table_metadata.current_schema_id,
                repr(scan.row_filter), scan.case_sensitive, scan.options.get("include_empty_files"))
-        with self._lock:
-            hit = self._plans.get(key)
-            if hit is not None:
-                self._plans.move_to_end(key)
-                self.hits += 1
-                return list(hit[0])
-        tasks = list(scan.plan_files())
-        weight = sum(1 + len(t.file.value_counts or ()) for t in tasks)
-        with self._lock:
-            self.misses += 1
-            if key not in self._plans and weight <= self.LIMIT:
-                self._plans[key] = (tasks, weight)
-                self._weight += weight
-                while self._weight > self.LIMIT:
-                    _, (_, w) = self._plans.popitem(last=False)
-                    self._weight -= w
+        tasks = self.get(key)
+        if tasks is None:
+            tasks = list(scan.plan_files())
+            self.put(key, tasks, sum(1 + len(t.file.value_counts or ()) for t in tasks))
         return list(tasks)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._plans.clear()
-            self._weight = 0
-            self.hits = self.misses = 0
 
 
 PLANS = _PlanCache()
@@ -287,8 +310,8 @@ def _stable_top_level(meta: Any) -> dict[str, Any]:
     return stable
 
 
-class _FooterCache:
-    """Parsed Parquet footers of local data files, least recently used first out.
+class _FooterCache(_WeightedLru):
+    """Parsed Parquet footers of local data files, by (path, size).
 
     Why: a file's footer describes every column, and parsing it is most of the cost of
     reading a few columns from a wide file (2.8 ms for a 258-column column-group file
@@ -299,15 +322,9 @@ class _FooterCache:
     """
 
     def __init__(self) -> None:
-        import threading
-        from collections import OrderedDict
-
-        self._entries: "OrderedDict[tuple[str, int], tuple[Any, int]]" = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        super().__init__()
         self._format: Any = None
         self._fs: Any = None
-        self.hits = self.misses = 0
 
     def _limit(self) -> int:
         import os
@@ -319,49 +336,21 @@ class _FooterCache:
 
     def fragments(self, files: list[tuple[str, int]]) -> tuple[Any, Any, list[Any]]:
         """(format, filesystem, one fragment with its footer parsed per file)."""
-        import pyarrow.dataset as ds
-        import pyarrow.fs as pafs
-
-        with self._lock:
+        with self._lock:  # made once, on first use: importing pyarrow.dataset costs every command
             if self._format is None:
+                import pyarrow.dataset as ds
+                import pyarrow.fs as pafs
+
                 self._format, self._fs = ds.ParquetFileFormat(), pafs.LocalFileSystem()
-            found = {k: self._entries.get(k) for k in files}
         out = []
         for key in files:
-            hit = found[key]
-            if hit is None:
+            fragment = self.get(key)
+            if fragment is None:
                 fragment = self._format.make_fragment(key[0], self._fs)
                 fragment.ensure_complete_metadata()  # parses the footer once, here
-                hit = (fragment, fragment.metadata.serialized_size)
-                self._add(key, hit)
-                self.misses += 1
-            else:
-                self.hits += 1
-            out.append(hit[0])
+                self.put(key, fragment, fragment.metadata.serialized_size)
+            out.append(fragment)
         return self._format, self._fs, out
-
-    def _add(self, key: tuple[str, int], entry: tuple[Any, int]) -> None:
-        limit = self._limit()
-        with self._lock:
-            if key in self._entries or entry[1] > limit:
-                return
-            self._entries[key] = entry
-            self._bytes += entry[1]
-            while self._bytes > limit:
-                _, (_, size) = self._entries.popitem(last=False)
-                self._bytes -= size
-
-    def touch(self, files: list[tuple[str, int]]) -> None:
-        with self._lock:
-            for key in files:
-                if key in self._entries:
-                    self._entries.move_to_end(key)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-            self.hits = self.misses = 0
 
 
 FOOTERS = _FooterCache()
@@ -432,7 +421,6 @@ def _read_by_name(scan: Any, tasks: list[Any]) -> Any | None:
     want = schema_to_pyarrow(Schema(*needed), include_field_ids=False)
     try:
         fmt, fs, fragments = FOOTERS.fragments(files)
-        FOOTERS.touch(files)
         first = fragments[0].physical_schema
         # the files' own Arrow types (string or large_string, as written), else Iceberg's
         fields = [first.field(f.name).with_nullable(f.nullable) if f.name in first.names else f for f in want]

@@ -133,7 +133,7 @@ def test_footers_are_parsed_once_and_the_cache_stays_within_its_bytes(catalog, m
         break
     monkeypatch.setenv("OMNI_FOOTER_CACHE_MB", str(1.5 * size / (1 << 20)))
     _same(*_both(table))
-    assert len(iceberg_io.FOOTERS._entries) == 1 and iceberg_io.FOOTERS._bytes <= 1.5 * size
+    assert len(iceberg_io.FOOTERS._entries) == 1 and iceberg_io.FOOTERS._total <= 1.5 * size
     iceberg_io.FOOTERS.clear()
 
 

@@ -109,8 +109,8 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
                 continue
             # the order is fixed here (cheap: indices only); the pieces take their rows in the writers
             order = pc.sort_indices(data, [(ID_COLUMN, "ascending")]) if ID_COLUMN in data.column_names else None
-            sizes = replayed.get((batch, bucket)) or _piece_rows(data.num_rows, data.nbytes, workers)
-            if sum(sizes) != data.num_rows:  # a replay whose rows changed: verification names the files
+            sizes = replayed.get((batch, bucket))
+            if sizes is None or sum(sizes) != data.num_rows:  # a replay whose rows changed: verification names them
                 sizes = _piece_rows(data.num_rows, data.nbytes, workers)
             current, start = [], 0
             for k, n in enumerate(sizes):
@@ -216,7 +216,7 @@ def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
     batch's filter (see :func:`_run_part`).
     """
     from catalog_ext import iceberg_io
-    from catalog_ext.group_values import overlaps_batches
+    from catalog_ext.group_values import batches_in
     from pyiceberg.expressions import AlwaysTrue, And, In
 
     all_batches = {b.name for b in plan.ctx.tables[plan.scans[0].alias].state.batches}
@@ -235,7 +235,7 @@ def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
                                                               row_filter)
         for bucket, tasks in by_bucket.items():
             for task in tasks:
-                for batch in [b for b in wanted if overlaps_batches(table.metadata, task.file, {b})]:
+                for batch in batches_in(table.metadata, task.file, wanted):
                     grouped.setdefault((batch, bucket), {}).setdefault(scan.local_name, (ice_scan, []))[1].append(task)
         for key in grouped:
             grouped[key].setdefault(scan.local_name, (ice_scan, []))

@@ -73,6 +73,7 @@ def _properties(values: dict[str, str]) -> str:
 #: how long a query retries while Trino has no active node (see TrinoServer.query)
 NO_NODE_RETRY_S = 60.0
 
+
 class TrinoServer:
     """A private Trino server on ``config``'s catalog, started by :meth:`start`.
 
@@ -119,25 +120,23 @@ class TrinoServer:
     def query(self, sql: str, session: dict[str, str] | None = None) -> list[tuple]:
         """Run one statement (with ``session`` properties, if any) and return its rows as tuples.
 
-        NO_NODES_AVAILABLE is retried for up to ``NO_NODE_RETRY_S``: on a starved 2-core
+        NO_NODES_AVAILABLE is retried for about ``NO_NODE_RETRY_S``: on a starved 2-core
         machine (Trino beside s3proxy and an Iceberg REST server) the one node's discovery
         announcement can lapse for a moment after start-up, and the query never ran.
         """
-        from trino.exceptions import TrinoQueryError
+        from catalog_ext.retry import retry
 
-        deadline = time.monotonic() + NO_NODE_RETRY_S
-        while True:
+        def once() -> list[tuple]:
             conn = self.connect(session_properties=session) if session else self.connect()
             try:
                 cur = conn.cursor()
                 cur.execute(sql)
                 return [tuple(r) for r in cur.fetchall()]
-            except TrinoQueryError as e:
-                if e.error_name != "NO_NODES_AVAILABLE" or time.monotonic() > deadline:
-                    raise
             finally:
                 conn.close()
-            time.sleep(1.0)
+
+        return retry(once, on=lambda e: getattr(e, "error_name", None) == "NO_NODES_AVAILABLE",
+                     attempts=int(NO_NODE_RETRY_S), backoff=1.0, cap=1.0)
 
     @property
     def log_path(self) -> Path:
