@@ -329,10 +329,13 @@ class _FooterCache(_WeightedLru):
     def _limit(self) -> int:
         import os
 
+        value = os.environ.get("OMNI_FOOTER_CACHE_MB", "64")
         try:
-            return int(float(os.environ.get("OMNI_FOOTER_CACHE_MB", "64")) * (1 << 20))
+            return int(float(value) * (1 << 20))
         except ValueError:
-            return 64 << 20
+            from catalog_ext.errors import ConfigError
+
+            raise ConfigError(f"OMNI_FOOTER_CACHE_MB must be a number of MiB, got {value!r}") from None
 
     def fragments(self, files: list[tuple[str, int]]) -> tuple[Any, Any, list[Any]]:
         """(format, filesystem, one fragment with its footer parsed per file)."""

@@ -135,6 +135,11 @@ def test_footers_are_parsed_once_and_the_cache_stays_within_its_bytes(catalog, m
     _same(*_both(table))
     assert len(iceberg_io.FOOTERS._entries) == 1 and iceberg_io.FOOTERS._total <= 1.5 * size
     iceberg_io.FOOTERS.clear()
+    from catalog_ext.errors import ConfigError
+
+    monkeypatch.setenv("OMNI_FOOTER_CACHE_MB", "lots")
+    with pytest.raises(ConfigError, match="OMNI_FOOTER_CACHE_MB must be a number of MiB, got 'lots'"):
+        _both(table)
 
 
 def test_a_snapshot_and_filter_are_planned_once_and_a_new_snapshot_is_planned_again(catalog):
