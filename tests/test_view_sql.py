@@ -17,9 +17,10 @@ TRINO = (
     'SELECT t0."_ai_unique_id_" AS "_ai_unique_id_", t0."_ai_append_name_" AS "_ai_append_name_", '
     'CAST(ROW(t0."RawData"."raw_data") AS ROW("raw_data" VARCHAR)) AS "RawData", '
     'CAST(ROW(CAST(NULL AS VARCHAR)) AS ROW("parsed_text" VARCHAR)) AS "ProcessedData", '
-    '(SELECT arbitrary(p."quality") FROM "aidata"."web__f1" FOR VERSION AS OF 20 AS p '
-    'WHERE p."_ai_unique_id_" = t0."_ai_unique_id_" AND p."_ai_append_name_" = t0."_ai_append_name_") AS "quality" '
-    'FROM "aidata"."web__base" FOR VERSION AS OF 10 AS t0'
+    'l1."quality" AS "quality" '
+    'FROM "aidata"."web__base" FOR VERSION AS OF 10 AS t0 '
+    'CROSS JOIN LATERAL (SELECT arbitrary(p."quality") AS "quality" FROM "aidata"."web__f1" FOR VERSION AS OF 20 AS p '
+    'WHERE p."_ai_unique_id_" = t0."_ai_unique_id_" AND p."_ai_append_name_" = t0."_ai_append_name_") AS l1'
 )
 
 
