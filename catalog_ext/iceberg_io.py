@@ -17,8 +17,42 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 
-def write_data_files(table: Any, data: pa.Table, write_uuid: uuid.UUID, counter: itertools.count) -> list[Any]:
-    """Write ``data`` as Parquet data files of ``table`` (partitioned per its spec); commit nothing."""
+def bucket_spec_id(table: Any, bucket_count: int | None) -> int | None:
+    """The id of ``table``'s partition spec that buckets the id column into ``bucket_count``.
+
+    A family table holds files of one bucket count per logical version; after a
+    re-bucketing (governance/rebucket.py) the table has a spec per count it ever had,
+    and a writer must write - and label - its files with the spec of the count its
+    logical version says, not whatever spec is the table's default at that moment.
+    None: no count asked for, or no spec has it (the caller uses the default spec).
+    """
+    if bucket_count is None:
+        return None
+    default = table.metadata.default_spec_id
+    found = [spec.spec_id for spec in table.metadata.partition_specs if spec_bucket_count(spec) == bucket_count]
+    if not found:
+        return None
+    return default if default in found else max(found)  # the newest such spec
+
+
+def spec_bucket_count(spec: Any) -> int | None:
+    """N of the spec's ``bucket(N, id)`` field (source id 1, the id column), or None."""
+    for f in spec.fields:
+        if f.source_id == 1 and str(f.transform).startswith("bucket"):
+            return int(f.transform.num_buckets)
+    return None
+
+
+def _with_spec(metadata: Any, spec_id: int | None) -> Any:
+    if spec_id is None or spec_id == metadata.default_spec_id:
+        return metadata
+    return metadata.model_copy(update={"default_spec_id": spec_id})
+
+
+def write_data_files(table: Any, data: pa.Table, write_uuid: uuid.UUID, counter: itertools.count,
+                     spec_id: int | None = None) -> list[Any]:
+    """Write ``data`` as Parquet data files of ``table``, partitioned per its spec ``spec_id``
+    (default: the table's default spec); commit nothing."""
     from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, _dataframe_to_data_files
 
     _check_pyarrow_schema_compatible(
@@ -26,14 +60,33 @@ def write_data_files(table: Any, data: pa.Table, write_uuid: uuid.UUID, counter:
     )
     if data.num_rows == 0:
         return []
+    metadata = _with_spec(table.metadata, spec_id)
     return list(
-        _dataframe_to_data_files(table_metadata=table.metadata, df=data, io=table.io, write_uuid=write_uuid, counter=counter)
+        _dataframe_to_data_files(table_metadata=metadata, df=data, io=table.io, write_uuid=write_uuid, counter=counter)
     )
 
 
-def commit_data_files(table: Any, data_files: Iterable[Any], branch: str, properties: dict[str, str]) -> Any:
-    """Commit already-written data files as one append snapshot on ``branch``; return the table."""
+def use_spec(tx: Any, spec_id: int | None) -> None:
+    """Make ``spec_id`` the table's default spec inside transaction ``tx`` (before its snapshot).
+
+    pyiceberg writes every added file into one manifest labelled with the default spec
+    of the transaction's metadata: files partitioned by another spec must make it the
+    default in the same commit, or their partition values would be read under the wrong
+    spec (a bucket of 16 taken for a bucket of 4). The default only says how the next
+    writer partitions when it names no spec; every omni writer names one.
+    """
+    if spec_id is None or tx.table_metadata.default_spec_id == spec_id:
+        return
+    from pyiceberg.table.update import SetDefaultSpecUpdate
+
+    tx._apply((SetDefaultSpecUpdate(spec_id=spec_id),))
+
+
+def commit_data_files(table: Any, data_files: Iterable[Any], branch: str, properties: dict[str, str],
+                      spec_id: int | None = None) -> Any:
+    """Commit already-written data files (of spec ``spec_id``) as one append snapshot on ``branch``."""
     with table.transaction() as tx:
+        use_spec(tx, spec_id)
         with tx.update_snapshot(snapshot_properties=properties, branch=branch).fast_append() as append:
             for data_file in data_files:
                 append.append_data_file(data_file)
@@ -41,7 +94,7 @@ def commit_data_files(table: Any, data_files: Iterable[Any], branch: str, proper
 
 
 def commit_data_files_on_new_branch(table: Any, data_files: Iterable[Any], branch: str, base_snapshot_id: int,
-                                    properties: dict[str, str]) -> Any:
+                                    properties: dict[str, str], spec_id: int | None = None) -> Any:
     """Create ``branch`` at ``base_snapshot_id``, then append ``data_files`` on it.
 
     Two catalog commits on purpose. In one transaction, pyiceberg's own retry after a
@@ -55,6 +108,7 @@ def commit_data_files_on_new_branch(table: Any, data_files: Iterable[Any], branc
     if branch not in table.metadata.refs:
         table.manage_snapshots().create_branch(base_snapshot_id, branch).commit()
     with table.transaction() as tx:
+        use_spec(tx, spec_id)
         with tx.update_snapshot(snapshot_properties=properties, branch=branch).fast_append() as append:
             for data_file in data_files:
                 append.append_data_file(data_file)
@@ -246,17 +300,25 @@ PLANS = _PlanCache()
 def scan_tasks_by_bucket(table: Any, snapshot_id: int, selected: tuple[str, ...], row_filter: Any) -> tuple[Any, dict[int, list[Any]]]:
     """Plan a scan and group its file tasks by the id-bucket partition value.
 
-    Every family table is partitioned (batch, bucket(N, id)) with the same N, so the
+    Every family table of a logical version is partitioned by bucket(N, id) with the same N, so the
     rows of bucket k of one table only ever join rows of bucket k of another: reading
     one bucket at a time bounds memory by the data size divided by N.
     """
     scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id, selected_fields=selected)
-    spec = table.metadata.specs()[0]
-    position = next(i for i, f in enumerate(spec.fields) if str(f.transform).startswith("bucket"))
+    specs = table.metadata.specs()
+    positions: dict[int, int] = {}  # spec id -> position of its bucket field (specs differ after a re-bucketing)
     groups: dict[int, list[Any]] = {}
     for task in PLANS.tasks(scan):
-        groups.setdefault(task.file.partition[position], []).append(task)
+        spec_id = task.file.spec_id
+        if spec_id not in positions:
+            positions[spec_id] = bucket_position(specs[spec_id])
+        groups.setdefault(task.file.partition[positions[spec_id]], []).append(task)
     return scan, groups
+
+
+def bucket_position(spec: Any) -> int:
+    """Position of the id-bucket field in a spec's partition tuples."""
+    return next(i for i, f in enumerate(spec.fields) if f.source_id == 1 and str(f.transform).startswith("bucket"))
 
 
 def read_tasks(scan: Any, tasks: list[Any]) -> Any:

@@ -126,6 +126,34 @@ def create_physical_table(
     return catalog.load_table(identifier), snapshot_id
 
 
+def ensure_bucket_spec(catalog: Any, identifier: str, count: int) -> int:
+    """The spec id of ``bucket(count, id)`` on a family table, adding that spec if it has none.
+
+    Two spec updates: pyiceberg will not remove a field and add one of the same name in
+    one. Only the default spec moves; omni's writers name their spec (``StagedWrite``).
+    """
+    from pyiceberg.transforms import BucketTransform
+
+    def step(table: Any) -> Any:  # one spec update per call, retried on a lost race with a fresh table
+        if iceberg_io.bucket_spec_id(table, count) is not None:
+            return table
+        with table.update_spec() as update:
+            if BUCKET_FIELD in {f.name for f in table.spec().fields}:
+                update.remove_field(BUCKET_FIELD)
+            else:
+                update.add_field(ID_COLUMN, BucketTransform(count), BUCKET_FIELD)
+        return table
+
+    for _ in range(3):  # at most: remove the old field, add the new one, find it
+        found = iceberg_io.bucket_spec_id(iceberg_io.with_table_retry(catalog, identifier, step), count)
+        if found is not None:
+            return found
+        found = iceberg_io.bucket_spec_id(catalog.load_table(identifier), count)
+        if found is not None:
+            return found
+    raise RuntimeError(f"{identifier}: no bucket({count}) spec after adding it")  # an invariant
+
+
 def first_snapshot_id(catalog: Any, identifier: str) -> int:
     """The empty first snapshot of a family table, committing it if the table has none yet.
 
@@ -167,7 +195,7 @@ class StagedWrite:
     """
 
     def __init__(self, catalog: Any, identifier: str, base_snapshot_id: int, run_id: str, properties: dict[str, str],
-                 *, rebasable: bool = True):
+                 *, rebasable: bool = True, bucket_count: int | None = None):
         self.catalog = catalog
         self.identifier = identifier
         self.base_snapshot_id = base_snapshot_id
@@ -183,6 +211,16 @@ class StagedWrite:
         #: batches whose earlier rows this write replaces (stale units being recomputed)
         self.cleared_batches: list[str] = []
         self.table = catalog.load_table(identifier)
+        #: the id-bucket count of the logical version this write belongs to; its files are
+        #: partitioned and labelled with the table's spec of that count, whatever the table's
+        #: default spec is meanwhile (a re-bucketing adds a spec: governance/rebucket.py), and
+        #: the logical commit refuses them if the version it lands on has another count
+        self.bucket_count = bucket_count
+        self.spec_id = iceberg_io.bucket_spec_id(self.table, bucket_count)
+        if self.spec_id is None and bucket_count is not None:
+            # a table made under another count (left by a crashed registration, then re-bucketed)
+            self.spec_id = ensure_bucket_spec(catalog, identifier, bucket_count)
+            self.table = catalog.load_table(identifier)
         self.pending_files: list[Any] = []  # written, not yet on the branch
         self.branch_files: list[Any] = []  # committed on the branch
         #: replacements written, not yet committed: (files they replace, new files)
@@ -231,7 +269,7 @@ class StagedWrite:
             return
         data = self._held[0] if len(self._held) == 1 else pa.concat_tables(self._held)
         self._held, self._held_bytes, self._held_batch = [], 0, None
-        files = iceberg_io.write_data_files(self.table, data, self._uuid, self._counter)
+        files = iceberg_io.write_data_files(self.table, data, self._uuid, self._counter, self.spec_id)
         self.pending_files += files
         for hook in self.hooks:
             hook.files_written(self, files)
@@ -252,8 +290,8 @@ class StagedWrite:
                 # branch and first snapshot in ONE catalog commit (was two: a commit per feature
                 # table per run saved); the transaction asserts the branch is still absent
                 return iceberg_io.commit_data_files_on_new_branch(table, self.pending_files, self.branch,
-                                                                  self.base_snapshot_id, props)
-            return iceberg_io.commit_data_files(table, self.pending_files, self.branch, props)
+                                                                  self.base_snapshot_id, props, self.spec_id)
+            return iceberg_io.commit_data_files(table, self.pending_files, self.branch, props, self.spec_id)
 
         table = iceberg_io.with_table_retry(self.catalog, self.identifier, commit)
         self.branch_files += self.pending_files
@@ -300,7 +338,7 @@ class StagedWrite:
             if self.cleared_batches:  # the winner's snapshot may hold rows of batches we replace
                 self._delete_batches(self.catalog.load_table(self.identifier), self.cleared_batches)
             return iceberg_io.commit_data_files(self.catalog.load_table(self.identifier), self.data_files,
-                                                self.branch, self.properties)
+                                                self.branch, self.properties, self.spec_id)
 
         table = iceberg_io.with_table_retry(self.catalog, self.identifier, recommit)
         self.branch_files, self.pending_files = self.data_files, []
@@ -325,7 +363,8 @@ class StagedWrite:
                 ops = ops.remove_branch(self.branch)
             ops.create_branch(onto_snapshot_id, self.branch).commit()
             table = self.catalog.load_table(self.identifier)
-            return iceberg_io.commit_data_files(table, keep, self.branch, self.properties) if keep else table
+            return iceberg_io.commit_data_files(table, keep, self.branch, self.properties,
+                                                self.spec_id) if keep else table
 
         table = iceberg_io.with_table_retry(self.catalog, self.identifier, recommit)
         self.branch_files, self.pending_files = keep, []
@@ -382,8 +421,11 @@ class StagedWrite:
     def _delete_batches(self, table: Any, batches: list[str]) -> None:
         from pyiceberg.expressions import In
 
-        table.delete(In(BATCH_COLUMN, set(batches)), branch=self.branch,
-                     snapshot_properties={**self.properties, CLEARED_PROPERTY: ",".join(batches)})
+        # a compacted file mixing batches is rewritten: with this write's spec (iceberg_io.use_spec)
+        with table.transaction() as tx:
+            iceberg_io.use_spec(tx, self.spec_id)
+            tx.delete(In(BATCH_COLUMN, set(batches)), branch=self.branch,
+                      snapshot_properties={**self.properties, CLEARED_PROPERTY: ",".join(batches)})
 
     def overwrite(self, data: pa.Table, overwrite_filter: Any, properties: dict[str, str] | None = None) -> int:
         """Replace the rows matching ``overwrite_filter`` on the branch with ``data`` (one snapshot).
@@ -394,8 +436,10 @@ class StagedWrite:
             if self.branch not in table.metadata.refs:
                 table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
                 table = self.catalog.load_table(self.identifier)
-            table.overwrite(data.cast(table.schema().as_arrow()), overwrite_filter=overwrite_filter,
-                            branch=self.branch, snapshot_properties={**self.properties, **(properties or {})})
+            with table.transaction() as tx:
+                iceberg_io.use_spec(tx, self.spec_id)
+                tx.overwrite(data.cast(table.schema().as_arrow()), overwrite_filter=overwrite_filter,
+                             branch=self.branch, snapshot_properties={**self.properties, **(properties or {})})
             return self.catalog.load_table(self.identifier)
 
         table = iceberg_io.with_table_retry(self.catalog, self.identifier, rewrite)
@@ -421,7 +465,7 @@ class StagedWrite:
         manifest - 30 small appends compacted group by group read 32 manifests per table,
         and scanned twice as slowly as the same rows written at once.
         """
-        new_files = iceberg_io.write_data_files(self.table, data, self._uuid, self._counter)
+        new_files = iceberg_io.write_data_files(self.table, data, self._uuid, self._counter, self.spec_id)
         self._replacements.append((list(old_files), new_files))  # abandon() deletes them until committed
         self.rows += data.num_rows
 
@@ -449,6 +493,7 @@ class StagedWrite:
                 table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
                 table = self.catalog.load_table(self.identifier)
             with table.transaction() as tx:
+                iceberg_io.use_spec(tx, self.spec_id)
                 with tx.update_snapshot(snapshot_properties={**self.properties, **(properties or {})},
                                         branch=self.branch).overwrite() as rewrite:
                     for f in old_files:

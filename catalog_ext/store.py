@@ -161,13 +161,16 @@ class FamilyStore:
                 "omni.command": state.command[:500]}
 
     def staged_write(self, state: FamilyState, identifier: str, base_snapshot_id: int, run_id: str,
-                     properties: dict[str, str], *, rebasable: bool = True) -> StagedWrite:
+                     properties: dict[str, str], *, rebasable: bool = True,
+                     bucket_count: int | None = None) -> StagedWrite:
         """A :class:`StagedWrite` on one physical table of ``state``, followed by the write hooks.
 
         Every writer (ingest, backfill engines, governance) makes its writes here, so what
-        must follow a write - the id index - is wired in one place.
+        must follow a write - the id index - is wired in one place. Its files are bucketed
+        by ``state``'s bucket count; only a re-bucketing names another (``bucket_count``).
         """
-        writer = StagedWrite(self.catalog, identifier, base_snapshot_id, run_id, properties, rebasable=rebasable)
+        writer = StagedWrite(self.catalog, identifier, base_snapshot_id, run_id, properties, rebasable=rebasable,
+                             bucket_count=bucket_count or state.table.bucket_count)
         for hook in self.write_hooks:
             hook(state, writer)
         return writer
@@ -356,6 +359,13 @@ class FamilyStore:
                 writer.rebase(conflict.actual)  # same files, new parent: nothing recomputed
                 raise _LostRace(conflict) from conflict
             for writer in staged_by_key.values():
+                if writer.bucket_count is not None and writer.bucket_count != new_state.table.bucket_count:
+                    # its files are partitioned by the old count: pinning them would mix counts
+                    # in one version (bucket-wise joins and id lookups trust one count)
+                    raise PreconditionFailed(
+                        f"{namespace}.{name} was re-bucketed from {writer.bucket_count} to "
+                        f"{new_state.table.bucket_count} id buckets while this command wrote "
+                        f"{writer.identifier}; nothing was committed - run the command again")
                 writer.before_commit()  # e.g. the id index catches up with what the branch now holds
             family_location = self._write_family(view.metadata["location"], new_state,
                                                  base_document=view.properties.get(PROP_FAMILY))

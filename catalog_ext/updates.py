@@ -67,6 +67,21 @@ class PinSnapshot:
 
 
 @dataclass(frozen=True)
+class SetBucketCount:
+    """The family's id-bucket count becomes ``count`` (a re-bucketing rewrote every table)."""
+
+    expected: int
+    count: int
+
+    def apply(self, s: FamilyState) -> dict:
+        if s.table.bucket_count != self.expected:
+            raise PreconditionFailed(
+                f"{s.table.identifier} has {s.table.bucket_count} id buckets now, not {self.expected}: "
+                f"another re-bucketing committed first")
+        return {"table": s.table.model_copy(update={"bucket_count": self.count})}
+
+
+@dataclass(frozen=True)
 class AddLogicalColumns:
     columns: tuple[LogicalColumn, ...]
 
@@ -331,7 +346,7 @@ class DropPhysicalColumns:
         return {"physical_columns": tuple(pc for pc in s.physical_columns if (pc.table, pc.name) not in gone)}
 
 
-Update = (AddBatch | SetHotColumns | MarkRetried | DropBatch | RecordMaterialization | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
+Update = (AddBatch | SetBucketCount | SetHotColumns | MarkRetried | DropBatch | RecordMaterialization | PinSnapshot | AddLogicalColumns | AddPhysicalTable | AddPhysicalColumns | BindFeature
           | RecordFeatureSource | MarkComputed | MarkEmptied | ExpectMapping | ExpectPin | DropPhysicalColumns)
 
 

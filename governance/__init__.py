@@ -9,6 +9,7 @@ from governance.column_groups import (ColumnGroupError, ColumnGroupPlan, SplitPl
                                       regroup, split_columns)
 from governance.drop_batch import DropBatchPlan, NoSuchBatchError, drop_batch, plan_drop_batch
 from governance.maintenance import MaintainReport, clean_leftovers, maintain
+from governance.rebucket import RebucketError, RebucketPlan, plan_rebucket, rebucket
 from governance.materialize import MaterializeError, MaterializePlan, materialize, plan_materialization, \
     refresh_materializations
 from governance.retention import (
@@ -23,4 +24,5 @@ from governance.retention import (
 __all__ = ["RetentionPolicy", "RetentionPlan", "RetentionReport", "RetentionError", "plan_retention",
            "apply_retention", "maintain", "MaintainReport", "clean_leftovers", "drop_batch", "plan_drop_batch",
            "DropBatchPlan", "NoSuchBatchError", "materialize", "plan_materialization", "refresh_materializations",
-           "MaterializePlan", "MaterializeError", "regroup", "plan_column_groups", "ColumnGroupPlan", "ColumnGroupError", "split_columns", "plan_split", "SplitPlan"]
+           "MaterializePlan", "MaterializeError", "regroup", "plan_column_groups", "ColumnGroupPlan", "ColumnGroupError", "split_columns", "plan_split", "SplitPlan",
+           "rebucket", "plan_rebucket", "RebucketPlan", "RebucketError"]

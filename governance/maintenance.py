@@ -72,11 +72,12 @@ class MaintainReport:
     retention: Any = None  # governance.retention.RetentionReport
     compaction: dict[str, Any] | None = None  # governance.compaction.compact's report
     column_groups: dict[str, Any] | None = None  # governance.column_groups.regroup's report
+    rebucket: dict[str, Any] | None = None  # governance.rebucket.rebucket's report
 
     def to_dict(self) -> dict[str, Any]:
         return {"logical_table": self.logical_table, "dry_run": self.dry_run, "tasks": self.tasks,
                 "cleanup": self.cleanup.to_dict() if self.cleanup else None,
-                "compaction": self.compaction, "column_groups": self.column_groups,
+                "compaction": self.compaction, "column_groups": self.column_groups, "rebucket": self.rebucket,
                 "retention": self.retention.to_dict() if self.retention else None}
 
     def describe(self) -> str:
@@ -93,6 +94,8 @@ class MaintainReport:
                             f"merged -> {sum(after.values())} files" if after else "(nothing due)"))
         if self.column_groups is not None:
             lines.append(self.column_groups["describe"])
+        if self.rebucket is not None:
+            lines.append(self.rebucket["describe"])
         if self.retention is not None:
             lines.append(self.retention.plan.describe() if self.dry_run else self.retention.describe())
         if self.cleanup is not None:
@@ -175,6 +178,15 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
         try:
             report.column_groups = regroup(store, name, dry_run=dry_run, progress=progress, due_tables=GROUP_DUE_TABLES,
                                            command=command or f"maintain {state.table.identifier}")
+        except (PinConflict, CommitConflictError) as e:
+            report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
+    from governance.rebucket import rebucket
+
+    # after compaction and regrouping: it rewrites every file anyway, and sizes what they left
+    if within_budget("re-bucketing (when the data's size calls for another id-bucket count)"):
+        try:
+            report.rebucket = rebucket(store, name, dry_run=dry_run, progress=progress,
+                                       command=command or f"maintain {state.table.identifier}")
         except (PinConflict, CommitConflictError) as e:
             report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
     if within_budget(f"retention (keep last {policy.keep_last})"):

@@ -178,13 +178,15 @@ class Omni:
         ns, table = split_qualified(name)
         from catalog_ext.pinned_views import PinnedViewError, tag_view_name
 
-        clash = [t for t in self.tags(name) if t != label and tag_view_name(table, t) == tag_view_name(table, label)]
+        tags = self.tags(name)  # read once: it walks the kept versions
+        clash = [t for t in tags if t != label and tag_view_name(table, t) == tag_view_name(table, label)]
         if clash:
             raise PinnedViewError(f"tag {label!r} of {ns}.{table} would share the view {tag_view_name(table, label)} "
                                   f"with tag {clash[0]!r} (view names fold case, '.' and '-'); pick another name")
-        previous = self.tags(name).get(label)
+        previous = tags.get(label)
         latest = self.state(name).version
-        target = self.version_of(name, version) if version is not None else latest
+        target = (tags[version] if isinstance(version, str) and version in tags else self.version_of(name, version)) \
+            if version is not None else latest
         if not 1 <= target <= latest:
             from catalog_ext.errors import NoSuchVersionError
 
@@ -636,6 +638,15 @@ class Omni:
         from governance.column_groups import regroup
 
         return regroup(self.store, name, tables=tables, dry_run=dry_run, progress=progress, command=command)
+
+    def rebucket(self, name: str, buckets: int | None = None, *, dry_run: bool = False,
+                 progress: bool | None = None, command: str = "") -> dict[str, Any]:
+        """Change the family's id-bucket count - ``buckets`` (a multiple or divisor of the current
+        count), or the count the data's size calls for - by rewriting every physical table.
+        One logical commit; old versions keep reading the old layout (governance/rebucket.py)."""
+        from governance.rebucket import rebucket
+
+        return rebucket(self.store, name, buckets, dry_run=dry_run, progress=progress, command=command)
 
     def split_columns(self, name: str, columns: list[str], *, dry_run: bool = False, progress: bool | None = None,
                       command: str = "") -> dict[str, Any]:

@@ -508,6 +508,8 @@ class SparkExecutor:
         # (one file per partition a task holds) instead of shuffling them by partition first
         writer = (rows.writeTo(table_name(self.catalog_name, w.identifier, w.branch))
                   .option("distribution-mode", "none").option("fanout-enabled", "true"))
+        if w.spec_id is not None:  # the bucket count of the run's logical version, not the table's default
+            writer = writer.option("output-spec-id", str(w.spec_id))
         for k, v in {**w.properties, **properties}.items():
             writer = writer.option(f"snapshot-property.{k}", v)
         writer.append()

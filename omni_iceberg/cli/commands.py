@@ -233,6 +233,15 @@ def regroup(args, omni, command_line: str) -> int:
     return 0
 
 
+def rebucket(args, omni, command_line: str) -> int:
+    report = omni.rebucket(args.name, args.buckets, dry_run=args.dry_run, progress=progress(args),
+                           command=command_line)
+    done = not args.dry_run and not report["plan"]["empty"]
+    emit(args, {**report, "dry_run": args.dry_run}, lambda: report["describe"] + (
+        f"\nre-bucketed -> version {report['logical_version']}" if done else ""))
+    return 0
+
+
 def accelerate(args, omni, command_line: str) -> int:
     if args.hot is not None or args.drop_hot or args.sync:
         return _hot(args, omni, command_line)
@@ -463,7 +472,7 @@ def index(args, omni, command_line: str) -> int:
 
 _HANDLERS = {
     "table": table, "tag": tag, "pin": pin, "submit": submit, "status": status, "log": log, "rejects": rejects, "sql": sql,
-    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "regroup": regroup, "drop-batch": drop_batch, "accelerate": accelerate, "advise": advise, "flush-log": flush_log, "runs": runs, "trino-config": trino_config,
+    "export": export, "errors": errors, "lineage": lineage, "compact": compact, "regroup": regroup, "rebucket": rebucket, "drop-batch": drop_batch, "accelerate": accelerate, "advise": advise, "flush-log": flush_log, "runs": runs, "trino-config": trino_config,
     "spark-config": spark_config,
     "feature": feature, "backfill": backfill, "get": get, "index": index,
     "maintain": maintain, "expire": expire,

@@ -174,6 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "into one table of their own (cold or huge columns)")
     rg.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
 
+    rb = command(sub, "rebucket", "change the family's id-bucket count by rewriting every physical table: the count "
+                 "the data's size calls for, or --buckets N (one logical commit)",
+                 "omni rebucket web --dry-run", "omni rebucket web --buckets 64 --json")
+    rb.add_argument("name", help="logical table")
+    rb.add_argument("--buckets", type=int, default=None, metavar="N",
+                    help="the new count: a multiple or divisor of the current one (default: chosen from the "
+                         "largest table's size, OMNI_BUCKET_TARGET_MB per bucket)")
+    rb.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    rb.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+
     ac = command(sub, "accelerate", "pre-join co-read columns into one table every reader prefers while fresh, "
                  "or keep feature columns hot in ClickHouse for fast aggregation",
                  "omni accelerate web --materialize t_len,quality_score,RawData.url --dry-run",
