@@ -51,6 +51,7 @@ from catalog_ext.views import (
     ViewRepresentation,
     new_view_metadata,
     with_new_version,
+    without_superseded_sql,
 )
 from catalog_ext.errors import (
     CommitConflictError,
@@ -375,6 +376,7 @@ class FamilyStore:
                 self._summary(new_state, family_location), version_id=new_state.version,
                 default_catalog=self.catalog.name,
             )
+            metadata = without_superseded_sql(metadata, f"{namespace}.{name}")
             if view_edit is not None:
                 metadata = view_edit(metadata)
             try:
