@@ -130,7 +130,8 @@ def maintain_if_due(store: FamilyStore, name: str, version: int, *, every: int |
 def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, policy: Any = None,
              compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
              command: str = "", budget_s: float | None = None) -> MaintainReport:
-    """Run the due maintenance of ``name``: stale branches, compaction, retention, orphan files.
+    """Run the due maintenance of ``name``: stale branches, compaction, column groups,
+    re-bucketing, retention, orphan files.
 
     ``budget_s``: a task starts only while the run is within it (the rest is left to the
     next run and named in the report); stale branches are always swept.

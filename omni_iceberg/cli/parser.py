@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     # retention and periodic maintenance (governance/retention.py, governance/maintenance.py)
-    mt = command(sub, "maintain", "run the due maintenance: stale branches, compaction, retention, orphan files",
+    mt = command(sub, "maintain", "run the due maintenance: stale branches, compaction, column groups, re-bucketing, retention, orphan files",
                  "omni maintain web --dry-run", "omni maintain web --keep-last 20 --json")
     mt.add_argument("name", help="logical table")
     mt.add_argument("--keep-last", type=int, default=None,
