@@ -35,12 +35,16 @@ def bucket_spec_id(table: Any, bucket_count: int | None) -> int | None:
     return default if default in found else max(found)  # the newest such spec
 
 
+def _id_bucket_field(spec: Any) -> tuple[int, Any] | None:
+    """(position, field) of the spec's ``bucket(N, id)`` field (source id 1, the id column), or None."""
+    return next(((i, f) for i, f in enumerate(spec.fields)
+                 if f.source_id == 1 and str(f.transform).startswith("bucket")), None)
+
+
 def spec_bucket_count(spec: Any) -> int | None:
-    """N of the spec's ``bucket(N, id)`` field (source id 1, the id column), or None."""
-    for f in spec.fields:
-        if f.source_id == 1 and str(f.transform).startswith("bucket"):
-            return int(f.transform.num_buckets)
-    return None
+    """N of the spec's ``bucket(N, id)`` field, or None."""
+    found = _id_bucket_field(spec)
+    return int(found[1].transform.num_buckets) if found else None
 
 
 def _with_spec(metadata: Any, spec_id: int | None) -> Any:
@@ -318,7 +322,10 @@ def scan_tasks_by_bucket(table: Any, snapshot_id: int, selected: tuple[str, ...]
 
 def bucket_position(spec: Any) -> int:
     """Position of the id-bucket field in a spec's partition tuples."""
-    return next(i for i, f in enumerate(spec.fields) if f.source_id == 1 and str(f.transform).startswith("bucket"))
+    found = _id_bucket_field(spec)
+    if found is None:
+        raise ValueError(f"partition spec {spec.spec_id} has no bucket field on the id column")
+    return found[0]
 
 
 def read_tasks(scan: Any, tasks: list[Any]) -> Any:

@@ -144,11 +144,8 @@ def ensure_bucket_spec(catalog: Any, identifier: str, count: int) -> int:
                 update.add_field(ID_COLUMN, BucketTransform(count), BUCKET_FIELD)
         return table
 
-    for _ in range(3):  # at most: remove the old field, add the new one, find it
+    for _ in range(2):  # remove the old field, then add the new one
         found = iceberg_io.bucket_spec_id(iceberg_io.with_table_retry(catalog, identifier, step), count)
-        if found is not None:
-            return found
-        found = iceberg_io.bucket_spec_id(catalog.load_table(identifier), count)
         if found is not None:
             return found
     raise RuntimeError(f"{identifier}: no bucket({count}) spec after adding it")  # an invariant

@@ -45,7 +45,7 @@ from typing import Any
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState
-from catalog_ext.iceberg_io import bucket_position, read_data_files
+from catalog_ext.iceberg_io import PLANS, bucket_position, read_data_files
 from catalog_ext.physical import ensure_bucket_spec
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import PinSnapshot, SetBucketCount
@@ -132,7 +132,7 @@ def plan_rebucket(store: FamilyStore, name: str, buckets: int | None = None, *,
             ice = store.catalog.load_table(t.identifier)
             per_bucket: dict[int, int] = {}
             specs = ice.metadata.specs()
-            for task in ice.scan(snapshot_id=t.snapshot_id).plan_files():
+            for task in PLANS.tasks(ice.scan(snapshot_id=t.snapshot_id)):  # planned once: execute reuses it
                 f = task.file
                 b = f.partition[bucket_position(specs[f.spec_id])]
                 per_bucket[b] = per_bucket.get(b, 0) + f.file_size_in_bytes
@@ -174,7 +174,7 @@ def _units(ice: Any, snapshot_id: int, current: int, target: int) -> list[list[A
     buckets that make one new bucket (merge), cut at :data:`UNIT_BYTES` of input."""
     specs = ice.metadata.specs()
     by_unit: dict[int, list[Any]] = {}
-    for task in ice.scan(snapshot_id=snapshot_id).plan_files():
+    for task in PLANS.tasks(ice.scan(snapshot_id=snapshot_id)):
         f = task.file
         old = f.partition[bucket_position(specs[f.spec_id])]
         by_unit.setdefault(old if target >= current else old % target, []).append(f)

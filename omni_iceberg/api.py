@@ -172,7 +172,7 @@ class Omni:
         One logical commit through the typed update :class:`catalog_ext.tags.TagVersion`;
         tagging a label again moves it (the log keeps the history).
         """
-        from catalog_ext.tags import TagVersion, check_label
+        from catalog_ext.tags import TagVersion, check_label, resolve
 
         check_label(label)
         ns, table = split_qualified(name)
@@ -185,8 +185,7 @@ class Omni:
                                   f"with tag {clash[0]!r} (view names fold case, '.' and '-'); pick another name")
         previous = tags.get(label)
         latest = self.state(name).version
-        target = (tags[version] if isinstance(version, str) and version in tags else self.version_of(name, version)) \
-            if version is not None else latest
+        target = resolve(f"{ns}.{table}", tags, version) if version is not None else latest
         if not 1 <= target <= latest:
             from catalog_ext.errors import NoSuchVersionError
 

@@ -19,17 +19,11 @@ from omni_iceberg.api import Omni
 from omni_iceberg.cli import main as cli_main
 from omni_iceberg.features import feature
 from tests import feature_udfs as U
+from tests.pages import pages_jsonl as _jsonl
 
 QUERY = ("SELECT _ai_append_name_ AS b, count(*) AS n, sum(t_len) AS words, sum(t_digits) AS digits, "
          "count(t_lang) AS langs FROM {t} GROUP BY 1 ORDER BY 1")
 COLUMNS = ["_ai_unique_id_", "_ai_append_name_", "t_len", "t_digits", "t_lang", "RawData.raw_data"]
-
-
-def _jsonl(tmp_path: Path, tag: str, n: int) -> Path:
-    path = tmp_path / f"{tag}.jsonl"
-    path.write_text("".join(json.dumps({"raw_data": f"<p>the {tag} page {i} has 12{i} words</p>"}) + "\n"
-                            for i in range(n)))
-    return path
 
 
 def _load(omni: Omni, name: str, tmp_path: Path, batches=(("a", 5), ("b", 7))) -> None:

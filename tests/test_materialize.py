@@ -8,7 +8,6 @@ Trino reading the copy through the view.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -17,17 +16,11 @@ from governance.materialize import MaterializeError, materialize, plan_materiali
 from omni_iceberg.api import Omni
 from omni_iceberg.cli import main as cli_main
 from tests import feature_udfs as U
+from tests.pages import pages_jsonl as _jsonl
 
 NAME = "web"
 QUERY = ("SELECT _ai_append_name_ AS b, count(*) AS n, sum(t_len) AS words, sum(t_digits) AS digits "
          "FROM web GROUP BY 1 ORDER BY 1")
-
-
-def _jsonl(tmp_path: Path, tag: str, n: int) -> Path:
-    path = tmp_path / f"{tag}.jsonl"
-    path.write_text("".join(json.dumps({"raw_data": f"<p>the {tag} page {i} has 12{i} words</p>"}) + "\n"
-                            for i in range(n)))
-    return path
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ Embedded SQLite catalog, real Parquet.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -21,17 +20,11 @@ from omni_iceberg.cli import main as cli_main
 from omni_iceberg.index.lookup import lookup_rows
 from omni_iceberg.index.scan import buckets_of
 from tests import feature_udfs as U
+from tests.pages import pages_jsonl as _jsonl
 
 QUERY = ("SELECT _ai_append_name_ AS b, count(*) AS n, sum(t_len) AS words, round(sum(t_digits), 6) AS digits "
          "FROM {t} GROUP BY 1 ORDER BY 1")
 COLUMNS = ["_ai_unique_id_", "_ai_append_name_", "t_len", "t_digits", "RawData.raw_data"]
-
-
-def _jsonl(tmp_path: Path, tag: str, n: int) -> Path:
-    path = tmp_path / f"{tag}.jsonl"
-    path.write_text("".join(json.dumps({"raw_data": f"<p>the {tag} page {i} has 12{i} words</p>"}) + "\n"
-                            for i in range(n)))
-    return path
 
 
 @pytest.fixture
