@@ -17,6 +17,7 @@ import json
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -68,6 +69,8 @@ PROP_FAMILY = "omni.family-location"
 SUMMARY_FAMILY = "omni.family-location"
 SUMMARY_OPERATION = "omni.operation"
 MAX_COMMIT_ATTEMPTS = 8
+#: log entries kept parsed per store (a few tables' retention windows)
+_VERSION_INFOS_KEPT = 8192
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,10 @@ class FamilyStore:
         #: family document -> the segments it names, for documents read or written here
         self._document_segments: dict[str, tuple[str, ...]] = {}
         self._segments_lock = threading.Lock()
+        #: (view uuid, version id) -> its log entry. A view version never changes once
+        #: written (stubbing its SQL leaves the summary alone), so ``log`` - which every tag
+        #: reads - builds an entry once per version, not once per version per call.
+        self._version_infos: "OrderedDict[tuple[str, int], VersionInfo]" = OrderedDict()
 
     # ---- documents ---------------------------------------------------------------------
     def _write_family(self, view_location: str, state: FamilyState, base_document: str | None = None) -> str:
@@ -308,14 +315,23 @@ class FamilyStore:
     def log(self, namespace: str, name: str) -> list[VersionInfo]:
         """Every logical version, oldest first."""
         view = self._load_view(namespace, name)
+        view_uuid = view.metadata.get("view-uuid", f"{namespace}.{name}")
+        known = self._version_infos
         out = []
         for v in view.metadata["versions"]:
-            summary = v.get("summary", {})
-            if SUMMARY_FAMILY not in summary:
-                continue
-            out.append(VersionInfo(v["version-id"], summary.get(SUMMARY_OPERATION, ""),
+            key = (view_uuid, v["version-id"])
+            info = known.get(key)
+            if info is None:
+                summary = v.get("summary", {})
+                if SUMMARY_FAMILY not in summary:
+                    continue
+                info = VersionInfo(v["version-id"], summary.get(SUMMARY_OPERATION, ""),
                                    summary.get("omni.command", ""), v["timestamp-ms"],
-                                   {k: x for k, x in summary.items() if k not in (SUMMARY_FAMILY,)}))
+                                   {k: x for k, x in summary.items() if k not in (SUMMARY_FAMILY,)})
+                known[key] = info
+            out.append(info)
+        while len(known) > _VERSION_INFOS_KEPT:
+            known.popitem(last=False)
         return out
 
     # ---- commit ------------------------------------------------------------------------

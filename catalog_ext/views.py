@@ -139,16 +139,26 @@ def without_superseded_sql(metadata: dict[str, Any], identifier: str) -> dict[st
     every version, and says where the version is read from.
     """
     current = metadata["current-version-id"]
-    versions = []
+    versions = list(metadata["versions"])
     changed = False
-    for v in metadata["versions"]:
+    # newest first, stopping at the first superseded version already stubbed: every commit
+    # stubs what it supersedes, so everything older was stubbed then, and a commit costs
+    # the versions it superseded (normally one), not the versions retention keeps. Metadata
+    # written before stubs existed, or versions other writers added, have no stubbed
+    # version below them yet and get the whole pass once.
+    for i in range(len(versions) - 1, -1, -1):
+        v = versions[i]
+        if v["version-id"] == current:
+            continue
         reps = v.get("representations", [])
-        if v["version-id"] != current and any(not r.get("sql", "").startswith(SUPERSEDED_SQL_PREFIX) for r in reps):
-            note = (f"{SUPERSEDED_SQL_PREFIX} {v['version-id']} of {identifier}: read it with omni --as-of "
-                    f"{v['version-id']} or omni pin {identifier} {v['version-id']}' AS omni_note")
-            v = dict(v, representations=[{**r, "sql": note} for r in reps])
-            changed = True
-        versions.append(v)
+        if not reps:
+            continue  # nothing to stub (a record without SQL); not a sign the pass may stop
+        if all(r.get("sql", "").startswith(SUPERSEDED_SQL_PREFIX) for r in reps):
+            break
+        note = (f"{SUPERSEDED_SQL_PREFIX} {v['version-id']} of {identifier}: read it with omni --as-of "
+                f"{v['version-id']} or omni pin {identifier} {v['version-id']}' AS omni_note")
+        versions[i] = dict(v, representations=[{**r, "sql": note} for r in reps])
+        changed = True
     return dict(metadata, versions=versions) if changed else metadata
 
 
@@ -206,8 +216,11 @@ class SqlViewCatalog:
         data = json.dumps(metadata, indent=None, separators=(",", ":")).encode()
         with self._io(path).new_output(path).create(overwrite=False) as out:
             out.write(data)
-        # remembered as a reader would parse it (lists, not the tuples a caller may have built)
-        self._remember(path, json.loads(data))
+        # remembered as built, not re-parsed: every builder here (new_view_metadata,
+        # with_new_version, without_superseded_sql, retention's version drop, pinned views)
+        # makes JSON-native lists and dicts, so the dict equals what a reader would parse.
+        # Re-parsing cost a commit one JSON decode per kept version.
+        self._remember(path, metadata)
         return path
 
     def read_metadata(self, path: str) -> dict[str, Any]:

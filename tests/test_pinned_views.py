@@ -55,6 +55,30 @@ def test_pin_a_version_makes_a_view_with_that_versions_sql(omni):
     assert [v["view"] for v in omni.pinned_views(NAME)] == ["aidata.web__v2"]
 
 
+def test_superseded_bodies_are_stubbed_once_and_what_a_commit_remembers_is_the_file(omni):
+    from catalog_ext.views import SUPERSEDED_SQL_PREFIX, SqlViewCatalog, with_new_version, without_superseded_sql
+
+    meta = omni.store.views.load_view("aidata", NAME).metadata
+    # metadata from before stubs existed: every superseded body is real SQL; one pass stubs them all
+    unstubbed = dict(meta, versions=[dict(v, representations=[{**r, "sql": "SELECT 1"} for r in v["representations"]])
+                                     for v in meta["versions"]])
+    stubbed = without_superseded_sql(unstubbed, "aidata.web")
+    current = meta["current-version-id"]
+    for v in stubbed["versions"]:
+        assert all(r["sql"].startswith(SUPERSEDED_SQL_PREFIX) for r in v["representations"]) == (v["version-id"] != current)
+    # after that a commit stubs what it superseded; versions already stubbed are the same objects
+    newer = with_new_version(stubbed, stubbed["schemas"][-1], [], ["aidata"], {}, {})
+    again = without_superseded_sql(newer, "aidata.web")
+    assert all(a is b for a, b in zip(again["versions"][:-2], stubbed["versions"][:-1]))
+    assert again["versions"][-2]["representations"] == [] or all(
+        r["sql"].startswith(SUPERSEDED_SQL_PREFIX) for r in again["versions"][-2]["representations"])
+    # a writer remembers the metadata it wrote instead of re-parsing it: it must equal the file
+    omni.tag(NAME, "t1")
+    view = omni.store.views.load_view("aidata", NAME)
+    fresh = SqlViewCatalog(omni.catalog).read_metadata(view.metadata_location)  # a new reader parses the file
+    assert fresh == view.metadata and json.loads(json.dumps(view.metadata)) == view.metadata
+
+
 def test_a_tag_gets_a_view_that_follows_the_tag(omni):
     out = omni.tag(NAME, "Release-1.0", version=3)
     assert out["view"] == "aidata.web__tag_release_1_0"
