@@ -99,24 +99,85 @@ def write(open_io: Opener, folder: str, path: str, state: FamilyState,
     for field in SEGMENTED:
         entries: tuple[Any, ...] = getattr(state, field)
         sealed = len(entries) - len(entries) % SEGMENT_ENTRIES
+        known = _field_names(entries)
+        if known is not None and len(known) != sealed // SEGMENT_ENTRIES:
+            known = None  # named by a document from before segments existed
         names = []
-        for start in range(0, sealed, SEGMENT_ENTRIES):
+        for i, start in enumerate(range(0, sealed, SEGMENT_ENTRIES)):
+            if known is not None and known[i] in base_segments:
+                names.append(known[i])  # shared with the base and already remembered: nothing to do
+                continue
             chunk = entries[start:start + SEGMENT_ENTRIES]
-            name, body = _segment_name(field, chunk)
+            name, body = (known[i], None) if known is not None else _segment_name(field, chunk)
             if name not in base_segments:
                 location = segment_location(folder, name)
                 with open_io(location).new_output(location).create(overwrite=True) as out:
                     out.write(body if body is not None else _chunk_bytes(chunk))
             _remember(name, chunk)
             names.append(name)
+        _note_field_names(entries, names)
         if names:
             segments[field] = names
-        doc[field] = [e.model_dump(mode="json") for e in entries[sealed:]]
+        doc[field] = [_dumped(e) for e in entries[sealed:]]
     if segments:
         doc[_SEGMENTS_KEY] = segments
     with open_io(path).new_output(path).create(overwrite=False) as out:
         out.write(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
-    return tuple(n for names in segments.values() for n in names)
+    out_names = tuple(n for names in segments.values() for n in names)
+    # what a reader of this path would parse is the state just written (frozen): a commit
+    # loads its own version right after (tags, pinned views, the caller), without re-reading
+    _note_state(path, state, out_names)
+    return out_names
+
+
+def _field_names(entries: tuple[Any, ...]) -> list[str] | None:
+    """The segment names of ``entries``' sealed chunks when this very tuple was named before.
+
+    A commit that leaves a list alone (a tag, a feature registration: ``model_copy`` keeps
+    the tuple) then names its segments in O(1) instead of walking every entry.
+    """
+    with _LOCK:
+        hit = _FIELD_NAMES.get(id(entries))
+        if hit is None or hit[0] is not entries:
+            return None
+        _FIELD_NAMES.move_to_end(id(entries))
+        return hit[1]
+
+
+def _note_field_names(entries: tuple[Any, ...], names: list[str]) -> None:
+    with _LOCK:
+        _FIELD_NAMES[id(entries)] = (entries, list(names))  # holding the tuple keeps its id from reuse
+        _FIELD_NAMES.move_to_end(id(entries))
+        while len(_FIELD_NAMES) > _CACHE_STATES * len(SEGMENTED):
+            _FIELD_NAMES.popitem(last=False)
+
+
+def _dumped(entry: Any) -> dict[str, Any]:
+    """``entry.model_dump(mode="json")``, once per (immutable) entry: a document's unsealed
+    tail holds up to :data:`SEGMENT_ENTRIES` of them, re-dumped by every commit otherwise."""
+    with _LOCK:
+        hit = _DUMPED.get(id(entry))
+        if hit is not None and hit[0] is entry:
+            return hit[1]
+    out = entry.model_dump(mode="json")
+    with _LOCK:
+        _DUMPED[id(entry)] = (entry, out)
+        while len(_DUMPED) > _CACHE_DUMPED:
+            _DUMPED.popitem(last=False)
+    return out
+
+
+def _note_state(path: str, state: FamilyState, names: tuple[str, ...]) -> None:
+    with _LOCK:
+        _STATES[path] = (state, names)
+        _STATES.move_to_end(path)
+        while len(_STATES) > _CACHE_STATES:
+            _STATES.popitem(last=False)
+        for field in SEGMENTED:
+            entries = getattr(state, field)
+            sealed = len(entries) // SEGMENT_ENTRIES
+            _FIELD_NAMES.setdefault(id(entries), (entries, [n for n in names if n.startswith(
+                f"{SEGMENT_PREFIX}{field}-")][:sealed]))
 
 
 #: document path -> (its state, its segment names). A document is written once under a
@@ -124,6 +185,11 @@ def write(open_io: Opener, folder: str, path: str, state: FamilyState,
 #: validating a 2,500-feature state costs ~0.1 s, which every query on it would repeat.
 _STATES: "OrderedDict[str, tuple[FamilyState, tuple[str, ...]]]" = OrderedDict()
 _CACHE_STATES = 16
+#: id(a state's list) -> (that tuple, its sealed segments' names), see :func:`_field_names`
+_FIELD_NAMES: "OrderedDict[int, tuple[tuple[Any, ...], list[str]]]" = OrderedDict()
+#: id(entry) -> (entry, its JSON dump), see :func:`_dumped`
+_DUMPED: "OrderedDict[int, tuple[Any, dict[str, Any]]]" = OrderedDict()
+_CACHE_DUMPED = 4 * SEGMENT_ENTRIES * len(SEGMENTED) * 4
 
 
 def clear_caches() -> None:
@@ -132,6 +198,8 @@ def clear_caches() -> None:
         _STATES.clear()
         _PARSED.clear()
         _NAMED.clear()
+        _FIELD_NAMES.clear()
+        _DUMPED.clear()
 
 
 def read(open_io: Opener, folder: str, path: str) -> tuple[FamilyState, tuple[str, ...]]:
@@ -142,10 +210,7 @@ def read(open_io: Opener, folder: str, path: str) -> tuple[FamilyState, tuple[st
             _STATES.move_to_end(path)
             return hit
     out = _read(open_io, folder, path)
-    with _LOCK:
-        _STATES[path] = out
-        while len(_STATES) > _CACHE_STATES:
-            _STATES.popitem(last=False)
+    _note_state(path, *out)
     return out
 
 
