@@ -296,6 +296,21 @@ class StagedWrite:
         self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
         return self.staged_snapshot_id
 
+    def ensure_branch(self) -> None:
+        """Create the staging branch at the base snapshot if it does not exist yet.
+
+        For writers outside this process (Spark executors) that write to the branch by name;
+        writes made here create it in the same catalog commit as their first snapshot.
+        """
+        if self.staged_snapshot_id is not None:
+            return
+
+        def create(table: Any) -> None:
+            if self.branch not in table.metadata.refs:
+                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
+
+        iceberg_io.with_table_retry(self.catalog, self.identifier, create)
+
     def stage(self) -> int:
         """Commit everything written so far to the staging branch; return the snapshot id."""
         return self.checkpoint()

@@ -11,6 +11,10 @@ merges the small files of each partition:
   (group by group, committed as one snapshot per table, so the table is left with a
   couple of manifests, not two per group). Rows are written sorted by (batch, id), so a merged
   file covers a narrow batch range and batch pruning by file statistics stays sharp;
+  On Spark (``engine="spark"``, or ``"auto"`` from the bytes to rewrite) the same plan
+  is executed by :mod:`spark_udfs.compaction` on the same branch: whole chosen
+  partitions, rewritten with Iceberg's Spark writer (see there for why not
+  ``rewrite_data_files``);
 - commit: one logical version re-pins the compacted snapshots. Readers of older
   versions keep their snapshots (and the id index resolves them to the old files); a
   writer that committed meanwhile makes the commit fail cleanly (its branch is dropped)
@@ -26,9 +30,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
+from catalog_ext.errors import ConfigError
 from catalog_ext.family import FamilyState
 from catalog_ext.iceberg_io import read_data_files
 from catalog_ext.physical import file_batch
@@ -60,6 +65,9 @@ class TableCompaction:
     snapshot_id: int
     files_before: int
     partitions: list[PartitionRewrite] = field(default_factory=list)
+    #: every live file of the chosen partitions, big ones included, with their bytes: what a
+    #: whole-partition rewrite (the Spark engine's overwrite) reads
+    partition_files: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def files_rewritten(self) -> int:
@@ -91,11 +99,18 @@ class CompactionPlan:
                 lines.append(f"    ... and {groups - 8} more")
         return "\n".join(lines)
 
+    @property
+    def bytes_to_rewrite(self) -> int:
+        """Bytes a whole-partition rewrite reads: what the engine choice is made from."""
+        return sum(sum(t.partition_files.values()) for t in self.tables)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         for t in out["tables"]:
+            t.pop("partition_files", None)
             for p in t["partitions"]:
                 p.pop("paths", None)
+        out["bytes_to_rewrite"] = self.bytes_to_rewrite
         return out
 
 
@@ -119,11 +134,14 @@ def plan_compaction(store: FamilyStore, name: str, min_files: int = 2, *,
             continue
         ice = store.catalog.load_table(t.identifier)
         small: dict[str, list[Any]] = {}
+        every: dict[str, dict[str, int]] = {}
         total = 0
         for task in ice.scan(snapshot_id=t.snapshot_id).plan_files():
             total += 1
+            label = _partition_label(ice, task.file)
+            every.setdefault(label, {})[task.file.file_path] = task.file.file_size_in_bytes
             if task.file.file_size_in_bytes < small_file_bytes:
-                small.setdefault(_partition_label(ice, task.file), []).append(task.file)
+                small.setdefault(label, []).append(task.file)
         groups: list[PartitionRewrite] = []
         for label, files in sorted(small.items()):
             if len(files) < max(min_files, 2):  # one file merged into one changes nothing
@@ -141,26 +159,45 @@ def plan_compaction(store: FamilyStore, name: str, min_files: int = 2, *,
             if len(group) >= 2:
                 groups.append(PartitionRewrite(label, len(group), size, [g.file_path for g in group]))
         if groups:
-            plan.tables.append(TableCompaction(t.identifier, t.key, t.snapshot_id, total, groups))
+            chosen = {path: size for label in {g.partition for g in groups} for path, size in every[label].items()}
+            plan.tables.append(TableCompaction(t.identifier, t.key, t.snapshot_id, total, groups, chosen))
     return plan
 
 
 def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = False,
-            clean: bool = True, progress: bool | None = None) -> dict[str, Any]:
-    """Run a compaction plan; returns the plan, files after, and the new logical version.
+            clean: bool = True, progress: bool | None = None, *, engine: str = "local",
+            spark: Callable[[], Any] | None = None, spark_blocker: str | None = None,
+            threshold_bytes: int | None = None) -> dict[str, Any]:
+    """Run a compaction plan; returns the plan, the engine, files after, and the new logical version.
 
     With ``clean`` (default) the leftovers of killed runs are removed first (see
     :func:`governance.maintenance.clean_leftovers`); the report lists them.
+
+    ``engine``: ``local`` (pyarrow, this process), ``spark`` (:mod:`spark_udfs.compaction`:
+    Iceberg's Spark writer rewrites the chosen partitions on the staging branch), or
+    ``auto``: Spark when the partitions to rewrite hold at least the Spark threshold (the
+    one backfills use, ``OMNI_SPARK_THRESHOLD_BYTES``) and Spark can run here
+    (``spark_blocker`` None). ``spark`` returns the SparkSession to use, started only
+    when Spark is chosen. Either way the plan, the staging branches and the ONE logical
+    commit are the same.
     """
+    from omni_iceberg.backfill.choose import choose_engine
     from omni_iceberg.ui.progress import progress_bar
 
     report: dict[str, Any] = {}
     if clean:
         report["cleanup"] = clean_leftovers(store, name, dry_run=dry_run).to_dict()
     plan = plan_compaction(store, name, min_files)
-    report.update({"plan": plan.to_dict(), "logical_version": plan.version, "files_after": {}})
+    chosen, reason = choose_engine(None, None, engine, threshold_bytes, input_size=plan.bytes_to_rewrite,
+                                   spark_blocker=spark_blocker if spark is not None else
+                                   spark_blocker or "no Spark session was offered to this call")
+    report.update({"plan": plan.to_dict(), "logical_version": plan.version, "files_after": {},
+                   "engine": chosen, "engine_reason": reason})
     if plan.empty or dry_run:
         return report
+    if chosen == "spark" and spark is None:
+        raise ConfigError("compaction on Spark needs a Spark session: call Omni.compact(..., engine='spark'), "
+                          "which starts one on this catalog, or pass spark=")
     ns, table = split_qualified(name)
     state = store.load(ns, table, plan.version)
     run_id = f"compact-{uuid.uuid4().hex[:12]}"
@@ -170,8 +207,21 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
     bar = progress_bar(progress, f"compact {plan.logical_table}", "file",
                        total=sum(t.files_rewritten for t in plan.tables))
     with staged_attempt(bar, writers.values):  # the rewritten files were never pinned: deleted on failure
+        session = spark() if chosen == "spark" else None
         for t in plan.tables:
             w = writers[t.key]
+            if session is not None:
+                from spark_udfs.compaction import rewrite_partitions_on_spark
+
+                partitions = ",".join(sorted({g.partition for g in t.partitions}))[:1000]
+                rewrite_partitions_on_spark(session, store.catalog.name, w, t.snapshot_id, list(t.partition_files),
+                                            {"omni.partitions": partitions, "omni.engine": "spark"})
+                if bar is not None:
+                    bar.update(t.files_rewritten)
+                report["files_after"][t.identifier] = sum(
+                    1 for _ in store.catalog.load_table(t.identifier).scan(
+                        snapshot_id=w.staged_snapshot_id).plan_files())
+                continue
             ice = store.catalog.load_table(t.identifier)
             live = {task.file.file_path: task.file for task in ice.scan(snapshot_id=t.snapshot_id).plan_files()}
             for group in t.partitions:

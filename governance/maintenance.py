@@ -129,7 +129,8 @@ def maintain_if_due(store: FamilyStore, name: str, version: int, *, every: int |
 
 def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, policy: Any = None,
              compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
-             command: str = "", budget_s: float | None = None) -> MaintainReport:
+             command: str = "", budget_s: float | None = None, compact_engine: str = "local",
+             spark: Any = None, spark_blocker: str | None = None) -> MaintainReport:
     """Run the due maintenance of ``name``: stale branches, compaction, column groups,
     re-bucketing, retention, orphan files.
 
@@ -139,6 +140,9 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     Compaction is due where a partition holds ``compact_min_files`` small files (default
     :data:`DEFAULT_COMPACT_MIN_FILES`, env ``OMNI_COMPACT_MIN_FILES``); it loses cleanly
     to a concurrent writer, in which case the rest still runs and the next run retries.
+
+    ``compact_engine``, ``spark``, ``spark_blocker``: who runs the compaction, as for
+    :func:`governance.compaction.compact` (``auto``: Spark from the bytes to rewrite).
 
     ``policy`` (a :class:`governance.retention.RetentionPolicy`) wins over ``keep_last``
     (default :data:`DEFAULT_KEEP_LAST`, env ``OMNI_RETENTION_KEEP_LAST``). Branches go
@@ -170,7 +174,8 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     min_files = compact_min_files or DEFAULT_COMPACT_MIN_FILES
     if within_budget(f"compaction (partitions with >= {min_files} small files)"):
         try:
-            report.compaction = compact(store, name, min_files, dry_run=dry_run, clean=False, progress=progress)
+            report.compaction = compact(store, name, min_files, dry_run=dry_run, clean=False, progress=progress,
+                                        engine=compact_engine, spark=spark, spark_blocker=spark_blocker)
         except (PinConflict, CommitConflictError) as e:
             report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
     from governance.column_groups import GROUP_DUE_TABLES, regroup

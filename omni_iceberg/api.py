@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 from functools import cached_property
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -622,12 +622,20 @@ class Omni:
         return plan_compaction(self.store, name, min_files)
 
     def compact(self, name: str, min_files: int = 2, dry_run: bool = False,
-                progress: bool | None = None) -> dict[str, Any]:
+                progress: bool | None = None, *, engine: str = "local", spark_master: str | None = None,
+                spark: Any = None) -> dict[str, Any]:
         """Merge the small files of partitions holding at least ``min_files`` of them, across batches;
-        one logical commit (old versions keep reading their files)."""
+        one logical commit (old versions keep reading their files).
+
+        ``engine``: ``local``, ``spark`` or ``auto`` (Spark from ``OMNI_SPARK_THRESHOLD_BYTES`` of
+        partitions to rewrite, as backfills choose); ``spark`` is a running SparkSession to use,
+        else one is started on ``spark_master`` (default ``local[2]``) only if Spark is chosen.
+        """
         from governance.compaction import compact
 
-        return compact(self.store, name, min_files, dry_run=dry_run, progress=progress)
+        return self._with_spark(engine, spark_master, spark, lambda session, blocker: compact(
+            self.store, name, min_files, dry_run=dry_run, progress=progress, engine=engine, spark=session,
+            spark_blocker=blocker))
 
     def regroup(self, name: str, *, tables: list[str] | None = None, dry_run: bool = False,
                 progress: bool | None = None, command: str = "") -> dict[str, Any]:
@@ -759,10 +767,11 @@ class Omni:
 
     def maintain(self, name: str, keep_last: int | None = None, *, min_age_s: float | None = None,
                  compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
-                 command: str = "") -> Any:
+                 command: str = "", compact_engine: str = "local", spark_master: str | None = None) -> Any:
         """Run the due maintenance of ``name``: stale staging branches, compaction of partitions
         holding ``compact_min_files`` small files, retention, orphan files.
 
+        ``compact_engine``: ``local``, ``spark`` or ``auto``, as :meth:`compact`'s ``engine``.
         Returns a :class:`governance.maintenance.MaintainReport`; meant to run periodically
         (``omni maintain web`` from cron, or after every N commits).
         """
@@ -771,8 +780,29 @@ class Omni:
 
         policy = RetentionPolicy(keep_last=keep_last or DEFAULT_KEEP_LAST,
                                  **({"min_age_s": min_age_s} if min_age_s is not None else {}))
-        return maintain(self.store, name, policy=policy, compact_min_files=compact_min_files, dry_run=dry_run,
-                        progress=progress, command=command)
+
+        def run(spark: Any = None, blocker: str | None = None) -> Any:
+            return maintain(self.store, name, policy=policy, compact_min_files=compact_min_files, dry_run=dry_run,
+                            progress=progress, command=command, compact_engine=compact_engine, spark=spark,
+                            spark_blocker=blocker)
+
+        return self._with_spark(compact_engine, spark_master, None, run)
+
+    def _with_spark(self, engine: str, master: str | None, session: Any, run: Callable[..., Any]) -> Any:
+        """``run(spark=<session factory or None>, blocker=<why Spark cannot run or None>)`` for ``engine``.
+
+        The Spark backfill engine owns starting, reusing and stopping a session on this
+        catalog; governance borrows its session, started only if the plan goes to Spark.
+        """
+        from omni_iceberg.backfill.choose import spark_blocker
+
+        blocker = spark_blocker(self.config) if engine == "auto" and session is None else None
+        if engine == "local" or blocker:
+            return run(None, blocker)
+        from omni_iceberg.engines import backfill_engine
+
+        with backfill_engine("spark")(self, master=master, spark=session) as spark_engine:
+            return run(lambda: spark_engine.spark, None)
 
     # ---- tooling ------------------------------------------------------------------------
     def trino_config(self, out: str) -> str:

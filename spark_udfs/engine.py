@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from catalog_ext import iceberg_io, system_tables
+from catalog_ext import system_tables
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
 from catalog_ext.physical import StagedWrite
@@ -524,14 +524,9 @@ class SparkExecutor:
         w.staged_snapshot_id = head.snapshot_id
 
     def _ensure_branch(self, run: BackfillRun, w: StagedWrite) -> None:
-        if w.staged_snapshot_id is not None or w.identifier in self.branches:
+        if w.identifier in self.branches:
             return
-
-        def create(table):
-            if w.branch not in table.metadata.refs:
-                table.manage_snapshots().create_branch(w.base_snapshot_id, w.branch).commit()
-
-        iceberg_io.with_table_retry(run.store.catalog, w.identifier, create)
+        w.ensure_branch()
         self.branches.add(w.identifier)
 
 

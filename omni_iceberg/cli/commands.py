@@ -211,9 +211,9 @@ def compact(args, omni, command_line: str) -> int:
         out = {**plan.to_dict(), "dry_run": True, "empty": plan.empty}
         emit(args, out, plan.describe)
         return 0
-    report = omni.compact(args.name, args.min_files)
+    report = omni.compact(args.name, args.min_files, engine=args.engine, spark_master=args.spark_master)
     emit(args, report, lambda: (f"compacted {report['files_after'] or 'nothing'} -> version "
-                                f"{report['logical_version']}"))
+                                f"{report['logical_version']} (engine {report['engine']}: {report['engine_reason']})"))
     return 0
 
 
@@ -435,7 +435,8 @@ def backfill(args, omni, command_line: str) -> int:
 def maintain(args, omni, command_line: str) -> int:
     report = omni.maintain(args.name, args.keep_last, min_age_s=args.min_age,
                            compact_min_files=args.compact_min_files, dry_run=args.dry_run,
-                           progress=progress(args), command=command_line)
+                           progress=progress(args), command=command_line, compact_engine=args.compact_engine,
+                           spark_master=args.spark_master)
     emit(args, report.to_dict(), report.describe)
     return 0
 

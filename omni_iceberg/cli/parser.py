@@ -158,10 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     # ---- govern ----------------------------------------------------------------------------
     cp = command(sub, "compact", "rewrite small files of a logical table (one logical commit)",
-                 "omni compact web --dry-run --json", "omni compact web --min-files 4")
+                 "omni compact web --dry-run --json", "omni compact web --min-files 4",
+                 "omni compact web --engine spark --spark-master spark://host:7077")
     cp.add_argument("name", help="logical table")
     cp.add_argument("--min-files", type=int, default=2, help="compact partitions with at least this many files")
     cp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    cp.add_argument("--engine", choices=["local", "spark", "auto"], default="local",
+                    help="who rewrites the files: this process, Spark (Iceberg's Spark writer, on the staging "
+                    "branch), or auto: Spark when the partitions to rewrite reach OMNI_SPARK_THRESHOLD_BYTES")
+    cp.add_argument("--spark-master", metavar="URL",
+                    help="with --engine spark/auto: an existing Spark cluster, e.g. spark://host:7077 "
+                    "(default: local[2])")
 
     rg = command(sub, "regroup", "merge narrow feature tables into column groups: one join per group, "
                  "not per feature (one logical commit)",
@@ -239,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: env OMNI_RETENTION_MIN_AGE_S or 3600)")
     mt.add_argument("--compact-min-files", type=int, default=None, metavar="N",
                     help="compact partitions holding at least N small files (default: env OMNI_COMPACT_MIN_FILES or 4)")
+    mt.add_argument("--compact-engine", choices=["local", "spark", "auto"], default="local",
+                    help="who rewrites the files to compact (see omni compact --engine)")
+    mt.add_argument("--spark-master", metavar="URL", help="with --compact-engine spark/auto: an existing Spark "
+                    "cluster (default: local[2])")
     mt.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     mt.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     xp = command(sub, "expire", "retention alone: keep the last K logical versions, expire the rest",
