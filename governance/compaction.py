@@ -188,9 +188,13 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
     if clean:
         report["cleanup"] = clean_leftovers(store, name, dry_run=dry_run).to_dict()
     plan = plan_compaction(store, name, min_files)
-    chosen, reason = choose_engine(None, None, engine, threshold_bytes, input_size=plan.bytes_to_rewrite,
-                                   spark_blocker=spark_blocker if spark is not None else
-                                   spark_blocker or "no Spark session was offered to this call")
+    if plan.empty and engine == "auto":
+        chosen, reason = "local", "auto: nothing to compact"
+    else:
+        chosen, reason = choose_engine(None, None, engine, threshold_bytes, input_size=plan.bytes_to_rewrite,
+                                       spark_blocker=spark_blocker if spark is not None else
+                                       spark_blocker or "no Spark session was offered to this call",
+                                       what="the partitions to rewrite hold")
     report.update({"plan": plan.to_dict(), "logical_version": plan.version, "files_after": {},
                    "engine": chosen, "engine_reason": reason})
     if plan.empty or dry_run:

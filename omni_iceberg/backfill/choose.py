@@ -54,12 +54,13 @@ def _size(n: float) -> str:
 
 def choose_engine(state: Any, plan: Any, requested: str, threshold_bytes: int | None = None, *,
                   input_size: int | None = None, catalog: Any = None,
-                  spark_blocker: str | None = None) -> tuple[str, str]:
+                  spark_blocker: str | None = None, what: str = "the inputs are") -> tuple[str, str]:
     """(engine, reason) for running ``plan`` on ``state``.
 
     ``input_size`` is measured with :func:`measure_input_bytes` when not given (that
     needs ``catalog``). ``spark_blocker`` says why Spark cannot run here (no pyspark,
-    an embedded SQLite catalog): ``auto`` then stays local and says so.
+    an embedded SQLite catalog): ``auto`` then stays local and says so. ``what`` names
+    the size in the reason (governance: "the partitions to rewrite hold").
     """
     if requested not in ENGINES:
         raise ConfigError(f"unknown engine {requested!r}: use one of {', '.join(ENGINES)}")
@@ -73,11 +74,11 @@ def choose_engine(state: Any, plan: Any, requested: str, threshold_bytes: int | 
             raise ConfigError("choose_engine('auto') needs the input size or the catalog to measure it")
         input_size = measure_input_bytes(catalog, state, plan)
     if input_size < threshold:
-        return "local", f"auto: the inputs are {_size(input_size)}, below the Spark threshold of {_size(threshold)}"
+        return "local", f"auto: {what} {_size(input_size)}, below the Spark threshold of {_size(threshold)}"
     if spark_blocker:
-        return "local", (f"auto: the inputs are {_size(input_size)} (Spark threshold {_size(threshold)}), "
+        return "local", (f"auto: {what} {_size(input_size)} (Spark threshold {_size(threshold)}), "
                          f"but Spark cannot run here: {spark_blocker}")
-    return "spark", f"auto: the inputs are {_size(input_size)}, at or above the Spark threshold of {_size(threshold)}"
+    return "spark", f"auto: {what} {_size(input_size)}, at or above the Spark threshold of {_size(threshold)}"
 
 
 def measure_input_bytes(catalog: Any, state: Any, plan: Any) -> int:
