@@ -10,7 +10,7 @@ merges the small files of each partition:
   group of files by the same rows in as few files as ``target_file_bytes`` allows
   (group by group, committed as one snapshot per table, so the table is left with a
   couple of manifests, not two per group). Rows are written sorted by (batch, id), so a merged
-  file covers a narrow batch range and batch pruning by file statistics stays sharp;
+  file covers a narrow batch range and batch pruning by file statistics stays sharp.
   On Spark (``engine="spark"``, or ``"auto"`` from the bytes to rewrite) the same plan
   is executed by :mod:`spark_udfs.compaction` on the same branch: whole chosen
   partitions, rewritten with Iceberg's Spark writer (see there for why not
