@@ -55,6 +55,29 @@ def test_auto_stays_local_where_spark_cannot_run_and_says_why(omni_home, tmp_pat
     assert report["engine"] == "local" and _rows(omni, "web") == before
 
 
+def test_a_failed_spark_rewrite_commits_nothing_and_leaves_no_branch(omni_home, tmp_path, monkeypatch):
+    """The Spark path's failure undo, without Spark: the rewrite dies after its branch exists."""
+    import spark_udfs.compaction as SC
+
+    omni = Omni(config=omni_home)
+    _small_batches(omni, tmp_path, "web", 3)
+    before_rows, version = _rows(omni, "web"), omni.state("web").version
+
+    def dies_midway(spark, catalog_name, writer, snapshot_id, paths, properties):
+        writer.ensure_branch()  # what a real rewrite does first
+        raise RuntimeError("executor lost")
+
+    monkeypatch.setattr(SC, "rewrite_partitions_on_spark", dies_midway)
+    from governance.compaction import compact
+
+    with pytest.raises(RuntimeError, match="executor lost"):
+        compact(omni.store, "web", engine="spark", spark=lambda: object(), progress=False)
+    assert omni.state("web").version == version and _rows(omni, "web") == before_rows
+    for t in omni.state("web").tables:
+        refs = omni.catalog.load_table(t.identifier).metadata.refs
+        assert not [r for r in refs if r.startswith("omni-stage")], t.identifier
+
+
 @pytest.mark.spark
 @pytest.mark.postgres
 def test_spark_compaction_rewrites_on_the_staging_branch_and_commits_once(spark, tmp_path):
