@@ -173,11 +173,6 @@ def _note_state(path: str, state: FamilyState, names: tuple[str, ...]) -> None:
         _STATES.move_to_end(path)
         while len(_STATES) > _CACHE_STATES:
             _STATES.popitem(last=False)
-        for field in SEGMENTED:
-            entries = getattr(state, field)
-            sealed = len(entries) // SEGMENT_ENTRIES
-            _FIELD_NAMES.setdefault(id(entries), (entries, [n for n in names if n.startswith(
-                f"{SEGMENT_PREFIX}{field}-")][:sealed]))
 
 
 #: document path -> (its state, its segment names). A document is written once under a
@@ -239,7 +234,10 @@ def _read(open_io: Opener, folder: str, path: str) -> tuple[FamilyState, tuple[s
             entries.extend(parsed)
         entries.extend(model.model_validate(e) for e in doc.get(field, ()))
         doc[field] = entries
-    return FamilyState.model_validate(doc), tuple(n for names in segments.values() for n in names)
+    state = FamilyState.model_validate(doc)
+    for field in SEGMENTED:  # the next commit from this state names its segments in O(1)
+        _note_field_names(getattr(state, field), segments.get(field, []))
+    return state, tuple(n for names in segments.values() for n in names)
 
 
 def folder_of(document_path: str) -> str:

@@ -304,12 +304,14 @@ class StagedWrite:
         """
         if self.staged_snapshot_id is not None:
             return
+        iceberg_io.with_table_retry(self.catalog, self.identifier, self._with_branch)
 
-        def create(table: Any) -> None:
-            if self.branch not in table.metadata.refs:
-                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
-
-        iceberg_io.with_table_retry(self.catalog, self.identifier, create)
+    def _with_branch(self, table: Any) -> Any:
+        """``table`` once the staging branch exists (created at the base snapshot if missing)."""
+        if self.branch in table.metadata.refs:
+            return table
+        table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
+        return self.catalog.load_table(self.identifier)
 
     def stage(self) -> int:
         """Commit everything written so far to the staging branch; return the snapshot id."""
@@ -419,9 +421,7 @@ class StagedWrite:
             self.checkpoint()
 
         def delete(table):
-            if self.branch not in table.metadata.refs:
-                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
-                table = self.catalog.load_table(self.identifier)
+            table = self._with_branch(table)
             self._delete_batches(table, todo)
             return self.catalog.load_table(self.identifier)
 
@@ -445,9 +445,7 @@ class StagedWrite:
         For rewrites such as compaction; such a write is not rebasable (see ``rebasable``).
         """
         def rewrite(table):
-            if self.branch not in table.metadata.refs:
-                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
-                table = self.catalog.load_table(self.identifier)
+            table = self._with_branch(table)
             with table.transaction() as tx:
                 iceberg_io.use_spec(tx, self.spec_id)
                 tx.overwrite(data.cast(table.schema().as_arrow()), overwrite_filter=overwrite_filter,
@@ -501,9 +499,7 @@ class StagedWrite:
         new_files = [f for _, new in replacements for f in new]
 
         def commit(table):
-            if self.branch not in table.metadata.refs:
-                table.manage_snapshots().create_branch(self.base_snapshot_id, self.branch).commit()
-                table = self.catalog.load_table(self.identifier)
+            table = self._with_branch(table)
             with table.transaction() as tx:
                 iceberg_io.use_spec(tx, self.spec_id)
                 with tx.update_snapshot(snapshot_properties={**self.properties, **(properties or {})},

@@ -35,7 +35,7 @@ from typing import Any, Callable
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.errors import ConfigError
 from catalog_ext.family import FamilyState
-from catalog_ext.iceberg_io import read_data_files
+from catalog_ext.iceberg_io import PLANS, read_data_files
 from catalog_ext.physical import file_batch
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import PinSnapshot
@@ -136,7 +136,7 @@ def plan_compaction(store: FamilyStore, name: str, min_files: int = 2, *,
         small: dict[str, list[Any]] = {}
         every: dict[str, dict[str, int]] = {}
         total = 0
-        for task in ice.scan(snapshot_id=t.snapshot_id).plan_files():
+        for task in PLANS.tasks(ice.scan(snapshot_id=t.snapshot_id)):  # planned once: execute reuses it
             total += 1
             label = _partition_label(ice, task.file)
             every.setdefault(label, {})[task.file.file_path] = task.file.file_size_in_bytes
@@ -192,8 +192,8 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
         chosen, reason = "local", "auto: nothing to compact"
     else:
         chosen, reason = choose_engine(None, None, engine, threshold_bytes, input_size=plan.bytes_to_rewrite,
-                                       spark_blocker=spark_blocker if spark is not None else
-                                       spark_blocker or "no Spark session was offered to this call",
+                                       spark_blocker=spark_blocker or (
+                                           None if spark is not None else "no Spark session was offered to this call"),
                                        what="the partitions to rewrite hold")
     report.update({"plan": plan.to_dict(), "logical_version": plan.version, "files_after": {},
                    "engine": chosen, "engine_reason": reason})
@@ -214,29 +214,16 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
         session = spark() if chosen == "spark" else None
         for t in plan.tables:
             w = writers[t.key]
+            partitions = ",".join(sorted({g.partition for g in t.partitions}))[:1000]
             if session is not None:
                 from spark_udfs.compaction import rewrite_partitions_on_spark
 
-                partitions = ",".join(sorted({g.partition for g in t.partitions}))[:1000]
                 rewrite_partitions_on_spark(session, store.catalog.name, w, t.snapshot_id, list(t.partition_files),
                                             {"omni.partitions": partitions, "omni.engine": "spark"})
                 if bar is not None:
                     bar.update(t.files_rewritten)
-                report["files_after"][t.identifier] = sum(
-                    1 for _ in store.catalog.load_table(t.identifier).scan(
-                        snapshot_id=w.staged_snapshot_id).plan_files())
-                continue
-            ice = store.catalog.load_table(t.identifier)
-            live = {task.file.file_path: task.file for task in ice.scan(snapshot_id=t.snapshot_id).plan_files()}
-            for group in t.partitions:
-                files = [live[p] for p in group.paths]
-                rows = read_data_files(ice, files)
-                rows = rows.sort_by([(BATCH_COLUMN, "ascending"), (ID_COLUMN, "ascending")])
-                w.write_replacement(files, rows)
-                if bar is not None:
-                    bar.update(group.files)
-            # one snapshot per table, not per group: see StagedWrite.write_replacement
-            w.commit_replacements({"omni.partitions": ",".join(g.partition for g in t.partitions)[:1000]})
+            else:
+                _rewrite_locally(store, w, t, bar, partitions)
             report["files_after"][t.identifier] = sum(
                 1 for _ in store.catalog.load_table(t.identifier).scan(snapshot_id=w.staged_snapshot_id).plan_files())
 
@@ -250,3 +237,18 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
                                  staged=list(writers.values()))
     report["logical_version"] = new_state.version
     return report
+
+
+def _rewrite_locally(store: FamilyStore, w: Any, t: TableCompaction, bar: Any, partitions: str) -> None:
+    """Merge each group of ``t``'s small files with pyarrow, as ONE snapshot on ``w``'s branch."""
+    ice = store.catalog.load_table(t.identifier)
+    live = {task.file.file_path: task.file for task in PLANS.tasks(ice.scan(snapshot_id=t.snapshot_id))}
+    for group in t.partitions:
+        files = [live[p] for p in group.paths]
+        rows = read_data_files(ice, files)
+        rows = rows.sort_by([(BATCH_COLUMN, "ascending"), (ID_COLUMN, "ascending")])
+        w.write_replacement(files, rows)
+        if bar is not None:
+            bar.update(group.files)
+    # one snapshot per table, not per group: see StagedWrite.write_replacement
+    w.commit_replacements({"omni.partitions": partitions})

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.errors import OmniError
+from catalog_ext.iceberg_io import PLANS
 from catalog_ext.physical import StagedWrite
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def partition_predicate(table: Any, snapshot_id: int, paths: list[str], catalog_
     wanted = set(paths)
     schema = table.schema()
     clauses: set[str] = set()
-    for task in table.scan(snapshot_id=snapshot_id).plan_files():
+    for task in PLANS.tasks(table.scan(snapshot_id=snapshot_id)):  # the compaction plan's own planning
         f = task.file
         if f.file_path not in wanted:
             continue
