@@ -314,10 +314,11 @@ def test_feature_columns_join_from_their_own_tables(omni, name, spec, indexed_wr
 
 def test_array_and_row_decoding_of_a_large_lookup_agree_with_the_scan(omni, name, spec, indexed_writes, tmp_path,
                                                                       monkeypatch):
-    """A 1,000-id lookup decodes inline values as whole arrays, a small one row by row: both
-    must return exactly what the scan does - features with nulls (a batch not backfilled),
-    files of several batches after compaction (each row's batch comes from its own bytes),
-    ids that are not there."""
+    """A 1,000-id lookup decodes inline values as whole arrays, a small one row by row, and
+    a few ids are built as Python rows with one Arrow table at the end: all three must
+    return exactly what the scan does - features with nulls (a batch not backfilled), files
+    of several batches after compaction (each row's batch comes from its own bytes), ids
+    that are not there."""
     from catalog_ext.physical import file_batch
     from governance.compaction import compact
     from omni_iceberg.index import lookup as L
@@ -336,8 +337,16 @@ def test_array_and_row_decoding_of_a_large_lookup_agree_with_the_scan(omni, name
     ask = _ids(omni, name)[::2] + ["0" * 32]
     cols = ["_ai_append_name_", "RawData.url", "RawData.lang", "t_len"]
     scan = lookup_rows(omni.catalog, state, idx, ask, cols, force_scan=True).rows
-    for threshold in (1, 10 ** 9):  # every table decoded as arrays / every row one by one
+    join_parts = L._join_parts
+    for threshold, rowwise in ((1, 0), (10 ** 9, 0), (1, 10 ** 9)):  # arrays / rows per table / whole rows
         monkeypatch.setattr(L, "ARRAY_DECODE_MIN_ROWS", threshold)
+        monkeypatch.setattr(L, "ROWWISE_MAX_IDS", rowwise)
+
+        def no_join(*args, rowwise=rowwise):  # whole rows must not fall back to the per-table path
+            assert not rowwise, "the row-wise lookup fell back to the per-table path"
+            return join_parts(*args)
+
+        monkeypatch.setattr(L, "_join_parts", no_join)
         got = lookup_rows(omni.catalog, state, idx, ask, cols)
         assert [t.method for t in got.tables] == ["index"] * 2 and all(t.files_read == 0 for t in got.tables)
         assert got.rows.schema == scan.schema and got.rows.to_pylist() == scan.to_pylist()

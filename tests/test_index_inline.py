@@ -50,8 +50,10 @@ def test_both_decoders_return_the_encoded_values(seed):
     by_array = I.decode(layout, [rows[i] for i in pick], names)
     by_row = I.decode_rows([(layout, rows[i]) for i in pick], names)
     across = I.decode_columns([b"pos!" + rows[i] for i in pick], 4, [layout], np.zeros(len(pick), np.int64), names)
+    one_by_one = [I.decode_row(layout, b"pos!" + rows[i], 4, names) for i in pick]
     for name, arr in cols:
         expected = [arr[i].as_py() for i in pick]
+        assert [row[name] for row in one_by_one] == expected, name
         assert by_array[name].to_pylist() == expected, name
         assert by_row[name].to_pylist() == expected, name
         assert across[name].to_pylist() == expected, name

@@ -19,6 +19,7 @@ never wrong - and says why in its explain info.
 from __future__ import annotations
 
 import time
+from itertools import repeat
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, NamedTuple, Sequence
 
@@ -104,6 +105,7 @@ class IdIndex:
         self._files: dict[bytes, FileRecord] = {}  # immutable once written
         self._complete: dict[bytes, RunRecord] = {}  # a complete run never changes again
         self._layouts: dict[bytes, Layout] = {}  # parsed once per file record
+        self._authoritative: dict[tuple[str, int | None], Coverage] = {}  # see coverage()
 
     def __repr__(self) -> str:
         return f"IdIndex({self.logical_identifier} at {self.backend.location})"
@@ -142,6 +144,7 @@ class IdIndex:
         self._files.clear()
         self._complete.clear()
         self._layouts.clear()
+        self._authoritative.clear()
 
     # ---- write ------------------------------------------------------------------------
     def writer(self, table: str, run: str, *, source: str = "writer") -> "IndexWriter":
@@ -150,6 +153,24 @@ class IdIndex:
 
     # ---- read -------------------------------------------------------------------------
     def coverage(self, catalog: Any, identifier: str, snapshot_id: int | None) -> Coverage:
+        """What the index can answer for ``identifier`` at ``snapshot_id``.
+
+        An authoritative answer is kept for the process (cleared with the other caches):
+        the runs a snapshot sees and their complete records never change, so it cannot go
+        stale. A lagging one is worked out again each time: a rebuild may end the lag.
+        """
+        key = (identifier, snapshot_id)
+        known = self._authoritative.get(key)
+        if known is not None:
+            return known
+        cov = self._coverage(catalog, identifier, snapshot_id)
+        if cov.authoritative:
+            if len(self._authoritative) >= 4096:
+                self._authoritative.clear()
+            self._authoritative[key] = cov
+        return cov
+
+    def _coverage(self, catalog: Any, identifier: str, snapshot_id: int | None) -> Coverage:
         hist = visibility.history(catalog, identifier, snapshot_id)
         lag = list(hist.problems)
         records = self.runs_of(identifier, hist.runs) if hist.runs else {}
@@ -194,10 +215,11 @@ class IdIndex:
             files.append((rec, self.layout(fk, rec)))
             table_of.append(cov_at)
         n = len(read.fkeys)
-        codes = np.fromiter((code_of.get(f, -1) for f in read.fkeys), np.int64, n)
-        asked = np.fromiter((asked_at[r] for r in read.ids), np.int64, n)
+        # map() over bound methods: no Python frame per entry (a 1,000-id lookup has thousands)
+        codes = np.fromiter(map(code_of.get, read.fkeys, repeat(-1, n)), np.int64, n)
+        asked = np.fromiter(map(asked_at.__getitem__, read.ids), np.int64, n)
         owner = np.array(table_of + [-1], np.int64)[codes]  # codes of -1 (not visible) pick the -1
-        asked_ids = [id_of(k) for k in keys]
+        asked_ids = list(map(id_of, keys))
         out: dict[str, TableEntries] = {}
         for cov_at, cov in enumerate(covs):
             sel = np.flatnonzero(owner == cov_at)

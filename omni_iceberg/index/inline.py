@@ -26,6 +26,7 @@ taken in schema order while the row fits in :data:`ROW_MAX` bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
@@ -65,11 +66,11 @@ class Layout:
 
     slots: tuple[Slot, ...] = ()
 
-    @property
+    @cached_property  # asked per entry by lookups; a frozen dataclass still has a __dict__ for it
     def names(self) -> frozenset[str]:
         return frozenset(s.name for s in self.slots)
 
-    @property
+    @cached_property
     def row_bytes(self) -> int:
         return _bitmap_bytes(len(self.slots)) + sum(_stored(s) for s in self.slots)
 
@@ -295,6 +296,25 @@ def _reader(layout: Layout, names: tuple[str, ...]) -> list[tuple[int, int, str,
             _READERS.clear()
         _READERS[key] = (layout, found)
     return found
+
+
+def decode_row(layout: Layout, value: bytes, skip: int, names: Sequence[str]) -> dict[str, Any]:
+    """The leaves ``names`` of one row as Python values; its inline values are ``value[skip:]``.
+
+    For point lookups: a dict per row, no Arrow array per leaf (every layout holds every name).
+    """
+    nulls = int.from_bytes(value[skip:skip + _bitmap_bytes(len(layout.slots))], "little")
+    out: dict[str, Any] = {}
+    for name, (j, at, kind, unpack, _) in zip(names, _reader(layout, tuple(names))):
+        at += skip
+        if nulls >> j & 1:
+            out[name] = None
+        elif unpack is not None:
+            out[name] = unpack.unpack_from(value, at)[0]
+        else:
+            raw = value[at + 2:at + 2 + (value[at] | value[at + 1] << 8)]
+            out[name] = raw.decode("utf-8") if kind == "s" else bytes(raw)
+    return out
 
 
 def decode_rows(rows: Sequence[tuple[Layout, bytes]], names: Sequence[str]) -> dict[str, pa.Array]:

@@ -34,8 +34,25 @@ def check_id(rid: object) -> str:
     return rid.lower()
 
 
+_HEX_RUN = re.compile(r"[0-9a-f]*")
+
+
 def check_ids(ids: Iterable[object]) -> list[str]:
-    """Every id checked (the first bad one is named), duplicates removed, order kept."""
+    """Every id checked (the first bad one is named), duplicates removed, order kept.
+
+    All ids are checked at once - lengths, then one match over their lower-cased
+    concatenation - and one by one only to name the bad one: a thousand regex
+    matches were a tenth of a 1,000-id lookup.
+    """
+    ids = list(ids)
+    try:
+        given = "".join(ids)
+    except TypeError:  # a non-string: named below
+        given = None
+    if given is not None and len(given) == ID_BYTES * 2 * len(ids) and all(len(i) == ID_BYTES * 2 for i in ids):
+        joined = given.lower()
+        if _HEX_RUN.fullmatch(joined):
+            return list(dict.fromkeys(ids if joined == given else [i.lower() for i in ids]))
     return list(dict.fromkeys(check_id(i) for i in ids))
 
 
