@@ -40,6 +40,7 @@ system-deps:
 		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q postgresql openjdk-17-jre-headless; \
 	fi
 
+# Iceberg runtime + JDBC drivers from Maven Central, and omni's Spark extension compiled with ECJ
 jars: install
 	$(PY) -m spark_udfs.jars
 

@@ -85,6 +85,10 @@ def key_arrow_fields() -> list[pa.Field]:
     return [pa.field(ID_COLUMN, pa.string(), nullable=False), pa.field(BATCH_COLUMN, pa.string(), nullable=False)]
 
 
+#: table property naming columns no two rows share (read by omni's Spark extension)
+UNIQUE_KEYS_PROPERTY = "omni.unique-keys"
+
+
 def create_physical_table(
     catalog: Any,
     identifier: str,
@@ -119,6 +123,9 @@ def create_physical_table(
         # every commit copies the metadata log (pyiceberg deep-copies the metadata per update):
         # keep it short; omni pins snapshots, never old metadata files (retention sweeps those)
         "write.metadata.previous-versions-max": "10",
+        # omni writes at most one row per key: Spark's omni extension drops the view's per-key
+        # aggregate over a table that says so (spark_udfs/java, UniqueKeyAggregates)
+        UNIQUE_KEYS_PROPERTY: f"{ID_COLUMN},{BATCH_COLUMN}",
         **properties,
     }
     table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=table_props)

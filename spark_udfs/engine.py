@@ -119,7 +119,9 @@ def check_session(spark: SparkSession, config: Any) -> None:
     name = config.catalog_name
     prefix = f"spark.sql.catalog.{name}"
     impl = spark.conf.get(prefix, None)
-    if impl is None or "iceberg" not in impl:
+    from spark_udfs.extension import CATALOG_CLASS
+
+    if impl is None or ("iceberg" not in impl and impl != CATALOG_CLASS):
         raise ConfigError(
             f"the Spark session has no Iceberg catalog named {name!r} ({prefix} is {impl!r}); omni's catalog "
             f"is named {name!r} (OMNI_CATALOG_NAME) and both sides must use the same name")

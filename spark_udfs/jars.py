@@ -115,6 +115,8 @@ def _ensure_one(jar: MavenJar, cache: Path, repo: str) -> Path:
     return download_verified(jar.url(repo), target, f"jar {jar.coordinates}", _FIX)
 
 
-if __name__ == "__main__":  # pragma: no cover - convenience for set-up scripts
-    for path in ensure_jars():
+if __name__ == "__main__":  # pragma: no cover - convenience for set-up scripts (`make jars`)
+    from spark_udfs.extension import ensure_extension_jar
+
+    for path in [*ensure_jars(), ensure_extension_jar()]:
         print(path)

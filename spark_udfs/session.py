@@ -167,10 +167,12 @@ def spark_catalog_conf(
     app_name: str = "omni",
     jars: Sequence[os.PathLike[str] | str] = (),
     overrides: Mapping[str, Any] | None = None,
+    extension_jar: os.PathLike[str] | str | None = None,
 ) -> dict[str, str]:
     """Every Spark setting :func:`build_spark_session` uses, ``overrides`` applied last.
 
-    An override whose value is ``None`` removes that setting.
+    ``extension_jar`` (see :mod:`spark_udfs.extension`) adds omni's session extension
+    beside Iceberg's, and makes the catalog omni's subclass of Iceberg's ``SparkCatalog``. An override whose value is ``None`` removes that setting.
     """
     name = config.catalog_name
     prefix = f"spark.sql.catalog.{name}"
@@ -198,6 +200,12 @@ def spark_catalog_conf(
         "spark.executorEnv.PYSPARK_PYTHON": python,
         **STORAGE_PARTITIONED_JOIN_CONF,
     }
+    if extension_jar is not None:
+        from spark_udfs.extension import CATALOG_CLASS, EXTENSION_CLASS
+
+        jars = [*jars, extension_jar]
+        conf["spark.sql.extensions"] += f",{EXTENSION_CLASS}"
+        conf[prefix] = CATALOG_CLASS
     if jars:
         conf["spark.jars"] = ",".join(str(Path(j).resolve()) for j in jars)
     for key, value in catalog_properties(config).items():
@@ -242,7 +250,10 @@ def build_spark_session(
         raise ConfigError(f"catalog {redact(config.catalog_uri)}: {_SQLITE_DEADLOCK}")
     java = _find_java()
     jars = ensure_jars(jar_cache_dir)
-    conf = spark_catalog_conf(config, master=master, app_name=app_name, jars=jars, overrides=overrides)
+    from spark_udfs.extension import extension_jar
+
+    conf = spark_catalog_conf(config, master=master, app_name=app_name, jars=jars, overrides=overrides,
+                              extension_jar=extension_jar(jar_cache_dir))
 
     try:
         from pyspark.sql import SparkSession

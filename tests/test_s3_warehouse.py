@@ -200,7 +200,8 @@ settings = engine_config.spark_properties(config)
 # no Ivy download in tests: the AWS SDK bundle comes from the REST server's verified jars
 settings.pop("spark.jars.packages")
 bundle = next(j for j in ensure_rest_jars() if j.name.startswith("iceberg-aws-bundle"))
-settings["spark.jars"] = ",".join([*(str(j) for j in ensure_jars(jar_cache)), str(bundle)])
+settings["spark.jars"] = ",".join([*(str(j) for j in ensure_jars(jar_cache)), str(bundle),
+                                   *filter(None, [settings.get("spark.jars")])])  # omni's extension
 session = build_spark_session(config, app_name="omni-s3-tests", jar_cache_dir=jar_cache, overrides=settings)
 try:
     rows = session.sql("SELECT _ai_append_name_, count(*) FROM omni.aidata.web GROUP BY 1").collect()

@@ -64,6 +64,37 @@ def test_spark_reads_only_the_tables_a_query_needs(wide, spark):
     assert _spark_tables(spark, f"SELECT count(*) FROM omni.aidata.{NAME}") <= {f"{NAME}__base"}
 
 
+def test_spark_reads_the_needed_feature_tables_without_their_per_key_aggregate(wide, spark):
+    """omni's session extension (spark_udfs/java) removes the view's ``GROUP BY keys`` around
+    each feature table a query reads - after Spark used it to drop the unread ones - on tables
+    that declare their keys unique; a table that does not declare them keeps its aggregate."""
+    from catalog_ext.physical import UNIQUE_KEYS_PROPERTY
+    from spark_udfs.extension import EXTENSION_CLASS
+
+    def per_key_aggregates(sql: str) -> int:  # the view's any_value runs as first() in Spark's plan
+        return spark.session.sql("EXPLAIN " + sql).collect()[0][0].count("first(")
+
+    assert EXTENSION_CLASS in spark.session.conf.get("spark.sql.extensions")
+    assert per_key_aggregates(QUERY) == 0
+    expected = spark.sql(QUERY)
+    omni, table_of, names = wide
+    name = names[table_of[feature_name(7)]]
+    undeclared = omni.catalog.load_table(f"aidata.{name}")
+    with undeclared.transaction() as tx:
+        tx.remove_properties(UNIQUE_KEYS_PROPERTY)
+    # omni's catalog keeps tables loaded at a snapshot for the session: REFRESH TABLE drops them
+    assert per_key_aggregates(QUERY) == 0
+    spark.session.sql(f"REFRESH TABLE omni.aidata.{name}")
+    try:
+        assert per_key_aggregates(QUERY) > 0  # that table's aggregate stays; the answer does not change
+        assert spark.sql(QUERY) == expected
+    finally:
+        with undeclared.transaction() as tx:
+            tx.set_properties({UNIQUE_KEYS_PROPERTY: "_ai_unique_id_,_ai_append_name_"})
+        spark.session.sql(f"REFRESH TABLE omni.aidata.{name}")
+    assert per_key_aggregates(QUERY) == 0
+
+
 def test_trino_reads_only_the_tables_a_query_needs(wide, trino):
     assert _trino_tables(trino, QUERY) == {f"{NAME}__base"} | _tables_of(wide, feature_name(7), feature_name(41))
     assert _trino_tables(trino, f"SELECT count(*) FROM omni.aidata.{NAME}") == {f"{NAME}__base"}

@@ -29,11 +29,8 @@ from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 #: MAX_MAP_SIZE). It is address space only - the file grows as written - but a process
 #: holding many indexes (a service, the test suite) ran out of it at a fixed 1 TiB each.
 MAP_SIZE = 1 << 30
-#: private pages (4 KB) one write transaction may dirty: 16 MB, see LmdbBackend._entries_per_txn.
-#: At 8192 a submit into a 10M-row table held 32 MB more than into a small one; halving
-#: it costs nothing measurable (commits do not sync, and a big tree's pages are copied once
-#: per entry whatever the transaction size)
-DIRTY_PAGE_BUDGET = 4096
+#: private pages (4 KB) one write transaction may dirty: 32 MB, see LmdbBackend._entries_per_txn
+DIRTY_PAGE_BUDGET = 8192
 MAX_MAP_SIZE = 1 << 42
 _ENVS: dict[str, tuple[object, "_TxnGuard"]] = {}
 _ENVS_LOCK = threading.Lock()

@@ -1,0 +1,142 @@
+"""omni's Spark session extension: Java sources in ``spark_udfs/java``, compiled here into a jar.
+
+What it adds:
+
+- ``omni.spark.OmniSparkCatalog``: Iceberg's ``SparkCatalog`` keeping the tables it loads
+  at a snapshot id (immutable) for the session. The view names every physical table
+  ``VERSION AS OF`` its pinned snapshot, and Spark resolved each one from the catalog on
+  every query, even those the optimizer then drops. Unversioned loads are not cached.
+- ``omni.spark.UniqueKeyAggregates``, an optimizer rule. The logical view
+reads each feature table as ``(SELECT keys, any_value(c) ... GROUP BY keys)`` so that
+Spark can drop the tables a query does not read (see :mod:`catalog_ext.view_sql`); for
+the tables it does read, that grouping is a hash aggregate and a shuffle per table that
+change nothing, because omni writes at most one row per key and physical table. The rule
+removes exactly those aggregates, on tables that declare their keys unique (the table
+property ``omni.unique-keys``, which :func:`catalog_ext.physical.create_physical_table`
+sets), after Spark has dropped the unread joins.
+
+Why it is compiled at set-up: it is the project's own code, and no build tool is needed.
+ECJ (the Eclipse compiler for Java: one jar from Maven Central, checked against its
+published sha1) runs on any Java 17+ runtime, including the one the ``trino`` extra
+brings in a wheel (a runtime alone has no ``javac``). It compiles against the jars of the
+installed pyspark and the Iceberg runtime. The jar's name carries a digest of the sources
+and of the pyspark and Iceberg versions, so an edit or an upgrade builds a new jar and an old one is never loaded.
+
+Without it (no Java found, a failed compile, ``OMNI_SPARK_EXTENSION=0``) a session runs
+as before: the view returns the same rows, read tables keep their aggregate.
+
+    python -m spark_udfs.extension      # build it now (``make jars`` does)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+
+from catalog_ext.errors import ConfigError
+from spark_udfs.jars import MAVEN_CENTRAL, MavenJar, default_cache_dir
+from omni_iceberg.toolchain.downloads import download_verified
+
+log = logging.getLogger(__name__)
+
+#: the class ``spark.sql.extensions`` names
+EXTENSION_CLASS = "omni.spark.OmniSparkSessionExtensions"
+#: the catalog class sessions with the extension use for omni's catalog (an Iceberg SparkCatalog)
+CATALOG_CLASS = "omni.spark.OmniSparkCatalog"
+#: ECJ 3.40 (Eclipse 4.34) runs on Java 17 and compiles Java 17 sources
+ECJ = MavenJar("org.eclipse.jdt", "ecj", "3.40.0")
+SOURCES = Path(__file__).resolve().parent / "java"
+#: ``OMNI_SPARK_EXTENSION=0`` leaves the extension out of every session (comparisons, debugging)
+SWITCH = "OMNI_SPARK_EXTENSION"
+_COMPILE_TIMEOUT_S = 300
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _sources() -> list[Path]:
+    return sorted(SOURCES.rglob("*.java"))
+
+
+def _spark_jars() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def jar_name() -> str:
+    """``omni-spark-extensions-<digest>.jar``: the digest of the sources and the pyspark version."""
+    import pyspark
+
+    from spark_udfs.jars import ICEBERG_VERSION
+
+    digest = hashlib.sha256(f"{pyspark.__version__} {ICEBERG_VERSION}".encode())
+    for src in _sources():
+        digest.update(src.relative_to(SOURCES).as_posix().encode() + b"\0" + src.read_bytes())
+    return f"omni-spark-extensions-{digest.hexdigest()[:12]}.jar"
+
+
+def ensure_extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The extension jar in ``cache_dir`` (default: the Spark jar cache), compiled if missing.
+
+    Raises :class:`~catalog_ext.errors.ConfigError` naming what failed (no Java, ECJ not
+    downloadable, a compile error with the compiler's output).
+    """
+    from omni_iceberg.toolchain.java import find_java
+
+    cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
+    target = cache / jar_name()
+    if target.is_file() and target.stat().st_size > 0:
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    repo = os.environ.get("OMNI_MAVEN_REPO", MAVEN_CENTRAL)
+    ecj = download_verified(ECJ.url(repo), cache / ECJ.filename, f"jar {ECJ.coordinates}",
+                            "run `make jars` where Maven Central is reachable")
+    java = find_java((17,), purpose="the Java compiler of omni's Spark extension")
+    from spark_udfs.jars import ensure_jars
+
+    # pyspark's jars and the Iceberg runtime (OmniSparkCatalog extends its SparkCatalog)
+    classpath = os.pathsep.join([*(str(p) for p in sorted(_spark_jars().glob("*.jar"))),
+                                 *(str(p) for p in ensure_jars(cache) if "iceberg" in p.name)])
+    with tempfile.TemporaryDirectory(prefix="omni-spark-ext-") as tmp:
+        classes = Path(tmp) / "classes"
+        cmd = [str(java.java), "-jar", str(ecj), "-17", "-nowarn", "-encoding", "UTF-8", "-cp", classpath,
+               "-d", str(classes), *map(str, _sources())]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ConfigError(f"compiling omni's Spark extension took over {_COMPILE_TIMEOUT_S} s") from None
+        if done.returncode != 0:
+            raise ConfigError(f"omni's Spark extension ({SOURCES}) did not compile with {java.describe()}:\n"
+                              f"{(done.stdout + done.stderr).strip()[-4000:]}")
+        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=cache)
+        os.close(fd)
+        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: omni-iceberg\n")
+            for cls in sorted(classes.rglob("*.class")):
+                jar.write(cls, cls.relative_to(classes).as_posix())
+        os.chmod(part, 0o644)
+        os.replace(part, target)  # a crash never leaves a half jar under the final name
+    return target
+
+
+def extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """The jar for a session, or None (disabled, or it cannot be built: logged, not raised)."""
+    if not enabled():
+        return None
+    try:
+        return ensure_extension_jar(cache_dir)
+    except ConfigError as e:
+        log.warning("Spark runs without omni's extension (read feature tables keep their per-key "
+                    "aggregate): %s", e)
+        return None
+
+
+if __name__ == "__main__":  # pragma: no cover - `make jars`
+    print(ensure_extension_jar())
