@@ -73,9 +73,12 @@ class MaintainReport:
     compaction: dict[str, Any] | None = None  # governance.compaction.compact's report
     column_groups: dict[str, Any] | None = None  # governance.column_groups.regroup's report
     rebucket: dict[str, Any] | None = None  # governance.rebucket.rebucket's report
+    #: physical tables that did not yet declare their unique keys (made before omni set it)
+    unique_keys_declared: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"logical_table": self.logical_table, "dry_run": self.dry_run, "tasks": self.tasks,
+                "unique_keys_declared": self.unique_keys_declared,
                 "cleanup": self.cleanup.to_dict() if self.cleanup else None,
                 "compaction": self.compaction, "column_groups": self.column_groups, "rebucket": self.rebucket,
                 "retention": self.retention.to_dict() if self.retention else None}
@@ -85,6 +88,9 @@ class MaintainReport:
                  + f": {', '.join(self.tasks)}"]
         if self.cleanup is not None:
             lines.append("staging leftovers:\n  " + self.cleanup.branches.describe().replace("\n", "\n  "))
+        if self.unique_keys_declared:
+            lines.append(f"unique keys {'to declare' if self.dry_run else 'declared'} on "
+                         f"{len(self.unique_keys_declared)} table(s): {', '.join(self.unique_keys_declared)}")
         if self.compaction is not None:
             tables = self.compaction["plan"]["tables"]
             merged = sum(p["files"] for t in tables for p in t["partitions"])
@@ -103,6 +109,38 @@ class MaintainReport:
             lines.append(f"orphan data files (unreferenced, past the grace period): {o.orphan_files_deleted} "
                          f"{'found' if self.dry_run else 'deleted'} ({o.orphan_bytes_freed} bytes)")
         return "\n".join(lines)
+
+
+def declare_unique_keys(catalog: Any, state: Any, *, dry_run: bool = False) -> list[str]:
+    """Set ``omni.unique-keys`` on the family's physical tables made before omni set it at creation.
+
+    It tells omni's Spark extension that a table holds one row per key, so the view's
+    per-key aggregate around it can go (spark_udfs/java). A table property is table
+    metadata, not data: no snapshot, no logical commit, and readers pinned to any version
+    read the same rows. A commit lost to a concurrent writer is left to the next run.
+    """
+    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+
+    from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
+    from catalog_ext.physical import UNIQUE_KEYS_PROPERTY
+
+    declared = []
+    for meta in state.tables:
+        try:
+            table = catalog.load_table(meta.identifier)
+        except NoSuchTableError:  # dropped by a concurrent governance run: nothing to declare
+            continue
+        if UNIQUE_KEYS_PROPERTY in table.metadata.properties:
+            continue
+        declared.append(meta.identifier)
+        if dry_run:
+            continue
+        try:
+            with table.transaction() as tx:
+                tx.set_properties({UNIQUE_KEYS_PROPERTY: f"{ID_COLUMN},{BATCH_COLUMN}"})
+        except CommitFailedException:  # lost to a concurrent commit: the next run declares it
+            declared.pop()
+    return declared
 
 
 #: after a commit, ``maintain`` runs when the new version is a multiple of this (0: never)
@@ -166,6 +204,8 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
 
     report.tasks.append("stale staging branches")
     report.cleanup.branches = sweep_stale_branches(store.catalog, state, dry_run=dry_run)
+    report.tasks.append("unique keys declared")
+    report.unique_keys_declared = declare_unique_keys(store.catalog, state, dry_run=dry_run)
     # after the leftovers, before retention: the small files it replaces are expired in this run
     from catalog_ext.errors import CommitConflictError
     from catalog_ext.updates import PinConflict

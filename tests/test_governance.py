@@ -207,6 +207,36 @@ def test_maintain_compacts_what_is_due_then_expires_what_it_replaced(tmp_path):
     assert not again.compaction["plan"]["tables"]
 
 
+def test_maintain_declares_unique_keys_on_tables_made_before_omni_set_them(tmp_path):
+    """Tables created by an older omni lack ``omni.unique-keys`` (read by the Spark extension):
+    a dry run names them, a run sets it (table metadata only), and the rows stay the same."""
+    import json
+
+    from catalog_ext.physical import UNIQUE_KEYS_PROPERTY
+
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")
+    src = tmp_path / "b.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"doc {i}"}) + "\n" for i in range(5)))
+    omni.submit("web", [str(src)], batch="b")
+    base = omni.state("web").base_table.identifier
+    assert omni.catalog.load_table(base).metadata.properties[UNIQUE_KEYS_PROPERTY] == \
+        "_ai_unique_id_,_ai_append_name_"  # new tables declare them at creation
+    with omni.catalog.load_table(base).transaction() as tx:  # as an older omni made it
+        tx.remove_properties(UNIQUE_KEYS_PROPERTY)
+    def rows():
+        return sorted(omni.read("web").to_pylist(), key=lambda r: r["_ai_unique_id_"])
+
+    before = rows()
+    dry = omni.maintain("web", dry_run=True)
+    assert dry.unique_keys_declared == [base] and "unique keys to declare on 1 table(s)" in dry.describe()
+    assert UNIQUE_KEYS_PROPERTY not in omni.catalog.load_table(base).metadata.properties
+    assert omni.maintain("web").unique_keys_declared == [base]
+    assert omni.catalog.load_table(base).metadata.properties[UNIQUE_KEYS_PROPERTY] == "_ai_unique_id_,_ai_append_name_"
+    assert rows() == before  # (the same run may re-bucket: its own logical commit, same rows)
+    assert omni.maintain("web").unique_keys_declared == []
+
+
 def test_an_automatic_maintenance_runs_after_every_nth_version_within_its_budget(tmp_path, monkeypatch):
     import json
 
