@@ -312,6 +312,31 @@ def test_feature_columns_join_from_their_own_tables(omni, name, spec, indexed_wr
     assert sum(r["t_len"] is None for r in lookup.rows.to_pylist()) == 4
 
 
+def test_a_few_ids_with_a_column_not_inlined_fall_back_after_the_tables_that_were(omni, name, spec, indexed_writes,
+                                                                                  tmp_path):
+    """The row-wise path answers the base from inline values, then meets a feature table whose
+    text is too long to inline: the lookup reads that table's file instead, and the explain
+    info names each table once."""
+    from tests import feature_udfs as U
+
+    omni.create_table(name)
+    src = tmp_path / "long.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"<p>doc {i}: " + "long text " * 60 + "</p>",
+                                       "url": f"https://example.org/long/{i}"}) + "\n" for i in range(4)))
+    omni.submit(name, [str(src)], batch="a")
+    omni.register_features(name, [U.t_parse, U.t_len])
+    omni.backfill(name, ["t_len"], isolation="inline")
+    cols = ["RawData.url", "ProcessedData.parsed_text", "t_len"]
+    expected = {r[ID_COLUMN]: r for r in omni.read(name, columns=[ID_COLUMN] + cols).to_pylist()}
+    ask = sorted(expected)[:2]
+    lookup = get_rows(omni, name, ask, columns=cols, explain=True, index=spec)
+    assert len(lookup.tables) == len({t.key for t in lookup.tables}) == 3
+    parsed = next(t for t in lookup.tables if t.files_read)  # the long text came from its data file
+    assert parsed.method == "index" and parsed.rows == 2
+    assert [{c: r[c] for c in cols} for r in lookup.rows.to_pylist()] == [{c: expected[i][c] for c in cols}
+                                                                          for i in ask]
+
+
 def test_array_and_row_decoding_of_a_large_lookup_agree_with_the_scan(omni, name, spec, indexed_writes, tmp_path,
                                                                       monkeypatch):
     """A 1,000-id lookup decodes inline values as whole arrays, a small one row by row, and

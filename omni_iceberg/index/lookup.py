@@ -206,6 +206,7 @@ def _rowwise(state: FamilyState, plan: _LookupPlan, entries: dict[str, TableEntr
     from omni_iceberg.index.inline import decode_row
 
     per_id: list[dict[str, Any] | None] = [None] * len(wanted)  # the base table's row of each asked id
+    accesses: list[TableAccess] = []  # kept only if every table is answered here
     for n, (key, cols) in enumerate(plan.per_table.items()):
         found = entries[key]
         need = tuple(dict.fromkeys(p for p, _ in cols))
@@ -233,8 +234,8 @@ def _rowwise(state: FamilyState, plan: _LookupPlan, entries: dict[str, TableEntr
                 if row.get(path) is None:  # a column's later parts fill what earlier ones left null
                     row[path] = got[phys]
         meta = state.physical_table(key)
-        result.tables.append(TableAccess(key, meta.identifier, meta.snapshot_id, "index",
-                                         files_inline=len(set(found.codes.tolist())), rows=len(seen)))
+        accesses.append(TableAccess(key, meta.identifier, meta.snapshot_id, "index",
+                                    files_inline=len(set(found.codes.tolist())), rows=len(seen)))
     out: list[dict[str, Any]] = []
     for rid, row in zip(wanted, per_id):
         made: dict[str, Any] = {FOUND_COLUMN: row is not None}
@@ -248,11 +249,12 @@ def _rowwise(state: FamilyState, plan: _LookupPlan, entries: dict[str, TableEntr
             else:
                 made[name] = row.get(what)
         out.append(made)
-    try:  # one conversion for the whole result: an Arrow array per column cost ~4x more
+    try:  # one conversion for the whole result (an Arrow array per column measured ~4x slower)
         table = pa.Table.from_pylist(out, schema=plan.schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
         return None  # an inlined value its logical type refuses: the array path casts as Arrow would
     result.not_found = [rid for rid, row in zip(wanted, per_id) if row is None]
+    result.tables.extend(accesses)
     return table
 
 
