@@ -43,6 +43,7 @@ system-deps:
 # Iceberg runtime + JDBC drivers from Maven Central, and omni's Spark extension compiled with ECJ
 jars: install
 	$(PY) -m spark_udfs.jars
+	$(PY) -m spark_udfs.extension
 
 trino: install
 	$(PY) -m omni_iceberg.toolchain.trino

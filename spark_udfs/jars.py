@@ -116,7 +116,5 @@ def _ensure_one(jar: MavenJar, cache: Path, repo: str) -> Path:
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience for set-up scripts (`make jars`)
-    from spark_udfs.extension import ensure_extension_jar
-
-    for path in [*ensure_jars(), ensure_extension_jar()]:
+    for path in ensure_jars():
         print(path)
