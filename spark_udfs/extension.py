@@ -39,7 +39,7 @@ import zipfile
 from pathlib import Path
 
 from catalog_ext.errors import ConfigError
-from spark_udfs.jars import MAVEN_CENTRAL, MavenJar, default_cache_dir
+from spark_udfs.jars import MAVEN_CENTRAL, MavenJar, default_cache_dir, ensure_jars
 from omni_iceberg.toolchain.downloads import download_verified
 
 log = logging.getLogger(__name__)
@@ -96,14 +96,16 @@ def ensure_extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Pat
         return target
     cache.mkdir(parents=True, exist_ok=True)
     repo = os.environ.get("OMNI_MAVEN_REPO", MAVEN_CENTRAL)
-    ecj = download_verified(ECJ.url(repo), cache / ECJ.filename, f"jar {ECJ.coordinates}",
-                            "run `make jars` where Maven Central is reachable")
+    tools = default_cache_dir()  # the compiler lives with the other fetched jars, whatever ``cache_dir`` is
+    tools.mkdir(parents=True, exist_ok=True)
+    ecj = tools / ECJ.filename
+    if not (ecj.is_file() and ecj.stat().st_size > 0):
+        ecj = download_verified(ECJ.url(repo), ecj, f"jar {ECJ.coordinates}",
+                                "run `make jars` where Maven Central is reachable")
     java = find_java((17,), purpose="the Java compiler of omni's Spark extension")
-    from spark_udfs.jars import ensure_jars
-
     # pyspark's jars and the Iceberg runtime (OmniSparkCatalog extends its SparkCatalog)
     classpath = os.pathsep.join([*(str(p) for p in sorted(_spark_jars().glob("*.jar"))),
-                                 *(str(p) for p in ensure_jars(cache) if "iceberg" in p.name)])
+                                 *(str(p) for p in ensure_jars(tools) if "iceberg" in p.name)])
     with tempfile.TemporaryDirectory(prefix="omni-spark-ext-") as tmp:
         classes = Path(tmp) / "classes"
         cmd = [str(java.java), "-jar", str(ecj), "-17", "-nowarn", "-encoding", "UTF-8", "-cp", classpath,
