@@ -134,10 +134,21 @@ def extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path | Non
         return None
     try:
         return ensure_extension_jar(cache_dir)
+    except ImportError:  # no pyspark here (`omni spark-config` for another machine): nothing to compile against
+        log.warning("Spark runs without omni's extension: pyspark is not installed here to compile it against")
+        return None
     except ConfigError as e:
         log.warning("Spark runs without omni's extension (read feature tables keep their per-key "
                     "aggregate): %s", e)
         return None
+
+
+def add_to_conf(conf: dict[str, str], catalog_prefix: str, jar: str | os.PathLike[str]) -> None:
+    """Spark settings ``conf`` with the extension: its class beside Iceberg's, omni's catalog
+    class for ``catalog_prefix`` (``spark.sql.catalog.<name>``) and ``jar`` on ``spark.jars``."""
+    conf["spark.sql.extensions"] += f",{EXTENSION_CLASS}"
+    conf[catalog_prefix] = CATALOG_CLASS
+    conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), str(Path(jar).resolve())]))
 
 
 if __name__ == "__main__":  # pragma: no cover - `make jars`

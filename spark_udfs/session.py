@@ -172,7 +172,8 @@ def spark_catalog_conf(
     """Every Spark setting :func:`build_spark_session` uses, ``overrides`` applied last.
 
     ``extension_jar`` (see :mod:`spark_udfs.extension`) adds omni's session extension
-    beside Iceberg's, and makes the catalog omni's subclass of Iceberg's ``SparkCatalog``. An override whose value is ``None`` removes that setting.
+    beside Iceberg's, and makes the catalog omni's subclass of Iceberg's ``SparkCatalog``.
+    An override whose value is ``None`` removes that setting.
     """
     name = config.catalog_name
     prefix = f"spark.sql.catalog.{name}"
@@ -200,14 +201,12 @@ def spark_catalog_conf(
         "spark.executorEnv.PYSPARK_PYTHON": python,
         **STORAGE_PARTITIONED_JOIN_CONF,
     }
-    if extension_jar is not None:
-        from spark_udfs.extension import CATALOG_CLASS, EXTENSION_CLASS
-
-        jars = [*jars, extension_jar]
-        conf["spark.sql.extensions"] += f",{EXTENSION_CLASS}"
-        conf[prefix] = CATALOG_CLASS
     if jars:
         conf["spark.jars"] = ",".join(str(Path(j).resolve()) for j in jars)
+    if extension_jar is not None:
+        from spark_udfs.extension import add_to_conf
+
+        add_to_conf(conf, prefix, extension_jar)
     for key, value in catalog_properties(config).items():
         conf[f"{prefix}.{key}"] = value
     for key, value in (overrides or {}).items():

@@ -61,3 +61,16 @@ def test_the_switch_leaves_the_extension_out(monkeypatch):
     assert conf["spark.sql.extensions"].endswith("," + X.EXTENSION_CLASS)
     assert conf["spark.sql.catalog.omni"] == X.CATALOG_CLASS
     assert conf["spark.jars"].endswith(X.jar_name())
+
+
+def test_without_pyspark_the_settings_are_made_without_the_extension(monkeypatch):
+    """`omni spark-config` for another machine needs no pyspark here: nothing to compile against."""
+    import sys
+
+    from catalog_ext.config import OmniConfig
+    from omni_iceberg.toolchain.engine_config import spark_properties
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # `import pyspark` now raises ImportError
+    assert X.extension_jar() is None
+    conf = spark_properties(OmniConfig.resolve(catalog="postgresql+psycopg://u@h/db", warehouse="file:///wh"))
+    assert conf["spark.sql.catalog.omni"] == "org.apache.iceberg.spark.SparkCatalog" and "spark.jars" not in conf

@@ -111,14 +111,11 @@ def spark_properties(config: OmniConfig) -> dict[str, str]:
 def _add_extension(conf: dict[str, str], catalog_prefix: str) -> None:
     """omni's session extension and catalog class (built by ``make jars``; see
     :mod:`spark_udfs.extension`), when they are there."""
-    from spark_udfs.extension import CATALOG_CLASS, EXTENSION_CLASS, extension_jar
+    from spark_udfs.extension import add_to_conf, extension_jar
 
     jar = extension_jar()
-    if jar is None:
-        return
-    conf["spark.sql.extensions"] += f",{EXTENSION_CLASS}"
-    conf[catalog_prefix] = CATALOG_CLASS
-    conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), str(jar)]))
+    if jar is not None:
+        add_to_conf(conf, catalog_prefix, jar)
 
 
 def render_spark_defaults(conf: dict[str, str], *, mask_secrets: bool) -> str:
