@@ -6,6 +6,13 @@ What it adds:
   at a snapshot id (immutable) for the session. The view names every physical table
   ``VERSION AS OF`` its pinned snapshot, and Spark resolved each one from the catalog on
   every query, even those the optimizer then drops. Unversioned loads are not cached.
+- ``omni.spark.PruneOmniViews``, a resolution rule: a query that names some columns of an
+  omni logical view reads the view with only those columns - and the joins they read - in
+  its body (``omni.spark.ViewPruning`` cuts omni's rendering of it). Spark drops unread
+  joins anyway, but only after analysing the whole body, which grew with the family (2.3 s
+  of a 3 s query at 100 physical tables). Queries with ``*``, NATURAL/USING joins, PIVOT,
+  or where the view's rows flow out unprojected, read the whole view as before.
+  ``spark.omni.viewPruning.enabled=false`` turns it off per session.
 - ``omni.spark.UniqueKeyAggregates``, an optimizer rule. The logical view
 reads each feature table as ``(SELECT keys, any_value(c) ... GROUP BY keys)`` so that
 Spark can drop the tables a query does not read (see :mod:`catalog_ext.view_sql`); for
@@ -144,9 +151,13 @@ def extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path | Non
 
 
 def add_to_conf(conf: dict[str, str], catalog_prefix: str, jar: str | os.PathLike[str]) -> None:
-    """Spark settings ``conf`` with the extension: its class beside Iceberg's, omni's catalog
-    class for ``catalog_prefix`` (``spark.sql.catalog.<name>``) and ``jar`` on ``spark.jars``."""
-    conf["spark.sql.extensions"] += f",{EXTENSION_CLASS}"
+    """Spark settings ``conf`` with the extension: its class before Iceberg's, omni's catalog
+    class for ``catalog_prefix`` (``spark.sql.catalog.<name>``) and ``jar`` on ``spark.jars``.
+
+    Before: omni's view pruning is a resolution rule that must see a query's view names
+    before Iceberg's rule (injected by Iceberg's extension) resolves them in the same pass.
+    """
+    conf["spark.sql.extensions"] = ",".join(filter(None, [EXTENSION_CLASS, conf.get("spark.sql.extensions")]))
     conf[catalog_prefix] = CATALOG_CLASS
     conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), str(Path(jar).resolve())]))
 

@@ -95,6 +95,79 @@ def test_spark_reads_the_needed_feature_tables_without_their_per_key_aggregate(w
     assert per_key_aggregates(QUERY) == 0
 
 
+PRUNING = "spark.omni.viewPruning.enabled"
+PRUNED_MARK = "#omni-columns("  # OmniSparkCatalog.PRUNED_MARK: the name a pruned view is read under
+V = f"omni.aidata.{NAME}"
+F1, F7, F41 = feature_name(1), feature_name(7), feature_name(41)
+
+
+def _analyzed(spark, sql: str) -> str:
+    return spark.session.sql(sql)._jdf.queryExecution().analyzed().toString()
+
+
+def _pruned_and_whole(spark, sql: str) -> tuple[list[tuple], list[tuple]]:
+    """The rows of ``sql`` with omni's view pruning on, then off."""
+    out = []
+    for on in ("true", "false"):
+        spark.session.conf.set(PRUNING, on)
+        try:
+            out.append([tuple(r) for r in spark.session.sql(sql).collect()])
+        finally:
+            spark.session.conf.unset(PRUNING)
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("sql", [
+    QUERY,
+    f"SELECT count(*) FROM {V}",
+    f"SELECT RawData.raw_data, {F7} FROM {V} WHERE {F41} > 100 ORDER BY _ai_unique_id_ LIMIT 5",
+    f"SELECT x.{F7}, count(*) FROM {V} x GROUP BY x.{F7} ORDER BY 1, 2",
+    f"SELECT {NAME}.{F1} FROM {V} WHERE {NAME}.{F7} IN (SELECT max({F7}) FROM {V}) ORDER BY 1",
+    f"WITH c AS (SELECT _ai_unique_id_ AS id, {F1} FROM {V}) SELECT count(*), sum({F1}) FROM c",
+    f"SELECT a.{F7}, b.{F41} FROM {V} a JOIN {V} b ON a._ai_unique_id_ = b._ai_unique_id_ "
+    f"ORDER BY 1, 2 LIMIT 7",
+    f"SELECT {F7}, rank() OVER (ORDER BY {F41}, _ai_unique_id_) FROM {V} ORDER BY 2 LIMIT 4",
+], ids=["aggregate", "count", "struct-field", "alias", "subquery", "cte", "self-join", "window"])
+def test_spark_analyses_only_the_view_columns_a_query_names(wide, spark, sql):
+    """omni's resolution rule (spark_udfs/java/omni/spark/PruneOmniViews.java) hands Spark the
+    view's body cut to the columns the query names: its analysis no longer grows with the
+    family (benchmarks/view_pruning). The rows must be those of the whole view."""
+    assert PRUNED_MARK in _analyzed(spark, sql)
+    pruned, whole = _pruned_and_whole(spark, sql)
+    assert pruned == whole and pruned
+
+
+@pytest.mark.parametrize("sql", [
+    f"SELECT * FROM {V} ORDER BY _ai_unique_id_ LIMIT 2",
+    f"SELECT count(*) FROM (TABLE {V} UNION ALL TABLE {V})",
+    f"SELECT count(*) FROM (SELECT DISTINCT * FROM {V})",
+    f"SELECT count(*), sum({F7}) FROM {V} NATURAL JOIN (SELECT _ai_unique_id_, {F7} FROM {V})",
+    # PIVOT groups by every column it is not told about: cut, it would merge rows
+    f"SELECT count(*) FROM {V} PIVOT (count({F1}) AS c FOR _ai_append_name_ IN ('a' AS a))",
+], ids=["star", "union", "distinct", "natural-join", "pivot"])
+def test_spark_reads_the_whole_view_when_a_query_may_read_unnamed_columns(wide, spark, sql):
+    assert PRUNED_MARK not in _analyzed(spark, sql)
+    pruned, whole = _pruned_and_whole(spark, sql)
+    assert pruned == whole and pruned
+
+
+def test_a_view_read_as_a_dataframe_keeps_every_column(wide, spark):
+    df = spark.session.table(V)  # analysed alone: nothing says which columns will be read
+    assert len(df.columns) == 5 + WIDTH
+    assert df.select(F7).count() == spark.session.sql(f"SELECT {F7} FROM {V}").count()
+
+
+def test_a_pruned_view_name_loaded_by_another_analysis_is_cut_again(wide, spark):
+    """The catalog answers a marked name it did not stage (a re-analysis, another thread) by
+    cutting the current view again: the same columns, the same rows."""
+    marked = f"omni.aidata.`{NAME}{PRUNED_MARK}_ai_unique_id_,_ai_append_name_,{F7})`"
+    rows = spark.session.sql(f"SELECT * FROM {marked} ORDER BY _ai_unique_id_")
+    assert rows.columns == ["_ai_unique_id_", "_ai_append_name_", F7]
+    assert [tuple(r) for r in rows.collect()] == \
+        [tuple(r) for r in spark.session.sql(f"SELECT _ai_unique_id_, _ai_append_name_, {F7} FROM {V} "
+                                             f"ORDER BY _ai_unique_id_").collect()]
+
+
 def test_trino_reads_only_the_tables_a_query_needs(wide, trino):
     assert _trino_tables(trino, QUERY) == {f"{NAME}__base"} | _tables_of(wide, feature_name(7), feature_name(41))
     assert _trino_tables(trino, f"SELECT count(*) FROM omni.aidata.{NAME}") == {f"{NAME}__base"}

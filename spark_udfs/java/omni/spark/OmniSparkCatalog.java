@@ -1,14 +1,19 @@
 package omni.spark;
 
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
+import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 
 import org.apache.iceberg.spark.SparkCatalog;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
+import org.apache.spark.sql.catalyst.analysis.NoSuchViewException;
 import org.apache.spark.sql.catalyst.analysis.TableAlreadyExistsException;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.View;
 
 /**
  * Iceberg's {@link SparkCatalog}, keeping the tables it loads at a snapshot id.
@@ -22,6 +27,9 @@ import org.apache.spark.sql.connector.catalog.Table;
  * until {@code REFRESH TABLE} (which drops the table's entries). Nothing else is cached: unversioned reads,
  * writes, branches and tags (which move) load as before, so omni's Python writers are seen at
  * once ({@code cache-enabled=false} stays).
+ *
+ * <p>It also answers the marked view names {@link PruneOmniViews} puts in a query: an omni logical
+ * view cut down to the columns that query names ({@link ViewPruning}).
  */
 public class OmniSparkCatalog extends SparkCatalog {
 
@@ -33,6 +41,70 @@ public class OmniSparkCatalog extends SparkCatalog {
             return size() > MAX_TABLES;
         }
     };
+
+    /** Marks a pruned view's name: {@code <view>#omni-columns(<name>,<name>...)}. */
+    static final String PRUNED_MARK = "#omni-columns(";
+    /** View properties that only omni's logical views (and their pinned versions) carry. */
+    private static final String[] OMNI_VIEW_PROPERTIES = {"omni.format", "omni.pinned-of"};
+
+    /** The pruned views {@link PruneOmniViews} built in this thread, until Iceberg loads them. */
+    private final ThreadLocal<Map<String, View>> staged = ThreadLocal.withInitial(LinkedHashMap::new);
+
+    /** The view {@code ident} if it is an omni logical view, else null (a table, another view, none). */
+    View omniView(Identifier ident) {
+        View view;
+        try {
+            view = super.loadView(ident);
+        } catch (NoSuchViewException | RuntimeException e) {
+            return null;  // not a view here: Spark resolves the name as it would have
+        }
+        for (String property : OMNI_VIEW_PROPERTIES) {
+            if (view.properties().containsKey(property)) {
+                return view;
+            }
+        }
+        return null;
+    }
+
+    /** Keeps {@code pruned} for the next load of the returned marked name, in this thread. */
+    String stagePruned(Identifier ident, View pruned) {
+        String marked = ident.name() + PRUNED_MARK + String.join(",", pruned.schema().fieldNames()) + ")";
+        Map<String, View> mine = staged.get();
+        mine.put(key(Identifier.of(ident.namespace(), marked)), pruned);
+        while (mine.size() > 16) {  // loaded at once by the same analysis; only a failed one leaves some
+            mine.remove(mine.keySet().iterator().next());
+        }
+        return marked;
+    }
+
+    @Override
+    public View loadView(Identifier ident) throws NoSuchViewException {
+        int at = ident.name().indexOf(PRUNED_MARK);
+        if (at < 0) {
+            return super.loadView(ident);
+        }
+        View pruned = staged.get().remove(key(ident));
+        if (pruned != null) {
+            return pruned;
+        }
+        // analysed again elsewhere (another thread, a re-analysis): cut the current view again
+        String columns = ident.name().substring(at + PRUNED_MARK.length(), ident.name().length() - 1);
+        View view = super.loadView(Identifier.of(ident.namespace(), ident.name().substring(0, at)));
+        Set<String> names = new HashSet<>();
+        for (String name : columns.split(",")) {
+            names.add(name.toLowerCase(Locale.ROOT));
+        }
+        View again = ViewPruning.pruned(view, names);
+        return again == null ? view : again;
+    }
+
+    @Override
+    public Table loadTable(Identifier ident) throws NoSuchTableException {
+        if (ident.name().contains(PRUNED_MARK)) {
+            throw new NoSuchTableException(ident);  // a pruned view's name is never a table
+        }
+        return super.loadTable(ident);
+    }
 
     @Override
     public Table loadTable(Identifier ident, String version) throws NoSuchTableException {

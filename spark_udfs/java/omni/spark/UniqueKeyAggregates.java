@@ -43,8 +43,14 @@ public final class UniqueKeyAggregates extends Rule<LogicalPlan> {
     /** Comma-separated column names that no two rows of the table share. */
     public static final String UNIQUE_KEYS = "omni.unique-keys";
 
+    /** {@code false} leaves every aggregate in place (comparisons, debugging). */
+    public static final String ENABLED = "spark.omni.uniqueKeyAggregates.enabled";
+
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
+        if (!"true".equalsIgnoreCase(org.apache.spark.sql.internal.SQLConf.get().getConfString(ENABLED, "true"))) {
+            return plan;
+        }
         return rewrite(plan);
     }
 
