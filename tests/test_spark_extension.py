@@ -61,6 +61,9 @@ def test_the_switch_leaves_the_extension_out(monkeypatch):
     assert conf["spark.sql.extensions"].startswith(X.EXTENSION_CLASS + ",")  # before Iceberg's (its view rule)
     assert conf["spark.sql.catalog.omni"] == X.CATALOG_CLASS
     assert conf["spark.jars"].endswith(X.jar_name())
+    # runtime filters off: their planning grew exponentially with the view's joins (test_view_pruning)
+    assert conf["spark.sql.optimizer.dynamicPartitionPruning.enabled"] == "false"
+    assert conf["spark.sql.optimizer.runtime.bloomFilter.enabled"] == "false"
 
 
 def test_without_pyspark_the_settings_are_made_without_the_extension(monkeypatch):

@@ -85,7 +85,7 @@ def spark_properties(config: OmniConfig) -> dict[str, str]:
     Secrets (a JDBC password) are included; :func:`render_spark_defaults` masks them for
     standard output.
     """
-    from spark_udfs.session import catalog_properties  # no pyspark import: plain property mapping
+    from spark_udfs.session import VIEW_JOIN_CONF, catalog_properties  # no pyspark import: plain mappings
 
     name = config.catalog_name
     prefix = f"spark.sql.catalog.{name}"
@@ -93,6 +93,7 @@ def spark_properties(config: OmniConfig) -> dict[str, str]:
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.defaultCatalog": name,
+        **VIEW_JOIN_CONF,  # runtime filters: planning grew exponentially with the view's joins
     }
     catalog = {k: v for k, v in catalog_properties(config).items() if k not in _PYICEBERG_ONLY}
     if is_object_store(config.warehouse):
