@@ -176,10 +176,50 @@ def test_a_view_query_over_many_feature_tables_plans_no_runtime_filters(wide, sp
     sql = f"SELECT count(*), " + ", ".join(f"max({n})" for n in names) + f" FROM {V} WHERE {feature_name(0)} >= 0"
     plan = spark.session.sql("EXPLAIN " + sql).collect()[0][0]
     assert "dynamicpruning" not in plan and "might_contain" not in plan
-    assert _spark_tables(spark, sql) == {f"{NAME}__base"} | _tables_of(wide, feature_name(0), *names)
+    # the filter keeps only rows with a feature value: the base is dropped (DropContainedDriver)
+    assert _spark_tables(spark, sql) == _tables_of(wide, feature_name(0), *names)
     omni = wide[0]
     ours = [tuple(r.values()) for r in omni.query(sql.replace(V, NAME)).to_pylist()]
     assert [tuple(r) for r in spark.session.sql(sql).collect()] == ours and ours[0][0] > 0
+
+
+DROP_DRIVER = "spark.omni.dropContainedDriver.enabled"
+
+
+def test_spark_drops_the_base_when_a_filter_keeps_only_rows_of_feature_tables(wide, spark):
+    """A NULL-rejecting filter on a feature makes the view's join to its table an inner one; the
+    base then only says "this row exists", which every feature row of one logical version does
+    (DropContainedDriver). omni's own planner reads the same tables (skip_base_table.py)."""
+    sql = f"SELECT count(*), avg({F7}) FROM {V} WHERE {F41} > 100 AND {F1} IS NOT NULL"
+    assert _spark_tables(spark, sql) == _tables_of(wide, F7, F41, F1)
+    omni = wide[0]
+    ours = [tuple(r.values()) for r in omni.query(sql.replace(V, NAME)).to_pylist()]
+    spark.session.conf.set(DROP_DRIVER, "false")
+    try:
+        assert f"{NAME}__base" in _spark_tables(spark, sql)
+        kept = [tuple(r) for r in spark.session.sql(sql).collect()]
+    finally:
+        spark.session.conf.unset(DROP_DRIVER)
+    dropped = [tuple(r) for r in spark.session.sql(sql).collect()]
+    assert [(n, round(a, 6)) for n, a in dropped] == [(n, round(a, 6)) for n, a in kept] == \
+        [(n, round(float(a), 6)) for n, a in ours] and ours[0][0] > 0
+
+
+@pytest.mark.parametrize("where", [f"{F41} IS NULL OR {F41} > 100", f"coalesce({F41}, 0) >= 0"])
+def test_spark_keeps_the_base_when_rows_without_a_feature_value_count(wide, spark, where):
+    sql = f"SELECT count(*) FROM {V} WHERE {where}"
+    assert f"{NAME}__base" in _spark_tables(spark, sql)
+    ours = [tuple(r.values()) for r in wide[0].query(sql.replace(V, NAME)).to_pylist()]
+    assert spark.sql(sql) == ours and ours[0][0] > 0
+
+
+def test_spark_keeps_the_base_in_a_hand_written_join(wide, spark):
+    """Only tables a cut view reads carry the proof that they come from one logical version."""
+    _omni, table_of, names = wide
+    feature = names[table_of[F41]]
+    sql = (f"SELECT count(*) FROM omni.aidata.{NAME}__base b JOIN omni.aidata.{feature} f "
+           "ON b._ai_unique_id_ = f._ai_unique_id_ AND b._ai_append_name_ = f._ai_append_name_")
+    assert _spark_tables(spark, sql) == {f"{NAME}__base", feature}
 
 
 def test_trino_reads_only_the_tables_a_query_needs(wide, trino):

@@ -103,11 +103,22 @@ public class OmniSparkCatalog extends SparkCatalog {
         if (ident.name().contains(PRUNED_MARK)) {
             throw new NoSuchTableException(ident);  // a pruned view's name is never a table
         }
-        return super.loadTable(ident);
+        return super.loadTable(unmarked(ident));
+    }
+
+    /**
+     * {@code ident} without the mark a cut view puts on the tables it reads
+     * ({@link ViewPruning#markTables}): the table is the same; the mark stays in the plan's
+     * relation (Spark keeps the name it asked for), where {@link DropContainedDriver} reads it.
+     */
+    static Identifier unmarked(Identifier ident) {
+        int at = ident.name().indexOf(ViewPruning.TABLE_MARK);
+        return at < 0 ? ident : Identifier.of(ident.namespace(), ident.name().substring(0, at));
     }
 
     @Override
     public Table loadTable(Identifier ident, String version) throws NoSuchTableException {
+        ident = unmarked(ident);
         if (version == null || version.isEmpty() || !version.chars().allMatch(Character::isDigit)) {
             return super.loadTable(ident, version);  // a branch or a tag: it may move
         }

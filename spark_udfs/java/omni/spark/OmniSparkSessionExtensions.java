@@ -11,7 +11,7 @@ import scala.runtime.BoxedUnit;
 
 /**
  * omni's Spark session extension: {@code spark.sql.extensions=omni.spark.OmniSparkSessionExtensions}
- * (before Iceberg's). It adds three rules:
+ * (before Iceberg's). It adds four rules:
  * <ul>
  *   <li>{@link PruneOmniViews}, a resolution rule: a query reads an omni logical view with only
  *       the columns it names in the view's body, so analysis does not grow with the family. It
@@ -19,6 +19,8 @@ import scala.runtime.BoxedUnit;
  *   <li>{@link UniqueKeyAggregates}, an optimizer rule, which removes the per-key aggregates the
  *       logical view wraps around each feature table once Spark has dropped the tables a query
  *       does not read;</li>
+ *   <li>{@link DropContainedDriver}, an optimizer rule after it: a feature table read through an
+ *       inner join (a NULL-rejecting filter) no longer joins the base table, whose rows hold its own;</li>
  *   <li>{@link RestoreScanLinks}, a query-stage preparation rule working around a Spark bug that
  *       made adaptive execution fail on a self-join of the view.</li>
  * </ul>
@@ -47,6 +49,12 @@ public final class OmniSparkSessionExtensions extends AbstractFunction1<SparkSes
             @Override
             public Rule<LogicalPlan> apply(SparkSession session) {
                 return new UniqueKeyAggregates();
+            }
+        });
+        extensions.injectPreCBORule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+            @Override
+            public Rule<LogicalPlan> apply(SparkSession session) {
+                return new DropContainedDriver();  // after UniqueKeyAggregates: it reads the tables bare
             }
         });
         return BoxedUnit.UNIT;

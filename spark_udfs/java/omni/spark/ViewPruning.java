@@ -141,14 +141,50 @@ final class ViewPruning {
                 todo.addAll(body.joinReads.get(alias));
             }
         }
+        String token = token(body);
         StringBuilder sql = new StringBuilder("SELECT ").append(String.join(", ", items));
-        sql.append(" FROM ").append(body.driver);
+        sql.append(" FROM ").append(markTables(body.driver, token, true));
         for (String alias : body.joinOrder) {
             if (joined.contains(alias)) {
-                sql.append(" LEFT JOIN ").append(body.joins.get(alias));
+                sql.append(" LEFT JOIN ").append(markTables(body.joins.get(alias), token, false));
             }
         }
         return sql.toString();
+    }
+
+    /** Marks a table name read by a cut view: {@code <table>#omni-view(<token>,driver|member)}. */
+    static final String TABLE_MARK = "#omni-view(";
+    private static final java.util.regex.Pattern TABLE_REF =
+            java.util.regex.Pattern.compile("(`[^`]+`\\.`[^`]+)`(?= VERSION AS OF | AS )");
+
+    /**
+     * {@code text} with each table it names marked with the view's {@code token} and its role.
+     * Tables marked with one token were pinned by one logical version, so every row of a member
+     * table has its keys in the driver (omni's invariant): {@link DropContainedDriver} may then
+     * drop the driver from an inner join on the keys. The catalog strips the mark when loading.
+     */
+    static String markTables(String text, String token, boolean driver) {
+        String mark = TABLE_MARK + token + (driver ? ",driver)" : ",member)");
+        return TABLE_REF.matcher(text).replaceAll("$1" + mark + "`");  // hex token and role: no $ or \\
+    }
+
+    /** One view body (one logical version's pinned snapshots): a digest of its text. */
+    private static String token(Body body) {
+        try {
+            java.security.MessageDigest md = java.security.MessageDigest.getInstance("SHA-256");
+            StringBuilder all = new StringBuilder(body.driver);
+            for (String alias : body.joinOrder) {
+                all.append('\u0000').append(body.joins.get(alias));
+            }
+            byte[] digest = md.digest(all.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            StringBuilder hex = new StringBuilder();
+            for (int i = 0; i < 8; i++) {
+                hex.append(String.format("%02x", digest[i]));
+            }
+            return hex.toString();
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
+        }
     }
 
     /** {@code view} with the pruned body and the matching schema, or null to keep the whole view. */
