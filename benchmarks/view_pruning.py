@@ -33,7 +33,7 @@ Variants, interleaved, each repeated (first run of each untimed: the warm-up):
 
 Headlines: view / needed tables per engine and width (target <= 1.5x), and the view's
 growth from 10 to 100 tables per engine (target <= 1.2x). The EXPLAIN of every view
-query is kept, with the physical tables it scans (must be 3 at both widths).
+query is kept, with the physical tables it scans (at most 3 at both widths: Spark drops the base too).
 
     python -m benchmarks.view_pruning [--quick] [--repeats N] [--records N]
 """
@@ -267,11 +267,12 @@ def main(argv: list[str] | None = None) -> None:
                      str(len(plans[f"{e} {WIDTHS[1]} materialized"]["scans"])),
                      f"{med(e, WIDTHS[1], MAT, 'explain_s'):.2f} / "
                      f"{med(e, WIDTHS[1], NEEDED + ' (phase 2)', 'explain_s'):.2f}", "not run"])
-    pruned = all(len(p["scans"]) == 3 for k, p in plans.items() if "materialized" not in k and "regrouped" not in k)
+    # at most the base and the 2 feature tables: Spark drops the base too (DropContainedDriver)
+    pruned = all(len(p["scans"]) <= 3 for k, p in plans.items() if "materialized" not in k and "regrouped" not in k)
     one_table = all(len(p["scans"]) == 1 for k, p in plans.items() if "materialized" in k)
     heads.append(C.headline("materialized view plans scan one table (both engines)", 1.0 if one_table else 0.0,
                             "bool", "1", one_table))
-    heads.append(C.headline("view plans scan only the 3 needed tables (every engine, width)", 1.0 if pruned else 0.0,
+    heads.append(C.headline("view plans scan at most the 3 needed tables (every engine, width)", 1.0 if pruned else 0.0,
                             "bool", "1", pruned))
     heads.append(C.headline("same answer from view and needed tables, both engines", 1.0 if same else 0.0,
                             "bool", "1", same))
