@@ -13,6 +13,12 @@ What it adds:
   of a 3 s query at 100 physical tables). Queries with ``*``, NATURAL/USING joins, PIVOT,
   or where the view's rows flow out unprojected, read the whole view as before.
   ``spark.omni.viewPruning.enabled=false`` turns it off per session.
+- ``omni.spark.DropContainedDriver``, an optimizer rule: the cut view marks the tables it
+  reads with its version's digest, and an inner join of the marked base with a marked
+  feature table on the keys (a NULL-rejecting filter) loses the base when the query reads
+  no base column - every feature row of one version has its base row.
+- ``omni.spark.RestoreScanLinks``: works around a Spark 3.5 bug that failed self-joins of
+  the view under adaptive execution.
 - ``omni.spark.UniqueKeyAggregates``, an optimizer rule. The logical view
 reads each feature table as ``(SELECT keys, any_value(c) ... GROUP BY keys)`` so that
 Spark can drop the tables a query does not read (see :mod:`catalog_ext.view_sql`); for

@@ -183,7 +183,7 @@ def spark_catalog_conf(
     """Every Spark setting :func:`build_spark_session` uses, ``overrides`` applied last.
 
     ``extension_jar`` (see :mod:`spark_udfs.extension`) adds omni's session extension
-    beside Iceberg's, and makes the catalog omni's subclass of Iceberg's ``SparkCatalog``.
+    before Iceberg's, and makes the catalog omni's subclass of Iceberg's ``SparkCatalog``.
     An override whose value is ``None`` removes that setting.
     """
     name = config.catalog_name

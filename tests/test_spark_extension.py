@@ -37,7 +37,7 @@ def test_the_jar_holds_the_extension_classes_and_is_built_once(tmp_path):
 def test_an_edited_source_gets_a_new_jar_and_a_compile_error_names_the_file(tmp_path, sources, monkeypatch):
     good = X.jar_name()
     rule = sources / "omni" / "spark" / "UniqueKeyAggregates.java"
-    rule.write_text(rule.read_text().replace("return rewrite(plan);", "return rewrite(plan)"))
+    rule.write_text(rule.read_text().replace("return plan;", "return plan", 1))  # a missing semicolon
     assert X.jar_name() != good  # an edit never reuses the old jar
     with pytest.raises(ConfigError, match=r"did not compile(.|\n)*UniqueKeyAggregates\.java"):
         X.ensure_extension_jar(tmp_path / "jars")

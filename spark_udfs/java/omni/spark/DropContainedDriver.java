@@ -23,11 +23,8 @@ import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
-import org.apache.spark.sql.internal.SQLConf;
 
 import scala.Option;
-import scala.collection.JavaConverters;
-import scala.collection.Seq;
 
 /**
  * Drops the view's driver (the base table) from an inner join with a feature table on the keys,
@@ -59,31 +56,20 @@ public final class DropContainedDriver extends Rule<LogicalPlan> {
 
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
-        if (!"true".equalsIgnoreCase(SQLConf.get().getConfString(ENABLED, "true"))) {
-            return plan;
-        }
-        return rewrite(plan);
+        return Plans.enabled(ENABLED) ? Plans.bottomUp(plan, DropContainedDriver::dropDriver) : plan;
     }
 
-    private static LogicalPlan rewrite(LogicalPlan plan) {
-        List<LogicalPlan> children = list(plan.children());
-        List<LogicalPlan> rewritten = new ArrayList<>(children.size());
-        boolean changed = false;
-        for (LogicalPlan child : children) {
-            LogicalPlan out = rewrite(child);
-            changed |= out != child;
-            rewritten.add(out);
+    /** The join without its driver, either side, or the join as it was. */
+    private static LogicalPlan dropDriver(LogicalPlan node) {
+        if (!(node instanceof Join) || ((Join) node).joinType() != Inner$.MODULE$) {
+            return node;
         }
-        LogicalPlan node = changed ? plan.withNewChildren(seq(rewritten)) : plan;
-        if (node instanceof Join && ((Join) node).joinType() == Inner$.MODULE$) {
-            Join join = (Join) node;
-            LogicalPlan out = withoutDriver(join, join.left(), join.right());
-            if (out == null) {
-                out = withoutDriver(join, join.right(), join.left());
-            }
-            return out == null ? node : out;
+        Join join = (Join) node;
+        LogicalPlan out = withoutDriver(join, join.left(), join.right());
+        if (out == null) {
+            out = withoutDriver(join, join.right(), join.left());
         }
-        return node;
+        return out == null ? node : out;
     }
 
     /** The join without the driver at the bottom of {@code driverSide}, or null when that is not sound. */
@@ -106,7 +92,7 @@ public final class DropContainedDriver extends Rule<LogicalPlan> {
         }
         LogicalPlan q = memberSide;  // filters and projections over one member table
         while (q instanceof Project || q instanceof Filter) {
-            q = list(q.children()).get(0);
+            q = Plans.list(q.children()).get(0);
         }
         if (!(p instanceof DataSourceV2Relation) || !(q instanceof DataSourceV2Relation)) {
             return null;
@@ -140,25 +126,25 @@ public final class DropContainedDriver extends Rule<LogicalPlan> {
         Set<ExprId> keys = new HashSet<>();
         keys.add(dId.exprId());
         keys.add(dBatch.exprId());
-        List<Attribute> used = new ArrayList<>(list(driverSide.output()));
+        List<Attribute> used = new ArrayList<>(Plans.list(driverSide.output()));
         for (LogicalPlan node : spine) {
-            used.addAll(list(node.references().toSeq()));
+            used.addAll(Plans.list(node.references().toSeq()));
         }
         for (Attribute a : used) {
             if (driverOut.contains(a) && !keys.contains(a.exprId())) {
                 return null;
             }
         }
-        List<Attribute> carried = list(memberSide.output());
+        List<Attribute> carried = Plans.list(memberSide.output());
         List<NamedExpression> leaf = new ArrayList<>();
         leaf.add(sameAs(mId, dId));
         leaf.add(sameAs(mBatch, dBatch));
         leaf.addAll(carried);
-        LogicalPlan rebuilt = new Project(seq(leaf), memberSide);
+        LogicalPlan rebuilt = new Project(Plans.seq(leaf), memberSide);
         for (int i = spine.size() - 1; i >= 0; i--) {
             LogicalPlan node = spine.get(i);
             if (node instanceof Project) {
-                List<NamedExpression> projected = new ArrayList<>(list(((Project) node).projectList()));
+                List<NamedExpression> projected = new ArrayList<>(Plans.list(((Project) node).projectList()));
                 Set<ExprId> present = new HashSet<>();
                 for (NamedExpression e : projected) {
                     present.add(e.exprId());
@@ -168,14 +154,14 @@ public final class DropContainedDriver extends Rule<LogicalPlan> {
                         projected.add(a);  // the member side's columns pass up to the join's output
                     }
                 }
-                rebuilt = new Project(seq(projected), rebuilt);
+                rebuilt = new Project(Plans.seq(projected), rebuilt);
             } else {
                 Join left = (Join) node;
                 rebuilt = left.copy(rebuilt, left.right(), left.joinType(), left.condition(), left.hint());
             }
         }
-        List<NamedExpression> output = new ArrayList<>(list(join.output()));  // same columns, same order
-        return new Project(seq(output), rebuilt);
+        List<NamedExpression> output = new ArrayList<>(Plans.list(join.output()));  // same columns, same order
+        return new Project(Plans.seq(output), rebuilt);
     }
 
     /** (token, role) of a relation read through a cut view's marked name, else null. */
@@ -194,7 +180,7 @@ public final class DropContainedDriver extends Rule<LogicalPlan> {
     }
 
     private static Attribute column(DataSourceV2Relation relation, String name) {
-        for (Attribute a : list(relation.output())) {
+        for (Attribute a : Plans.list(relation.output())) {
             if (a.name().toLowerCase(Locale.ROOT).equals(name)) {
                 return a;
             }
@@ -232,14 +218,6 @@ public final class DropContainedDriver extends Rule<LogicalPlan> {
     /** {@code value AS <target's name>}, keeping the target's expression id: references to it stay valid. */
     private static NamedExpression sameAs(Attribute value, Attribute target) {
         return new Alias(value, target.name(), target.exprId(), target.qualifier(), Option.empty(),
-                         JavaConverters.asScalaBuffer(new ArrayList<String>()).toList());
-    }
-
-    private static <T> List<T> list(Seq<T> items) {
-        return JavaConverters.seqAsJavaList(items);
-    }
-
-    private static <T> Seq<T> seq(List<T> items) {
-        return JavaConverters.asScalaBuffer(items).toList();
+                         Plans.seq(new ArrayList<String>()));
     }
 }

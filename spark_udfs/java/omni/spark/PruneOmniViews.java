@@ -41,10 +41,7 @@ import org.apache.spark.sql.connector.catalog.CatalogManager;
 import org.apache.spark.sql.connector.catalog.CatalogPlugin;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.View;
-import org.apache.spark.sql.internal.SQLConf;
 
-import scala.collection.JavaConverters;
-import scala.collection.Seq;
 
 /**
  * A resolution rule: a query that names some columns of an omni logical view reads that view
@@ -80,7 +77,7 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
 
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
-        if (!hasRelation(plan) || !"true".equalsIgnoreCase(SQLConf.get().getConfString(ENABLED, "true"))) {
+        if (!hasRelation(plan) || !Plans.enabled(ENABLED)) {
             return plan;
         }
         Set<String> names = new HashSet<>();
@@ -94,7 +91,7 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
         if (plan instanceof UnresolvedRelation) {
             return true;
         }
-        for (LogicalPlan child : list(plan.children())) {
+        for (LogicalPlan child : Plans.list(plan.children())) {
             if (hasRelation(child)) {
                 return true;
             }
@@ -114,12 +111,12 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
                 return false;
             }
         }
-        for (Expression e : list(plan.expressions())) {
+        for (Expression e : Plans.list(plan.expressions())) {
             if (!collect(e, names)) {
                 return false;
             }
         }
-        for (LogicalPlan child : list(plan.children())) {
+        for (LogicalPlan child : Plans.list(plan.children())) {
             if (!collect(child, names)) {
                 return false;
             }
@@ -132,7 +129,7 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
             return false;  // UnresolvedStar, UnresolvedRegex, MERGE's star actions
         }
         if (e instanceof UnresolvedAttribute) {
-            for (String part : list(((UnresolvedAttribute) e).nameParts())) {
+            for (String part : Plans.list(((UnresolvedAttribute) e).nameParts())) {
                 names.add(part.toLowerCase(Locale.ROOT));
             }
         } else if (e instanceof Attribute) {
@@ -141,7 +138,7 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
         if (e instanceof SubqueryExpression && !collect(((SubqueryExpression) e).plan(), names)) {
             return false;
         }
-        for (Expression child : list(e.children())) {
+        for (Expression child : Plans.list(e.children())) {
             if (!collect(child, names)) {
                 return false;
             }
@@ -165,7 +162,7 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
             return named ? prune((UnresolvedRelation) plan, names) : plan;
         }
         boolean below = plan instanceof Project || plan instanceof Aggregate || (named && passesColumns(plan));
-        List<LogicalPlan> children = list(plan.children());
+        List<LogicalPlan> children = Plans.list(plan.children());
         List<LogicalPlan> out = new ArrayList<>(children.size());
         boolean changed = false;
         for (LogicalPlan child : children) {
@@ -173,11 +170,11 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
             changed |= c != child;
             out.add(c);
         }
-        return changed ? plan.withNewChildren(seq(out)) : plan;
+        return changed ? plan.withNewChildren(Plans.seq(out)) : plan;
     }
 
     private LogicalPlan prune(UnresolvedRelation relation, Set<String> names) {
-        List<String> parts = list(relation.multipartIdentifier());
+        List<String> parts = Plans.list(relation.multipartIdentifier());
         CatalogManager catalogs = session.sessionState().catalogManager();
         CatalogPlugin catalog;
         List<String> path;
@@ -209,7 +206,7 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
         List<String> alias = new ArrayList<>();
         alias.add(catalog.name());
         alias.addAll(path);
-        return SubqueryAlias$.MODULE$.apply(seq(alias), new UnresolvedRelation(seq(markedParts), relation.options(),
+        return SubqueryAlias$.MODULE$.apply(Plans.seq(alias), new UnresolvedRelation(Plans.seq(markedParts), relation.options(),
                                                                        relation.isStreaming()));
     }
 
@@ -217,13 +214,5 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
         List<T> out = new ArrayList<>(a);
         out.addAll(b);
         return out;
-    }
-
-    private static <T> List<T> list(Seq<T> items) {
-        return JavaConverters.seqAsJavaList(items);
-    }
-
-    private static <T> Seq<T> seq(List<T> items) {
-        return JavaConverters.asScalaBuffer(items).toList();
     }
 }

@@ -13,7 +13,6 @@ import org.apache.spark.sql.execution.datasources.v2.BatchScanExec;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
 
 import scala.Option;
-import scala.collection.JavaConverters;
 
 /**
  * Gives back the logical link a storage-partitioned join takes from the scans below it.
@@ -62,7 +61,7 @@ public final class RestoreScanLinks extends Rule<SparkPlan> {
         } else if (plan instanceof BatchScanExec) {
             orphans.add((BatchScanExec) plan);
         }
-        for (SparkPlan child : JavaConverters.seqAsJavaList(plan.children())) {
+        for (SparkPlan child : Plans.list(plan.children())) {
             walk(child, orphans, links);
         }
     }
@@ -74,7 +73,7 @@ public final class RestoreScanLinks extends Rule<SparkPlan> {
         if (plan instanceof DataSourceV2ScanRelation) {
             relations.putIfAbsent(((DataSourceV2ScanRelation) plan).scan(), plan);
         }
-        for (LogicalPlan child : JavaConverters.seqAsJavaList(plan.children())) {
+        for (LogicalPlan child : Plans.list(plan.children())) {
             collect(child, relations, seen);
         }
     }

@@ -24,8 +24,6 @@ import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
 
-import scala.collection.JavaConverters;
-import scala.collection.Seq;
 
 /**
  * Replaces {@code SELECT keys, any_value(c) AS c FROM t GROUP BY keys} by {@code SELECT keys, c AS c
@@ -48,24 +46,10 @@ public final class UniqueKeyAggregates extends Rule<LogicalPlan> {
 
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
-        if (!"true".equalsIgnoreCase(org.apache.spark.sql.internal.SQLConf.get().getConfString(ENABLED, "true"))) {
+        if (!Plans.enabled(ENABLED)) {
             return plan;
         }
-        return rewrite(plan);
-    }
-
-    /** Bottom-up: children first, then the node (plans are small trees; no Scala closures needed). */
-    private static LogicalPlan rewrite(LogicalPlan plan) {
-        List<LogicalPlan> children = JavaConverters.seqAsJavaList(plan.children());
-        List<LogicalPlan> rewritten = new ArrayList<>(children.size());
-        boolean changed = false;
-        for (LogicalPlan child : children) {
-            LogicalPlan out = rewrite(child);
-            changed |= out != child;
-            rewritten.add(out);
-        }
-        LogicalPlan node = changed ? plan.withNewChildren(seq(rewritten)) : plan;
-        return node instanceof Aggregate ? withoutAggregate((Aggregate) node) : node;
+        return Plans.bottomUp(plan, node -> node instanceof Aggregate ? withoutAggregate((Aggregate) node) : node);
     }
 
     private static LogicalPlan withoutAggregate(Aggregate agg) {
@@ -74,7 +58,7 @@ public final class UniqueKeyAggregates extends Rule<LogicalPlan> {
             return agg;
         }
         Set<String> grouped = new HashSet<>();
-        for (Expression e : JavaConverters.seqAsJavaList(agg.groupingExpressions())) {
+        for (Expression e : Plans.list(agg.groupingExpressions())) {
             if (!(e instanceof AttributeReference)) {
                 return agg;
             }
@@ -84,7 +68,7 @@ public final class UniqueKeyAggregates extends Rule<LogicalPlan> {
             return agg;
         }
         List<NamedExpression> projected = new ArrayList<>();
-        for (NamedExpression e : JavaConverters.seqAsJavaList(agg.aggregateExpressions())) {
+        for (NamedExpression e : Plans.list(agg.aggregateExpressions())) {
             if (e instanceof Attribute && grouped.contains(e.name())) {
                 projected.add(e);
                 continue;
@@ -94,9 +78,9 @@ public final class UniqueKeyAggregates extends Rule<LogicalPlan> {
                 return agg;
             }
             // the alias keeps its expression id: every reference above it stays valid
-            projected.add((NamedExpression) ((Alias) e).withNewChildren(seq(Arrays.asList(value))));
+            projected.add((NamedExpression) ((Alias) e).withNewChildren(Plans.seq(Arrays.asList(value))));
         }
-        return new Project(seq(projected), agg.child());
+        return new Project(Plans.seq(projected), agg.child());
     }
 
     /** The argument of {@code first(x)} / {@code any_value(x)}; null for any other aggregate. */
@@ -142,15 +126,11 @@ public final class UniqueKeyAggregates extends Rule<LogicalPlan> {
     }
 
     private static boolean onlyAttributes(Project project) {
-        for (NamedExpression e : JavaConverters.seqAsJavaList(project.projectList())) {
+        for (NamedExpression e : Plans.list(project.projectList())) {
             if (!(e instanceof Attribute)) {
                 return false;
             }
         }
         return true;
-    }
-
-    private static <T> Seq<T> seq(List<T> items) {
-        return JavaConverters.asScalaBuffer(items).toList();  // immutable, as plans expect
     }
 }

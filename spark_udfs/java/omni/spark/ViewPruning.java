@@ -1,5 +1,8 @@
 package omni.spark;
 
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Deque;
@@ -9,6 +12,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.regex.Pattern;
 
 import org.apache.spark.sql.connector.catalog.View;
 import org.apache.spark.sql.types.StructField;
@@ -59,10 +63,6 @@ final class ViewPruning {
         final Map<String, String> joins = new HashMap<>();  // alias -> "LEFT JOIN ..." text without the keyword
         final Map<String, Set<String>> joinReads = new HashMap<>();  // alias -> aliases its text reads
         final List<String> joinOrder = new ArrayList<>();
-
-        int columns() {
-            return items.size();
-        }
     }
 
     /** The view's body split into its parts, or null when it is not in omni's shape. */
@@ -154,8 +154,8 @@ final class ViewPruning {
 
     /** Marks a table name read by a cut view: {@code <table>#omni-view(<token>,driver|member)}. */
     static final String TABLE_MARK = "#omni-view(";
-    private static final java.util.regex.Pattern TABLE_REF =
-            java.util.regex.Pattern.compile("(`[^`]+`\\.`[^`]+)`(?= VERSION AS OF | AS )");
+    private static final Pattern TABLE_REF =
+            Pattern.compile("(`[^`]+`\\.`[^`]+)`(?= VERSION AS OF | AS )");
 
     /**
      * {@code text} with each table it names marked with the view's {@code token} and its role.
@@ -171,18 +171,18 @@ final class ViewPruning {
     /** One view body (one logical version's pinned snapshots): a digest of its text. */
     private static String token(Body body) {
         try {
-            java.security.MessageDigest md = java.security.MessageDigest.getInstance("SHA-256");
+            MessageDigest md = MessageDigest.getInstance("SHA-256");
             StringBuilder all = new StringBuilder(body.driver);
             for (String alias : body.joinOrder) {
                 all.append('\u0000').append(body.joins.get(alias));
             }
-            byte[] digest = md.digest(all.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            byte[] digest = md.digest(all.toString().getBytes(StandardCharsets.UTF_8));
             StringBuilder hex = new StringBuilder();
             for (int i = 0; i < 8; i++) {
                 hex.append(String.format("%02x", digest[i]));
             }
             return hex.toString();
-        } catch (java.security.NoSuchAlgorithmException e) {
+        } catch (NoSuchAlgorithmException e) {
             throw new IllegalStateException(e);
         }
     }
