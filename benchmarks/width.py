@@ -9,7 +9,11 @@ features are written. Each table is measured twice:
 - ``column groups``: after ``omni regroup`` (governance/column_groups.py) merged the
   narrow feature tables into groups of at most 256 columns, and ``omni rebucket``
   (governance/rebucket.py) chose the id-bucket count for the data's size - the governed
-  layout ``omni maintain`` leaves.
+  layout ``omni maintain`` leaves before any query is logged;
+- ``co-read groups``: then ``omni maintain`` once more, after the queries above were
+  logged: governance/coread.py moves the columns those reads joined across groups into
+  one table (at 2,500 columns the spread query's; at 200 nothing moves, one group holds
+  them all).
 
 Per (width, layout), interleaved repeats:
 
@@ -47,6 +51,7 @@ from benchmarks.spark_fusion import SparkBench
 
 PER_FEATURE = "per-feature tables"
 GROUPED = "column groups"
+COREAD = "co-read groups"
 
 
 def query(table: str, width: int, shape: str) -> str:
@@ -150,9 +155,10 @@ def main(argv: list[str] | None = None) -> None:
                 facts[f"{w} {layout}"] = view_facts(omni, name)
                 runs = {f"omni sql {sh}": lambda q=query(name, w, sh): omni.query(q).to_pylist() for sh in SHAPES}
                 runs["commit"] = lambda n=name: omni.tag(n, "probe")
-                if layout == GROUPED or args.spark_per_feature:  # spread over groups: measured last, see below
-                    runs["spark view together"] = lambda q=query(f"omni.aidata.{name}", w, "together"): [
-                        tuple(r) for r in sb.spark.sql(q).collect()]
+                if layout != PER_FEATURE or args.spark_per_feature:  # spread over groups: measured last, see below
+                    for sh in ("together", "spread") if layout == COREAD else ("together",):
+                        runs[f"spark view {sh}"] = lambda q=query(f"omni.aidata.{name}", w, sh): [
+                            tuple(r) for r in sb.spark.sql(q).collect()]
                 for kind, run in runs.items():  # warm-up, untimed; the engines must agree
                     t0 = time.perf_counter()
                     got = run()
@@ -221,6 +227,16 @@ def main(argv: list[str] | None = None) -> None:
                                    "wall_s": time.perf_counter() - t0})
             if spark_stuck:
                 break
+        if not spark_stuck:
+            # the workload is logged now (the omni sql queries above): omni maintain moves what it joined
+            for w in widths:
+                t0 = time.perf_counter()
+                report = omni.maintain(names[w], progress=False)
+                setup[str(w)]["coread_s"] = time.perf_counter() - t0
+                setup[str(w)]["coread"] = report.coread["plan"] if report.coread else None
+                setup[str(w)]["coread_moved"] = bool(report.coread and "split" in report.coread)
+                C.log(f"maintain {names[w]} after the logged queries: {report.coread and report.coread['describe']}")
+            measure(COREAD)
     finally:
         if not spark_stuck:
             sb.close()
@@ -243,8 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     hi = widths[-1]
     lo = 200 if 200 in widths and hi != 200 else widths[0]  # the growth: 200 -> 2,500 columns
 
-    def growth(kind: str, fn=p95) -> float | None:
-        a, b = stat(lo, GROUPED, kind, fn), stat(hi, GROUPED, kind, fn)
+    def growth(kind: str, fn=p95, layout: str = GROUPED) -> float | None:
+        a, b = stat(lo, layout, kind, fn), stat(hi, layout, kind, fn)
         return b / a if a and b else None
 
     kinds = ["omni sql together", "omni sql spread", "spark view together", "spark view spread"]
@@ -259,6 +275,14 @@ def main(argv: list[str] | None = None) -> None:
             continue
         heads.append(C.headline(f"{engine} P95, {what}, {hi} / {lo} columns, column groups", g, "x", "<= 1.2x",
                                 g <= 1.2, "paper: 1.5x" if engine != "omni sql" else ""))
+    for kind in kinds:
+        g = growth(kind, layout=COREAD)
+        what = "15 columns registered together" if kind.endswith("together") else "15 columns spread over the width"
+        engine = "omni sql" if kind.startswith("omni") else "Spark SQL on the view"
+        if g is not None:
+            heads.append(C.headline(f"{engine} P95, {what}, {hi} / {lo} columns, co-read groups (after omni "
+                                    "maintain saw the queries)", g, "x", "<= 1.2x", g <= 1.2,
+                                    "paper: 1.5x" if engine != "omni sql" else ""))
     commit = growth("commit", statistics.median)
     heads.append(C.headline(f"metadata-only commit latency, {hi} / {lo} columns, column groups", commit, "x", "",
                             None))
@@ -270,7 +294,9 @@ def main(argv: list[str] | None = None) -> None:
                                         "x", "", None))
     rows = []
     for w in widths:
-        for layout in (PER_FEATURE, GROUPED):
+        for layout in (PER_FEATURE, GROUPED, COREAD):
+            if f"{w} {layout}" not in facts:
+                continue
             f = facts[f"{w} {layout}"]
 
             def cell(kind: str, fn=p95) -> str:
@@ -287,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
                          f"{f['view_version_bytes']:,}", f"{f['spark_body_bytes']:,} / {f['trino_body_bytes']:,}"])
     payload = {
         "title": f"Width: 15-column queries and a commit at {lo} and {hi} logical feature columns, "
-                 "per-feature tables vs column groups",
+                 "per-feature tables vs column groups vs co-read groups",
         "params": {"records": records, "widths": widths, "repeats": repeats, "spark_timeout_s": SPARK_TIMEOUT_S},
         "headline": heads,
         "table": {"columns": ["feature columns", "layout", "physical tables the view reads",
@@ -302,6 +328,11 @@ def main(argv: list[str] | None = None) -> None:
             "Per-feature tables: the layout features are written in. Column groups: after omni regroup, then "
             "omni rebucket (both untimed, as omni maintain runs them; seconds and the bucket count chosen in "
             "'setup'); the same tables, the same data, the same answers (checked).",
+            "Co-read groups: omni maintain run once more after the measurements above, whose omni sql queries "
+            "it read from omni_sys.query_log (governance/coread.py: a move of the columns those reads joined "
+            "across groups, weighed against every logged read; plan and seconds in 'setup'). At "
+            f"{lo} columns nothing moves (one group holds the 15 columns), so that row re-measures the "
+            "same layout.",
             "Commit: omni tag (a metadata-only logical commit that renders and writes the view for both "
             "engines), the median of the repeats. Bytes per view version: its SQL for both engines and its "
             "schema, as stored in the view metadata.",
@@ -314,8 +345,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     C.write_result(args, payload, started)
     plt, fig, (a1, a2) = C.figure(2, width=12)
-    colors = {PER_FEATURE: "#dd8452", GROUPED: "#4c72b0"}
-    for layout in (PER_FEATURE, GROUPED):
+    colors = {PER_FEATURE: "#dd8452", GROUPED: "#4c72b0", COREAD: "#55a868"}
+    for layout in (PER_FEATURE, GROUPED, COREAD):
         for kind, marker in zip(kinds, ("o-", "o:", "s-", "s:")):
             xs = [w for w in widths if stat(w, layout, kind) is not None]
             if xs:
@@ -329,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     a1.legend(fontsize=7)
     a1.grid(alpha=0.3)
     ratios = {f"{k} {hi}/{lo}": g for k in kinds if (g := growth(k)) is not None}
+    ratios.update({f"{k} {hi}/{lo}, co-read": g for k in kinds if (g := growth(k, layout=COREAD)) is not None})
     if commit is not None:
         ratios[f"commit {hi}/{lo}"] = commit
     C.plot_ratios(a2, ratios, {k: 1.2 for k in ratios if not k.startswith("commit")}, "Growth with column groups")

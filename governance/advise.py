@@ -9,6 +9,9 @@ the engine and its latency) and proposes:
   Benefit: how many logged queries (and how much of their latency) that covers;
 - **column groups** (:mod:`governance.column_groups`): when logged reads joined feature
   tables a regroup would merge. Benefit: the joins it removes; no storage (a move);
+- **a co-read group** (:mod:`governance.coread`): columns that logged reads join across
+  column groups, moved into one table. Benefit: the joins the whole logged workload saves
+  (other reads of those columns may join one more); no storage (a move);
 - **a materialization** (:mod:`governance.materialize`): the columns read together by
   queries and exports that joined several physical tables - those reads would scan one
   table. Benefit: the reads and joins it removes;
@@ -28,12 +31,11 @@ nothing to learn from, and the advice says so.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES, split_qualified
+from catalog_ext.contract import split_qualified
 from catalog_ext.family import FamilyState
 
 #: at most this many columns in one proposal (a copy wider than this is rarely co-read)
@@ -48,7 +50,7 @@ MIN_COLD_SHARE = 0.5
 
 @dataclass
 class Proposal:
-    kind: str  # "regroup" | "hot" | "materialize" | "split"
+    kind: str  # "regroup" | "coread" | "hot" | "materialize" | "split"
     columns: list[str]
     reads: int  # logged reads it serves
     of_reads: int  # logged reads considered
@@ -100,20 +102,26 @@ def advise(omni: Any, name: str, *, apply: bool = False, progress: bool | None =
         advice.notes.append(f"no query or export of {state.table.identifier} is logged yet: run some "
                             "(omni sql, omni export), then ask again")
         return advice
-    reads = [_read(state, row) for row in log]
+    from governance.coread import read_of
+
+    reads = [read_of(state, row) for row in log]
     by_table = _column_bytes_by_table(omni.catalog, state)
     sizes: dict[str, int] = {}
     for (path, _key), size in by_table.items():
         sizes[path] = sizes.get(path, 0) + size
-    for proposal in (_regroup(omni, state, reads), _hot(state, reads, sizes), _materialize(state, reads, sizes),
-                     _split(state, reads, by_table)):
+    coread = _coread(state, reads)
+    # reads the move serves need no copy: a materialization is weighed on the others only
+    served = set(coread.columns) if coread else set()
+    unserved = [r for r in reads if not (set(r["columns"]) & served)]
+    for proposal in (_regroup(omni, state, reads), coread, _hot(state, reads, sizes),
+                     _materialize(state, unserved, sizes), _split(state, reads, by_table)):
         if proposal is not None:
             advice.proposals.append(proposal)
     if apply:
         for p in advice.proposals:
             if p.kind == "regroup":
                 report = omni.regroup(name, progress=progress, command=p.command)
-            elif p.kind == "split":
+            elif p.kind in ("split", "coread"):
                 report = omni.split_columns(name, p.columns, progress=progress, command=p.command)
             elif p.kind == "hot":
                 report = omni.set_hot_columns(name, sorted(set(p.columns) | set(state.hot.columns if state.hot
@@ -122,17 +130,6 @@ def advise(omni: Any, name: str, *, apply: bool = False, progress: bool | None =
                 report = omni.materialize(name, p.columns, progress=progress, command=p.command)
             advice.applied.append({"kind": p.kind, "report": report})
     return advice
-
-
-def _read(state: FamilyState, row: dict[str, Any]) -> dict[str, Any]:
-    from omni_iceberg.explore.rules.context import leaf_paths
-
-    # columns of an older version may have left the table since: they are not advised on
-    asked = [c for c in json.loads(row["columns"]) if c not in (ID_COLUMN, BATCH_COLUMN)]
-    known = [p for p in leaf_paths(state, [c for c in asked if c in STAGES or state.has_column(c)])
-             if state.has_column(p)]
-    return {"kind": row["kind"], "columns": known, "engine": row["engine"], "latency_ms": int(row["latency_ms"]),
-            "tables": len(json.loads(row["physical_tables"]))}
 
 
 def _hot(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[str, int]) -> Proposal | None:
@@ -186,6 +183,20 @@ def _regroup(omni: Any, state: FamilyState, reads: list[dict[str, Any]]) -> Prop
         f"{served} of {len(reads)} logged reads joined feature tables that {len(plan.moves)} column group(s) would "
         f"merge ({len(target)} tables): {saved} joins fewer (they took {waited / 1000:.1f} s in all); a move, "
         "not a copy", f"omni regroup {state.table.identifier}")
+
+
+def _coread(state: FamilyState, reads: list[dict[str, Any]]) -> Proposal | None:
+    """Columns that logged reads join across column groups, moved into one (governance/coread.py)."""
+    from governance.coread import plan_coread
+
+    plan = plan_coread(state, reads)
+    if plan.empty:
+        return None
+    return Proposal(
+        "coread", plan.columns, plan.served, len(reads), 0, 0,
+        f"{plan.served} of {len(reads)} logged reads join these columns across column groups: moved into one "
+        f"table, the logged reads join {plan.joins_before} -> {plan.joins_after} tables in all; a move, not a copy",
+        f"omni regroup {state.table.identifier} --co-read")
 
 
 def _materialize(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[str, int]) -> Proposal | None:

@@ -72,6 +72,7 @@ class MaintainReport:
     retention: Any = None  # governance.retention.RetentionReport
     compaction: dict[str, Any] | None = None  # governance.compaction.compact's report
     column_groups: dict[str, Any] | None = None  # governance.column_groups.regroup's report
+    coread: dict[str, Any] | None = None  # governance.coread.coread_regroup's report
     rebucket: dict[str, Any] | None = None  # governance.rebucket.rebucket's report
     #: physical tables that did not yet declare their unique keys (made before omni set it)
     unique_keys_declared: list[str] = field(default_factory=list)
@@ -80,7 +81,8 @@ class MaintainReport:
         return {"logical_table": self.logical_table, "dry_run": self.dry_run, "tasks": self.tasks,
                 "unique_keys_declared": self.unique_keys_declared,
                 "cleanup": self.cleanup.to_dict() if self.cleanup else None,
-                "compaction": self.compaction, "column_groups": self.column_groups, "rebucket": self.rebucket,
+                "compaction": self.compaction, "column_groups": self.column_groups, "coread": self.coread,
+                "rebucket": self.rebucket,
                 "retention": self.retention.to_dict() if self.retention else None}
 
     def describe(self) -> str:
@@ -100,6 +102,8 @@ class MaintainReport:
                             f"merged -> {sum(after.values())} files" if after else "(nothing due)"))
         if self.column_groups is not None:
             lines.append(self.column_groups["describe"])
+        if self.coread is not None:
+            lines.append(self.coread["describe"])
         if self.rebucket is not None:
             lines.append(self.rebucket["describe"])
         if self.retention is not None:
@@ -170,7 +174,7 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
              command: str = "", budget_s: float | None = None, compact_engine: str = "local",
              spark: Any = None, spark_blocker: str | None = None) -> MaintainReport:
     """Run the due maintenance of ``name``: stale branches, compaction, column groups,
-    re-bucketing, retention, orphan files.
+    co-read groups (from the query log as flushed so far), re-bucketing, retention, orphan files.
 
     ``budget_s``: a task starts only while the run is within it (the rest is left to the
     next run and named in the report); stale branches are always swept.
@@ -224,6 +228,17 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
         try:
             report.column_groups = regroup(store, name, dry_run=dry_run, progress=progress, due_tables=GROUP_DUE_TABLES,
                                            command=command or f"maintain {state.table.identifier}")
+        except (PinConflict, CommitConflictError) as e:
+            report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
+    import governance.coread as coread
+
+    # after the regroup (it moves only columns already in groups), before re-bucketing (which
+    # then sizes the moved table with the rest)
+    if within_budget(f"co-read groups (when >= {coread.MIN_READS} logged reads would join fewer tables)"):
+        try:
+            report.coread = coread.coread_regroup(store, name, dry_run=dry_run, progress=progress,
+                                                  min_reads=coread.MIN_READS,
+                                                  command=command or f"maintain {state.table.identifier}")
         except (PinConflict, CommitConflictError) as e:
             report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
     from governance.rebucket import rebucket

@@ -655,6 +655,17 @@ class Omni:
 
         return rebucket(self.store, name, buckets, dry_run=dry_run, progress=progress, command=command)
 
+    def coread_regroup(self, name: str, *, dry_run: bool = False, progress: bool | None = None,
+                       command: str = "") -> dict[str, Any]:
+        """Move the columns that logged reads keep joining across column groups into one table,
+        when that makes the logged workload join fewer tables (governance/coread.py). One
+        logical commit; old versions keep reading the old layout."""
+        from governance.coread import coread_regroup
+        from omni_iceberg.explore.query_log import flush_query_log
+
+        flush_query_log(self)
+        return coread_regroup(self.store, name, dry_run=dry_run, progress=progress, command=command)
+
     def split_columns(self, name: str, columns: list[str], *, dry_run: bool = False, progress: bool | None = None,
                       command: str = "") -> dict[str, Any]:
         """Move ``columns`` out of their column groups into one table of their own (cold or huge
@@ -769,7 +780,8 @@ class Omni:
                  compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
                  command: str = "", compact_engine: str = "local", spark_master: str | None = None) -> Any:
         """Run the due maintenance of ``name``: stale staging branches, compaction of partitions
-        holding ``compact_min_files`` small files, retention, orphan files.
+        holding ``compact_min_files`` small files, column groups, co-read groups from the query
+        log, re-bucketing, retention, orphan files.
 
         ``compact_engine``: ``local``, ``spark`` or ``auto``, as :meth:`compact`'s ``engine``.
         Returns a :class:`governance.maintenance.MaintainReport`; meant to run periodically
@@ -777,7 +789,9 @@ class Omni:
         """
         from governance.maintenance import DEFAULT_KEEP_LAST, maintain
         from governance.retention import RetentionPolicy
+        from omni_iceberg.explore.query_log import flush_query_log
 
+        flush_query_log(self)  # this process's queries count for the co-read groups too
         policy = RetentionPolicy(keep_last=keep_last or DEFAULT_KEEP_LAST,
                                  **({"min_age_s": min_age_s} if min_age_s is not None else {}))
 

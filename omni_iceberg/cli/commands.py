@@ -218,6 +218,14 @@ def compact(args, omni, command_line: str) -> int:
 
 
 def regroup(args, omni, command_line: str) -> int:
+    if args.split and args.co_read:
+        raise ConfigError("--split names the columns to move and --co-read takes them from the query log: "
+                         "give one of them")
+    if args.co_read:
+        report = omni.coread_regroup(args.name, dry_run=args.dry_run, command=command_line)
+        emit(args, {**report, "dry_run": args.dry_run}, lambda: report["describe"] + (
+            f"\nmoved -> version {report['logical_version']}" if "split" in report else ""))
+        return 0
     if args.split:
         columns = [c for c in args.split.split(",") if c]
         report = omni.split_columns(args.name, columns, dry_run=args.dry_run, command=command_line)

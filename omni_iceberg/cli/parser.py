@@ -173,12 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
     rg = command(sub, "regroup", "merge narrow feature tables into column groups: one join per group, "
                  "not per feature (one logical commit)",
                  "omni regroup web --dry-run", "omni regroup web --tables f_quality_v1,f_lang_v1 --json",
-                 "omni regroup web --split quality_score")
+                 "omni regroup web --split quality_score", "omni regroup web --co-read --dry-run")
     rg.add_argument("name", help="logical table")
     rg.add_argument("--tables", metavar="KEYS", help="comma-separated feature table keys to merge (default: "
                     "the system picks the narrow ones)")
     rg.add_argument("--split", metavar="COLUMNS", help="instead: move these columns out of their column groups "
                     "into one table of their own (cold or huge columns)")
+    rg.add_argument("--co-read", action="store_true", help="instead: move the columns that logged queries and "
+                    "exports keep joining across column groups into one table (from omni_sys.query_log)")
     rg.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
 
     rb = command(sub, "rebucket", "change the family's id-bucket count by rewriting every physical table: the count "
