@@ -31,7 +31,7 @@ from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, FileEntries, Fi
                                         parse_value)
 from omni_iceberg.index.errors import IndexCorruptError
 from omni_iceberg.index.inline import IndexedRows, Layout, split_rows
-from omni_iceberg.index.keys import ID_BYTES, file_key, id_key, id_of
+from omni_iceberg.index.keys import file_key, id_key, id_of
 
 #: entries per backend write: bounds a writer's memory (~200 B an entry while it is built)
 #: and one LMDB transaction / HBase batch; large, since random ids make every transaction
@@ -272,18 +272,18 @@ class IndexWriter:
         if known is not None and known.path != path:
             raise IndexCorruptError(f"file key {fkey.hex()} names both {known.path} and {path}; "
                                     "rebuild the index (`omni index rebuild`)")
-        ids = rows.ids
-        rec = FileRecord(path=path, table=self.table, run=self.run, batch=batch, rows=len(ids),
+        count = len(rows)
+        rec = FileRecord(path=path, table=self.table, run=self.run, batch=batch, rows=count,
                          inline=rows.layout.to_json())
-        starts = list(range(0, len(ids), PUT_BATCH)) or [0]
+        starts = list(range(0, count, PUT_BATCH)) or [0]
         for start in starts[:-1]:
             self.index.backend.put_entries([_entries(fkey, rows, start, start + PUT_BATCH)])
         # the last chunk goes with the file record and the run record that lists the file:
         # one transaction where the backend has them (one fsync per file, not three)
-        self.record = replace(self.record, files=self.record.files + (fkey.hex(),), rows=self.record.rows + len(ids))
-        self.index.backend.write([_entries(fkey, rows, starts[-1], len(ids))],
+        self.record = replace(self.record, files=self.record.files + (fkey.hex(),), rows=self.record.rows + count)
+        self.index.backend.write([_entries(fkey, rows, starts[-1], count)],
                                  {FILE_PREFIX + fkey: rec.to_bytes(), self._key: self.record.to_bytes()})
-        return len(ids)
+        return count
 
     def add_files(self, files: Sequence[tuple[str, str]]) -> int:
         """Index several files (``(path, batch)``) in as few backend writes as ``PUT_BATCH`` allows.
@@ -303,14 +303,14 @@ class IndexWriter:
         rows_in_group = 0
         for path, batch in todo:
             rows = read_for_index(path, self.io)
-            if len(rows.ids) > PUT_BATCH:
+            if len(rows) > PUT_BATCH:
                 total += self._add(path, batch, rows)
                 continue
-            if group and rows_in_group + len(rows.ids) > PUT_BATCH:
+            if group and rows_in_group + len(rows) > PUT_BATCH:
                 total += self._add_group(group)
                 group, rows_in_group = [], 0
             group.append((path, batch, rows))
-            rows_in_group += len(rows.ids)
+            rows_in_group += len(rows)
         if group:
             total += self._add_group(group)
         return total
@@ -324,11 +324,11 @@ class IndexWriter:
             if fkey in known and known[fkey].path != path:
                 raise IndexCorruptError(f"file key {fkey.hex()} names both {known[fkey].path} and {path}; "
                                         "rebuild the index (`omni index rebuild`)")
-            entries.append(_entries(fkey, rows, 0, len(rows.ids)))
+            entries.append(_entries(fkey, rows, 0, len(rows)))
             meta[FILE_PREFIX + fkey] = FileRecord(path=path, table=self.table, run=self.run, batch=batch,
-                                                  rows=len(rows.ids), inline=rows.layout.to_json()).to_bytes()
+                                                  rows=len(rows), inline=rows.layout.to_json()).to_bytes()
             keys.append(fkey.hex())
-            total += len(rows.ids)
+            total += len(rows)
         self.record = replace(self.record, files=self.record.files + tuple(keys), rows=self.record.rows + total)
         meta[self._key] = self.record.to_bytes()
         self.index.backend.write(entries, meta)
@@ -365,16 +365,12 @@ class IndexWriter:
 
 def _entries(fkey: bytes, rows: IndexedRows, lo: int, hi: int) -> FileEntries:
     """Stored entries for rows ``lo:hi`` of one file, built as whole arrays (no per-row packing)."""
-    n = min(hi, len(rows.ids)) - lo
-    if n <= 0:
-        return FileEntries(fkey, [], [])
-    ids = np.frombuffer(bytes.fromhex("".join(rows.ids[lo:lo + n])), np.uint8).reshape(n, ID_BYTES)
+    n = max(0, min(hi, len(rows)) - lo)
+    ids = rows.id_keys(lo, lo + n)
     keys = np.hstack([ids, np.broadcast_to(np.frombuffer(fkey, np.uint8), (n, len(fkey)))])
     positions = np.arange(lo, lo + n, dtype=">u4").view(np.uint8).reshape(n, 4)
     values = positions if rows.matrix is None else np.hstack([positions, rows.matrix[lo:lo + n]])
-    # in key order already: the backend's sort of several files' entries then only merges runs
-    order = np.argsort(keys.view(f"S{keys.shape[1]}").ravel(), kind="stable")
-    return FileEntries(fkey, split_rows(keys[order]), split_rows(values[order]))
+    return FileEntries(fkey, keys, values)
 
 
 class IndexView:

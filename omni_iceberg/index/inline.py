@@ -222,11 +222,9 @@ def _put_bytes(mat: np.ndarray, start: int, width: int, arr: pa.Array) -> None:
 
 def split_rows(mat: np.ndarray) -> list[bytes]:
     """Each row of a 2-D uint8 matrix (:func:`encode`'s, or index keys) as one bytes value."""
-    width = mat.shape[1]
-    if not width:
-        return [b""] * len(mat)
-    buf = mat.tobytes()
-    return [buf[i:i + width] for i in range(0, len(buf), width)]
+    from omni_iceberg.index.backend import rows_as_bytes
+
+    return rows_as_bytes(mat)
 
 
 def decode(layout: Layout, values: Sequence[bytes], names: Sequence[str]) -> dict[str, pa.Array]:
@@ -402,13 +400,62 @@ def _gather(buf: np.ndarray, at: np.ndarray, kind: str, nulls: np.ndarray, slots
                                  null_count=null_count)
 
 
-@dataclass
 class IndexedRows:
-    """What indexing one data file needs: its ids in row order, and their inline values."""
+    """What indexing one data file needs: its ids in row order, and their inline values.
 
-    ids: list[str]
-    layout: Layout
-    matrix: np.ndarray | None
+    ``ids`` may be given as a list of hex strings or as the file's Arrow column: then the
+    binary id keys come from its bytes in one vectorised step (:meth:`id_keys`), and the
+    Python strings are made only if someone asks for :attr:`ids` (verification does).
+    """
+
+    def __init__(self, ids: Sequence[str] | pa.Array | pa.ChunkedArray, layout: Layout, matrix: np.ndarray | None):
+        self._arrow = ids if isinstance(ids, (pa.Array, pa.ChunkedArray)) else None
+        self._ids = None if self._arrow is not None else list(ids)
+        self.layout, self.matrix = layout, matrix
+
+    def __len__(self) -> int:
+        return len(self._arrow) if self._arrow is not None else len(self._ids)
+
+    @property
+    def ids(self) -> list[str]:
+        if self._ids is None:
+            self._ids = self._arrow.to_pylist()
+        return self._ids
+
+    def id_keys(self, lo: int, hi: int) -> np.ndarray:
+        """Rows ``lo:hi``'s ids as binary keys, an (n, 16) uint8 matrix."""
+        from omni_iceberg.index.keys import ID_BYTES
+
+        n = max(0, min(hi, len(self)) - lo)
+        if self._arrow is not None:
+            keys = _hex_matrix(self._arrow.slice(lo, n), ID_BYTES)
+            if keys is not None:
+                return keys
+        return np.frombuffer(bytes.fromhex("".join(self.ids[lo:lo + n])), np.uint8).reshape(n, ID_BYTES)
+
+
+def _hex_matrix(ids: pa.Array | pa.ChunkedArray, width: int) -> np.ndarray | None:
+    """An Arrow string column of ``2 * width``-digit hex ids as an (n, width) uint8 matrix, or
+    None when it is not exactly that (nulls, other lengths, other digits): the caller then
+    decodes the strings one by one and raises on a bad one, naming it."""
+    arr = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    if arr.null_count or not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        return None
+    n = len(arr)
+    step = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    offsets = np.frombuffer(arr.buffers()[1], step, n + 1, arr.offset * np.dtype(step).itemsize)
+    if n and offsets[-1] - offsets[0] != n * 2 * width:
+        return None
+    if n and not np.all(np.diff(offsets) == 2 * width):
+        return None
+    import binascii
+
+    start = int(offsets[0])
+    try:  # the digits are contiguous (every id the same length): one C call decodes them all
+        raw = binascii.unhexlify(memoryview(arr.buffers()[2])[start:start + n * 2 * width])
+    except (binascii.Error, ValueError):
+        return None
+    return np.frombuffer(raw, np.uint8).reshape(n, width)
 
 
 def read_for_index(path: str, io: Any = None) -> IndexedRows:
@@ -422,7 +469,7 @@ def read_for_index(path: str, io: Any = None) -> IndexedRows:
         wanted = candidates(pf.metadata, pf.schema_arrow)
         heads = list(dict.fromkeys([ID_COLUMN] + [name for name, _ in wanted]))
         table = pf.read(columns=heads)
-    ids = table.column(ID_COLUMN).to_pylist()
+    ids = table.column(ID_COLUMN)
     values = [(name, leaf(table, name)) for name, _ in wanted]
     layout = plan(values)
     if not layout.slots:

@@ -20,8 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from omni_iceberg.index.backend import (Entry, EntryColumns, FileEntries, IndexBackend, Located, parse_value,
-                                        stored_pairs)
+import numpy as np
+
+from omni_iceberg.index.backend import (Entry, EntryColumns, FileEntries, IndexBackend, Located, entry_value,
+                                        key_order, parse_value, rows_as_bytes)
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 
@@ -117,11 +119,54 @@ def _close_env(path: Path) -> None:
         guard.resize(env.close)  # no transaction of another thread may be open on it
 
 
-def _items(entries: Sequence[Entry | FileEntries]) -> list[tuple[bytes, bytes]]:
-    """(key, value) pairs in key order: LMDB appends sorted keys to its pages instead of splitting them."""
-    pairs = stored_pairs(entries)
-    pairs.sort()
-    return pairs
+Run = tuple[Sequence[bytes], Sequence[bytes]]  # keys, and their values, in key order
+
+
+def _runs(entries: Sequence[Entry | FileEntries]) -> list[Run]:
+    """The entries as runs of (keys, values) in key order, for :meth:`LmdbBackend._put_items`.
+
+    Files' entries whose values have one width (one flush's files share a layout) are
+    sorted TOGETHER, as matrices: LMDB then fills its pages in key order. Sorted per file
+    and put run after run, the 16 files of one flush split pages all over the tree:
+    measured on 1M short records, the put and the commit cost 2.0 s instead of 1.0 s.
+    Sorting the matrices costs one argsort and no tuple per entry.
+    """
+    files = [e for e in entries if isinstance(e, FileEntries) and len(e)]
+    runs: list[Run] = []
+    by_width: dict[int, list[FileEntries]] = {}
+    for e in files:
+        by_width.setdefault(e.value_matrix.shape[1], []).append(e)
+    for group in by_width.values():
+        if len(group) == 1:
+            runs.append((group[0].keys, group[0].values))
+            continue
+        keys = np.vstack([e.key_matrix for e in group])
+        values = np.vstack([e.value_matrix for e in group])
+        order = key_order(keys)
+        runs.append((rows_as_bytes(keys[order]), rows_as_bytes(values[order])))
+    loose = sorted((e[0] + e[1], entry_value(e)) for e in entries if not isinstance(e, FileEntries))
+    if loose:
+        runs.append(([k for k, _ in loose], [v for _, v in loose]))
+    return runs
+
+
+def _chunks(runs: list[Run], per: int | None) -> list[list[Run]]:
+    """``runs`` cut into transactions of at most ``per`` entries (None: one transaction)."""
+    if per is None:
+        return [runs]
+    out: list[list[Run]] = [[]]
+    room = per
+    for keys, values in runs:
+        at = 0
+        while at < len(keys):
+            if room == 0:
+                out.append([])
+                room = per
+            take = min(room, len(keys) - at)
+            out[-1].append((keys[at:at + take], values[at:at + take]))
+            at += take
+            room -= take
+    return out
 
 
 class LmdbBackend(IndexBackend):
@@ -181,28 +226,33 @@ class LmdbBackend(IndexBackend):
             return None
         return max(1024, int(-leaves * math.log(1.0 - DIRTY_PAGE_BUDGET / leaves)))
 
-    def _put_items(self, items: list[tuple[bytes, bytes]], meta: dict[bytes, bytes]) -> None:
+    def _put_items(self, runs: list[Run], meta: dict[bytes, bytes]) -> None:
         """Entries, then ``meta`` with the last of them: earlier transactions hold only entries.
 
         Entries are invisible until a run record names their file (see ``index.visibility``),
         so a crash between the transactions leaves nothing a reader can see.
         """
-        per = self._entries_per_txn() if len(items) > DIRTY_PAGE_BUDGET else None
-        starts = list(range(0, len(items), per)) if per else [0]
-        for start in starts[:-1]:
-            chunk = items[start:start + per]
-            self._write(lambda txn, chunk=chunk: txn.cursor(db=self._entries).putmulti(chunk))
-        last = items[starts[-1]:]
+        total = sum(len(keys) for keys, _ in runs)
+        chunks = _chunks(runs, self._entries_per_txn() if total > DIRTY_PAGE_BUDGET else None)
+
+        def put_runs(txn, chunk: list[Run]) -> None:
+            cursor = txn.cursor(db=self._entries)
+            for keys, values in chunk:
+                cursor.putmulti(zip(keys, values))  # no (key, value) tuple list: zip reuses one
+
+        for chunk in chunks[:-1]:
+            self._write(lambda txn, chunk=chunk: put_runs(txn, chunk))
+        last = chunks[-1]
 
         def put(txn):
-            txn.cursor(db=self._entries).putmulti(last)
+            put_runs(txn, last)
             for k, v in meta.items():
                 txn.put(k, v, db=self._meta)
 
         self._write(put)
 
     def put_entries(self, entries: Sequence[Entry | FileEntries]) -> None:
-        self._put_items(_items(entries), {})
+        self._put_items(_runs(entries), {})
 
     def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[Located]]:
         read = self.get_entry_columns(id_keys)
@@ -232,7 +282,7 @@ class LmdbBackend(IndexBackend):
     def write(self, entries: Sequence[Entry | FileEntries], meta: dict[bytes, bytes]) -> None:
         # the records naming the files land with their last entries (one transaction on a
         # small tree; on a big one, see _entries_per_txn)
-        self._put_items(_items(entries), meta)
+        self._put_items(_runs(entries), meta)
 
     def delete_entries(self, keys: Sequence[tuple[bytes, bytes]]) -> None:
         keys = list(keys)
