@@ -102,3 +102,58 @@ def test_long_values_and_wide_rows_stay_out():
     many = [(f"c{i}", pa.array([1.0], pa.float64())) for i in range(200)]  # 1,600 bytes of doubles
     layout = I.plan(many)
     assert layout.row_bytes <= I.ROW_MAX and 0 < len(layout.slots) < 200
+
+
+# ---- what indexing a file writes: ids from Arrow, entries in key order ----------------------
+def _md5s(n: int) -> list[str]:
+    import hashlib
+
+    return [hashlib.md5(str(i).encode()).hexdigest() for i in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["string", "large_string", "chunked", "sliced"])
+def test_ids_from_the_arrow_column_decode_as_the_strings_do(kind):
+    ids = _md5s(300)
+    arr = {"string": lambda: pa.array(ids), "large_string": lambda: pa.array(ids, pa.large_string()),
+           "chunked": lambda: pa.chunked_array([ids[:120], ids[120:]]),
+           "sliced": lambda: pa.array(["f" * 32] * 7 + ids).slice(7)}[kind]()
+    rows = I.IndexedRows(arr, I.Layout(), None)
+    assert len(rows) == 300 and rows.ids == ids
+    for lo, hi in ((0, 300), (17, 41), (290, 999)):
+        want = np.frombuffer(bytes.fromhex("".join(ids[lo:hi])), np.uint8).reshape(-1, 16)
+        assert (rows.id_keys(lo, hi) == want).all()
+
+
+def test_ids_that_are_not_all_32_hex_digits_take_the_checked_path():
+    ids = _md5s(3)
+    assert I._hex_matrix(pa.array(ids + ["ab"]), 16) is None  # another length
+    assert I._hex_matrix(pa.array(ids + [None]), 16) is None
+    assert I._hex_matrix(pa.array(ids + ["zz" * 16]), 16) is None
+    with pytest.raises(ValueError, match="non-hexadecimal"):  # a bad id still fails loudly
+        I.IndexedRows(pa.array(ids + ["zz" * 16]), I.Layout(), None).id_keys(0, 4)
+
+
+def test_entries_of_several_files_reach_lmdb_as_one_sorted_run_per_value_width():
+    from omni_iceberg.index.backend import FileEntries
+    from omni_iceberg.index.lmdb_backend import _chunks, _runs
+
+    rnd = np.random.default_rng(7)
+
+    def file(n: int, width: int) -> FileEntries:
+        return FileEntries(b"k", rnd.integers(0, 256, (n, 24), np.uint8), rnd.integers(0, 256, (n, width), np.uint8))
+
+    files = [file(50, 8), file(70, 8), file(30, 12), file(0, 8)]
+    loose = (b"i" * 16, b"f" * 8, 3, b"v")
+    runs = _runs(files + [loose])
+    assert [len(k) for k, _ in runs] == [120, 30, 1]
+    for (keys, values), members in zip(runs[:2], ([files[0], files[1]], [files[2]])):
+        assert keys == sorted(keys)
+        want = dict(zip((k for f in members for k in I.split_rows(f.key_matrix)),
+                        (v for f in members for v in I.split_rows(f.value_matrix))))
+        assert dict(zip(keys, values)) == want  # each key kept its own value
+    assert runs[2] == ([b"i" * 16 + b"f" * 8], [(3).to_bytes(4, "big") + b"v"])
+    # cut into transactions: every entry once, in order, none larger than asked
+    chunks = _chunks(runs, 40)
+    assert all(sum(len(k) for k, _ in c) <= 40 for c in chunks)
+    assert [k for c in chunks for ks, _ in c for k in ks] == [k for ks, _ in runs for k in ks]
+    assert _chunks(runs, None) == [runs]
