@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog_ext.contract import ID_COLUMN
+from omni_iceberg.index.backend import rows_as_bytes
 
 #: a string leaf is a candidate when its average uncompressed size in the file is at most this
 STRING_AVG_MAX = 64
@@ -220,11 +221,8 @@ def _put_bytes(mat: np.ndarray, start: int, width: int, arr: pa.Array) -> None:
     mat[row_of, start + 2 + within] = data[source]
 
 
-def split_rows(mat: np.ndarray) -> list[bytes]:
-    """Each row of a 2-D uint8 matrix (:func:`encode`'s, or index keys) as one bytes value."""
-    from omni_iceberg.index.backend import rows_as_bytes
-
-    return rows_as_bytes(mat)
+#: each row of a 2-D uint8 matrix (:func:`encode`'s, or index keys) as one bytes value
+split_rows = rows_as_bytes
 
 
 def decode(layout: Layout, values: Sequence[bytes], names: Sequence[str]) -> dict[str, pa.Array]:
