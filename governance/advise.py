@@ -88,23 +88,18 @@ class Advice:
 
 
 def advise(omni: Any, name: str, *, apply: bool = False, progress: bool | None = None) -> Advice:
-    from catalog_ext import system_tables
+    from governance.coread import logged_reads
+    from omni_iceberg.explore.query_log import flush_query_log
 
     ns, table = split_qualified(name)
     state = omni.store.load(ns, table)
-    from omni_iceberg.explore.query_log import flush_query_log
-
     flush_query_log(omni)
-    log = system_tables.read_rows(omni.catalog, system_tables.QUERY_LOG,
-                                  f"logical_table == '{state.table.identifier}'").to_pylist()
-    advice = Advice(state.table.identifier, state.version, len(log))
-    if not log:
+    reads = logged_reads(omni.catalog, state)
+    advice = Advice(state.table.identifier, state.version, len(reads))
+    if not reads:
         advice.notes.append(f"no query or export of {state.table.identifier} is logged yet: run some "
                             "(omni sql, omni export), then ask again")
         return advice
-    from governance.coread import read_of
-
-    reads = [read_of(state, row) for row in log]
     by_table = _column_bytes_by_table(omni.catalog, state)
     sizes: dict[str, int] = {}
     for (path, _key), size in by_table.items():

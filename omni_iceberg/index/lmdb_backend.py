@@ -137,9 +137,6 @@ def _runs(entries: Sequence[Entry | FileEntries]) -> list[Run]:
     for e in files:
         by_width.setdefault(e.value_matrix.shape[1], []).append(e)
     for group in by_width.values():
-        if len(group) == 1:
-            runs.append((group[0].keys, group[0].values))
-            continue
         keys = np.vstack([e.key_matrix for e in group])
         values = np.vstack([e.value_matrix for e in group])
         order = key_order(keys)
