@@ -16,7 +16,10 @@ How:
   is when moving it adds as many joins to other reads (a column also read with its present
   group-mates) as it saves. Cost model: a read joins one table per distinct table its
   columns live in. Reads are counted per distinct column set, so the plan costs the
-  number of query shapes, not the number of queries.
+  number of query shapes, not the number of queries. A column kept back that way (say a
+  filter column that another read also reads with its group-mates) can still move with
+  that other read's columns: the plan then takes whole reads along, one at a time, when
+  that makes the workload join fewer tables (both reads then read the new table alone).
 - **move**: :func:`governance.column_groups.split_columns` - the columns leave their
   groups for one new table in ONE logical commit (Prepare-Execute-Commit, no copy kept,
   older versions keep reading the old layout; a concurrent writer makes it fail cleanly).
@@ -140,12 +143,43 @@ def plan_coread(state: FamilyState, reads: list[dict[str, Any]], *, max_columns:
         plan.why_not = (f"no logged read joined {MIN_TABLES_JOINED} or more tables over columns in column groups"
                         if reads else "no read of it is logged yet")
         return plan
-    best = cost(chosen)
-    while chosen:  # drop the column whose move saves least, while dropping it costs nothing
-        trial = min(((cost(chosen - {c}), c) for c in chosen), key=lambda x: (x[0], x[1]))
-        if trial[0] > best:
-            break
-        best, chosen = trial[0], chosen - {trial[1]}
+    def trim(chosen: frozenset[str]) -> tuple[frozenset[str], int]:
+        best = cost(chosen)
+        while chosen:  # drop the column whose move saves least, while dropping it costs nothing
+            trial = min(((cost(chosen - {c}), c) for c in chosen), key=lambda x: (x[0], x[1]))
+            if trial[0] > best:
+                break
+            best, chosen = trial[0], chosen - {trial[1]}
+        return chosen, best
+
+    def extend(chosen: frozenset[str], best: int) -> tuple[frozenset[str], int]:
+        # Trimming keeps a column where another read also needs it (a tie: the move saves one
+        # join and costs one). Taking that other read's columns along can beat the tie: both
+        # reads then read the new table alone. Tried read by read (one column at a time never
+        # pays: the read still needs its old table for the rest), on the reads sharing a column
+        # with a read the move serves - a bounded neighbourhood, not the whole log - each alone
+        # and together with the served reads it shares columns with.
+        def along(shape: frozenset[str]) -> frozenset[str]:
+            return frozenset(c for c in shape if movable(c))
+
+        grown = True
+        while grown:
+            grown = False
+            served = [s for s in shapes if s & chosen]
+            near = sorted({s for s in shapes for t in served if s & t and not s <= chosen},
+                          key=lambda s: (-shapes[s], sorted(s)))
+            for shape in near:
+                tries = [chosen | along(shape)]
+                tries.append(tries[0].union(*(along(t) for t in served if t & shape)))
+                trial = min(((cost(t), sorted(t)) for t in tries if t != chosen and len(t) <= max_columns),
+                            default=None)
+                if trial is not None and trial[0] < best:
+                    chosen, best, grown = frozenset(trial[1]), trial[0], True
+                    break
+        return chosen, best
+
+    chosen, best = extend(*trim(chosen))
+    chosen, best = trim(chosen)  # what the reads taken along made redundant
     before = cost(frozenset())
     already = len({t for c in chosen for t in home(c)}) <= 1  # they already share one table
     if len(chosen) < 2 or best >= before or already:

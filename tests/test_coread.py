@@ -67,13 +67,14 @@ def test_the_spread_columns_move_into_one_table_and_every_answer_stays(omni, mon
     report = omni.maintain("web")
     assert "split" in report.coread, report.coread["describe"]
     plan = report.coread["plan"]
-    # w000 and w001 stay with w002-w003 (the together query reads them there); w005 and w009 leave
-    assert plan["columns"] == ["w005", "w009"] and plan["served"] == 3
-    assert plan["joins_after"] < plan["joins_before"]
+    # w005 and w009 leave alone (w000 and w001 tied: the together query reads w000 with w002-w003),
+    # 12 tables read; taking the together query's columns along: both read one table, 6 tables read
+    assert plan["columns"] == ["w001", "w005", "w009", "w000", "w002", "w003"] and plan["served"] == 3
+    assert (plan["joins_before"], plan["joins_after"]) == (12, 6)
     moved = omni.state("web")
-    assert moved.operation == "split" and len(_tables(omni, "w005", "w009")) == 1
-    assert len(_tables(omni, "w000", "w001", "w005", "w009")) == 2  # was 3
-    assert _tables(omni, "w000", "w002", "w003") == _tables(omni, "w000", "w002", "w003", as_of=before.version)
+    assert moved.operation == "split" and len(_tables(omni, "w000", "w001", "w005", "w009")) == 1  # was 3
+    assert _tables(omni, "w000", "w002", "w003") == _tables(omni, "w005")  # the same one table
+    assert _tables(omni, "w000", "w002", "w003", as_of=before.version) == _tables(omni, "w001", as_of=before.version)
     assert omni.query(SPREAD).to_pylist() == spread and omni.query(TOGETHER).to_pylist() == together
     assert _rows(omni) == rows
     assert _rows(omni, as_of=before.version) == rows  # the old layout still reads
@@ -92,9 +93,14 @@ def test_plan_weighs_the_whole_workload_and_ignores_single_table_reads(omni):
     assert plan_coread(state, [read("w000", "w001")] * 5).empty  # one group: no join to save
     assert MIN_TABLES_JOINED == 3
     assert plan_coread(state, [read("w000", "w004")] * 5).empty  # two tables joined: below the bar
-    # reads joining three groups, but many more reads of w004 with its group-mates: w004 stays
+    # reads joining three groups, and more reads of w004 with its group-mate w005: both move
+    # along (the second read then reads the new table alone, as the first does)
     plan = plan_coread(state, [read("w000", "w004", "w008")] * 2 + [read("w004", "w005")] * 10)
-    assert plan.columns == ["w000", "w008"] and (plan.joins_before, plan.joins_after) == (16, 14)
+    assert plan.columns == ["w000", "w004", "w008", "w005"] and (plan.joins_before, plan.joins_after) == (16, 12)
+    # ... unless w005 is also read with w006 (taking w004 and w005 along would split that read): w004 stays
+    plan = plan_coread(state, [read("w000", "w004", "w008")] * 2 + [read("w004", "w005")] * 10
+                       + [read("w005", "w006")] * 10)
+    assert plan.columns == ["w000", "w008"] and (plan.joins_before, plan.joins_after) == (26, 24)
     plan = plan_coread(state, [read("w001", "w005", "w009", "w010")] * 2)
     assert plan.columns == ["w001", "w005", "w009", "w010"] and (plan.joins_before, plan.joins_after) == (6, 2)
     assert "w001" in plan.describe()
