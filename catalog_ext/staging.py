@@ -245,6 +245,11 @@ def sweep_stale_branches(catalog: Any, state: FamilyState, *, table_keys: Iterab
     return report
 
 
+def orphan_grace_s(given: float | None = None) -> float:
+    """The orphan sweep's grace period: ``given``, else ``OMNI_ORPHAN_GRACE_S`` (default 3 days)."""
+    return _env_seconds("OMNI_ORPHAN_GRACE_S", 3 * 24 * 3600) if given is None else given
+
+
 def sweep_orphan_files(catalog: Any, state: FamilyState, *, older_than_s: float | None = None,
                        dry_run: bool = False, now_s: float | None = None) -> SweepReport:
     """Delete data files under each physical table's ``data/`` that no snapshot references.
@@ -256,7 +261,7 @@ def sweep_orphan_files(catalog: Any, state: FamilyState, *, older_than_s: float 
     """
     from pyarrow import fs as pafs
 
-    grace = _env_seconds("OMNI_ORPHAN_GRACE_S", 3 * 24 * 3600) if older_than_s is None else older_than_s
+    grace = orphan_grace_s(older_than_s)
     now_s = time.time() if now_s is None else now_s
     report = SweepReport()
     for t in state.tables:
@@ -289,4 +294,5 @@ def sweep_orphan_files(catalog: Any, state: FamilyState, *, older_than_s: float 
 
 
 __all__ = ["STAGING_BRANCH_PREFIX", "StagingPolicy", "SweepReport", "BranchVerdict", "ancestors", "is_ancestor",
-           "exclusive_snapshots", "discard_branch", "classify", "sweep_stale_branches", "sweep_orphan_files"]
+           "exclusive_snapshots", "discard_branch", "classify", "sweep_stale_branches", "sweep_orphan_files",
+           "orphan_grace_s"]

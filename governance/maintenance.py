@@ -8,7 +8,9 @@ ingest and backfill call the cheap half (:func:`catalog_ext.staging.sweep_stale_
 for the tables they are about to write.
 
 :func:`maintain` (``omni maintain``) runs every due task of a logical table in order:
-leftover branches, then retention (:mod:`governance.retention`), then orphan files.
+leftover branches, compaction, column groups, co-read groups, re-bucketing, retention
+(:mod:`governance.retention`), then orphan files (:func:`sweep_orphans`: here, or found by
+Iceberg's ``remove_orphan_files`` on Spark for a big family).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from catalog_ext.contract import split_qualified
+from catalog_ext.errors import ConfigError
 from catalog_ext.staging import StagingPolicy, SweepReport, sweep_orphan_files, sweep_stale_branches
 from catalog_ext.store import FamilyStore
 
@@ -76,13 +79,15 @@ class MaintainReport:
     rebucket: dict[str, Any] | None = None  # governance.rebucket.rebucket's report
     #: physical tables that did not yet declare their unique keys (made before omni set it)
     unique_keys_declared: list[str] = field(default_factory=list)
+    #: who found the orphan files, and why that engine ("local: requested --engine local")
+    orphan_engine: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"logical_table": self.logical_table, "dry_run": self.dry_run, "tasks": self.tasks,
                 "unique_keys_declared": self.unique_keys_declared,
                 "cleanup": self.cleanup.to_dict() if self.cleanup else None,
                 "compaction": self.compaction, "column_groups": self.column_groups, "coread": self.coread,
-                "rebucket": self.rebucket,
+                "rebucket": self.rebucket, "orphan_engine": self.orphan_engine,
                 "retention": self.retention.to_dict() if self.retention else None}
 
     def describe(self) -> str:
@@ -171,8 +176,9 @@ def maintain_if_due(store: FamilyStore, name: str, version: int, *, every: int |
 
 def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, policy: Any = None,
              compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
-             command: str = "", budget_s: float | None = None, compact_engine: str = "local",
-             spark: Any = None, spark_blocker: str | None = None) -> MaintainReport:
+             command: str = "", budget_s: float | None = None, engine: str = "local",
+             spark: Any = None, spark_blocker: str | None = None,
+             orphan_grace_s: float | None = None) -> MaintainReport:
     """Run the due maintenance of ``name``: stale branches, compaction, column groups,
     co-read groups (from the query log as flushed so far), re-bucketing, retention, orphan files.
 
@@ -183,8 +189,11 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     :data:`DEFAULT_COMPACT_MIN_FILES`, env ``OMNI_COMPACT_MIN_FILES``); it loses cleanly
     to a concurrent writer, in which case the rest still runs and the next run retries.
 
-    ``compact_engine``, ``spark``, ``spark_blocker``: who runs the compaction, as for
-    :func:`governance.compaction.compact` (``auto``: Spark from the bytes to rewrite).
+    ``engine``, ``spark``, ``spark_blocker``: who runs the compaction, as for
+    :func:`governance.compaction.compact` (``auto``: Spark from the bytes to rewrite), and
+    the orphan sweep (:func:`sweep_orphans`; ``auto``: Spark from the family's data size).
+    ``orphan_grace_s``: files younger than this are never orphans (default
+    ``OMNI_ORPHAN_GRACE_S``, 3 days).
 
     ``policy`` (a :class:`governance.retention.RetentionPolicy`) wins over ``keep_last``
     (default :data:`DEFAULT_KEEP_LAST`, env ``OMNI_RETENTION_KEEP_LAST``). Branches go
@@ -219,7 +228,7 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     if within_budget(f"compaction (partitions with >= {min_files} small files)"):
         try:
             report.compaction = compact(store, name, min_files, dry_run=dry_run, clean=False, progress=progress,
-                                        engine=compact_engine, spark=spark, spark_blocker=spark_blocker)
+                                        engine=engine, spark=spark, spark_blocker=spark_blocker)
         except (PinConflict, CommitConflictError) as e:
             report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
     from governance.column_groups import GROUP_DUE_TABLES, regroup
@@ -254,5 +263,57 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
         report.retention = apply_retention(store, name, policy, dry_run=dry_run, progress=progress,
                                            command=command or f"maintain {state.table.identifier}")
     if within_budget("orphan data files"):
-        report.cleanup.orphans = sweep_orphan_files(store.catalog, store.load(ns, table), dry_run=dry_run)
+        report.cleanup.orphans, report.orphan_engine = sweep_orphans(
+            store, store.load(ns, table), engine=engine, spark=spark, spark_blocker=spark_blocker,
+            older_than_s=orphan_grace_s, dry_run=dry_run)
+        report.tasks[-1] += f" ({report.orphan_engine})"
     return report
+
+
+def sweep_orphans(store: FamilyStore, state: Any, *, engine: str = "local", spark: Any = None,
+                  spark_blocker: str | None = None, older_than_s: float | None = None,
+                  dry_run: bool = False, threshold_bytes: int | None = None) -> tuple[SweepReport, str]:
+    """Delete the family's orphan data files; returns the report and which engine found them, and why.
+
+    ``local``: :func:`catalog_ext.staging.sweep_orphan_files` (this process reads every
+    manifest of every snapshot and lists storage). ``spark``: Iceberg's
+    ``remove_orphan_files`` procedure finds them (:mod:`spark_udfs.orphans`). ``auto``: Spark
+    when the family's data files (at the pinned snapshots) hold at least the Spark threshold
+    backfills use, Spark can run here, and the grace period is one Iceberg accepts.
+    """
+    from catalog_ext.staging import orphan_grace_s
+    from omni_iceberg.backfill.choose import choose_engine
+
+    grace = orphan_grace_s(older_than_s)
+    if engine == "local":
+        chosen, reason = "local", "requested --engine local"
+    else:
+        from spark_udfs.orphans import spark_grace_blocker
+
+        blocker = spark_blocker or (None if spark is not None else "no Spark session was offered to this call")
+        if engine == "auto":
+            blocker = blocker or spark_grace_blocker(grace)
+        chosen, reason = choose_engine(None, None, engine, threshold_bytes, input_size=_family_bytes(store, state),
+                                       spark_blocker=blocker, what="the family's data files hold")
+    if chosen == "spark":
+        if spark is None:
+            raise ConfigError("the orphan sweep on Spark needs a Spark session: call Omni.maintain(..., "
+                              "engine='spark'), which starts one on this catalog, or pass spark=")
+        from spark_udfs.orphans import sweep_on_spark
+
+        found = sweep_on_spark(spark(), store.catalog, state, older_than_s=grace, dry_run=dry_run)
+    else:
+        found = sweep_orphan_files(store.catalog, state, older_than_s=grace, dry_run=dry_run)
+    return found, f"{chosen}: {reason}"
+
+
+def _family_bytes(store: FamilyStore, state: Any) -> int:
+    """Data bytes of the family's tables at their pinned snapshots (snapshot summaries only)."""
+    total = 0
+    for t in state.tables:
+        if t.snapshot_id is None:
+            continue
+        snap = store.catalog.load_table(t.identifier).snapshot_by_id(t.snapshot_id)
+        props = snap.summary.additional_properties if snap is not None and snap.summary is not None else {}
+        total += int(props.get("total-files-size", 0) or 0)
+    return total

@@ -778,12 +778,14 @@ class Omni:
 
     def maintain(self, name: str, keep_last: int | None = None, *, min_age_s: float | None = None,
                  compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
-                 command: str = "", compact_engine: str = "local", spark_master: str | None = None) -> Any:
+                 command: str = "", engine: str = "local", spark_master: str | None = None) -> Any:
         """Run the due maintenance of ``name``: stale staging branches, compaction of partitions
         holding ``compact_min_files`` small files, column groups, co-read groups from the query
         log, re-bucketing, retention, orphan files.
 
-        ``compact_engine``: ``local``, ``spark`` or ``auto``, as :meth:`compact`'s ``engine``.
+        ``engine``: ``local``, ``spark`` or ``auto``, for compaction (as :meth:`compact`'s
+        ``engine``) and the orphan sweep (Iceberg's ``remove_orphan_files`` on Spark; ``auto``:
+        from the family's data size).
         Returns a :class:`governance.maintenance.MaintainReport`; meant to run periodically
         (``omni maintain web`` from cron, or after every N commits).
         """
@@ -797,10 +799,10 @@ class Omni:
 
         def run(spark: Any = None, blocker: str | None = None) -> Any:
             return maintain(self.store, name, policy=policy, compact_min_files=compact_min_files, dry_run=dry_run,
-                            progress=progress, command=command, compact_engine=compact_engine, spark=spark,
+                            progress=progress, command=command, engine=engine, spark=spark,
                             spark_blocker=blocker)
 
-        return self._with_spark(compact_engine, spark_master, None, run)
+        return self._with_spark(engine, spark_master, None, run)
 
     def _with_spark(self, engine: str, master: str | None, session: Any, run: Callable[..., Any]) -> Any:
         """``run(spark=<session factory or None>, blocker=<why Spark cannot run or None>)`` for ``engine``.

@@ -443,7 +443,7 @@ def backfill(args, omni, command_line: str) -> int:
 def maintain(args, omni, command_line: str) -> int:
     report = omni.maintain(args.name, args.keep_last, min_age_s=args.min_age,
                            compact_min_files=args.compact_min_files, dry_run=args.dry_run,
-                           progress=progress(args), command=command_line, compact_engine=args.compact_engine,
+                           progress=progress(args), command=command_line, engine=args.engine,
                            spark_master=args.spark_master)
     emit(args, report.to_dict(), report.describe)
     return 0

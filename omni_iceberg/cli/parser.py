@@ -248,9 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: env OMNI_RETENTION_MIN_AGE_S or 3600)")
     mt.add_argument("--compact-min-files", type=int, default=None, metavar="N",
                     help="compact partitions holding at least N small files (default: env OMNI_COMPACT_MIN_FILES or 4)")
-    mt.add_argument("--compact-engine", choices=["local", "spark", "auto"], default="local",
-                    help="who rewrites the files to compact (see omni compact --engine)")
-    mt.add_argument("--spark-master", metavar="URL", help="with --compact-engine spark/auto: an existing Spark "
+    mt.add_argument("--engine", "--compact-engine", dest="engine", choices=["local", "spark", "auto"],
+                    default="local",
+                    help="who runs the big work: compaction's rewrite (see omni compact --engine) and the orphan "
+                         "sweep (Iceberg's remove_orphan_files on Spark); auto: Spark from their sizes")
+    mt.add_argument("--spark-master", metavar="URL", help="with --engine spark/auto: an existing Spark "
                     "cluster (default: local[2])")
     mt.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     mt.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
