@@ -189,8 +189,8 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     :data:`DEFAULT_COMPACT_MIN_FILES`, env ``OMNI_COMPACT_MIN_FILES``); it loses cleanly
     to a concurrent writer, in which case the rest still runs and the next run retries.
 
-    ``engine``, ``spark``, ``spark_blocker``: who runs the compaction, as for
-    :func:`governance.compaction.compact` (``auto``: Spark from the bytes to rewrite), and
+    ``engine``, ``spark``, ``spark_blocker``: who runs the compaction and the re-bucketing, as
+    for :func:`governance.compaction.compact` (``auto``: Spark from the bytes to rewrite), and
     the orphan sweep (:func:`sweep_orphans`; ``auto``: Spark from the family's data size).
     ``orphan_grace_s``: files younger than this are never orphans (default
     ``OMNI_ORPHAN_GRACE_S``, 3 days).
@@ -256,7 +256,8 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     if within_budget("re-bucketing (when the data's size calls for another id-bucket count)"):
         try:
             report.rebucket = rebucket(store, name, dry_run=dry_run, progress=progress,
-                                       command=command or f"maintain {state.table.identifier}")
+                                       command=command or f"maintain {state.table.identifier}",
+                                       engine=engine, spark=spark, spark_blocker=spark_blocker)
         except (PinConflict, CommitConflictError) as e:
             report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
     if within_budget(f"retention (keep last {policy.keep_last})"):

@@ -40,10 +40,10 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
-from catalog_ext.errors import OmniError
+from catalog_ext.errors import ConfigError, OmniError
 from catalog_ext.family import FamilyState
 from catalog_ext.iceberg_io import PLANS, bucket_position, read_data_files
 from catalog_ext.physical import ensure_bucket_spec
@@ -169,6 +169,17 @@ def plan_rebucket(store: FamilyStore, name: str, buckets: int | None = None, *,
     return RebucketPlan(state.table.identifier, state.version, current, target, reason, due, tables)
 
 
+def _rewrite_locally(store: FamilyStore, w: Any, t: TableRebucket, plan: RebucketPlan, bar: Any) -> None:
+    """One table's files rewritten unit by unit (a split or a merge at a time) on ``w``'s branch."""
+    ice = store.catalog.load_table(t.identifier)
+    for unit in _units(ice, t.snapshot_id, plan.current, plan.target):
+        rows = read_data_files(ice, unit)
+        w.write_replacement(unit, rows.sort_by([(BATCH_COLUMN, "ascending"), (ID_COLUMN, "ascending")]))
+        if bar is not None:
+            bar.update(len(unit))
+    w.commit_replacements({"omni.bucket-count": str(plan.target)})
+
+
 def _units(ice: Any, snapshot_id: int, current: int, target: int) -> list[list[Any]]:
     """Groups of live files rewritten together: files of one old bucket (split) or of the old
     buckets that make one new bucket (merge), cut at :data:`UNIT_BYTES` of input."""
@@ -195,18 +206,38 @@ def _units(ice: Any, snapshot_id: int, current: int, target: int) -> list[list[A
 
 def rebucket(store: FamilyStore, name: str, buckets: int | None = None, *, dry_run: bool = False,
              progress: bool | None = None, command: str = "",
-             target_bucket_bytes: int = TARGET_BUCKET_BYTES) -> dict[str, Any]:
+             target_bucket_bytes: int = TARGET_BUCKET_BYTES, engine: str = "local",
+             spark: Callable[[], Any] | None = None, spark_blocker: str | None = None,
+             threshold_bytes: int | None = None) -> dict[str, Any]:
     """Plan and (unless ``dry_run`` or not due) rewrite every table to the new count, in ONE logical commit.
 
-    Returns the plan, the files each rewritten table holds after, and the logical version.
+    ``engine``: ``local`` (pyarrow, this process, one rewrite unit at a time), ``spark``
+    (:mod:`spark_udfs.rebucket`: Spark rewrites each table onto the same staging branch), or
+    ``auto``: Spark when the tables to rewrite hold at least the Spark threshold backfills
+    use and Spark can run here (``spark_blocker`` None), as for compaction. ``spark``
+    returns the SparkSession to use, started only when Spark is chosen.
+
+    Returns the plan, the engine and why, the files each rewritten table holds after, and
+    the logical version.
     """
+    from omni_iceberg.backfill.choose import choose_engine
     from omni_iceberg.ui.progress import progress_bar
 
     plan = plan_rebucket(store, name, buckets, target_bucket_bytes=target_bucket_bytes)
+    if plan.empty and engine == "auto":
+        chosen, reason = "local", "auto: nothing to rewrite"
+    else:
+        chosen, reason = choose_engine(None, None, engine, threshold_bytes, input_size=sum(t.bytes for t in plan.tables),
+                                       spark_blocker=spark_blocker or (
+                                           None if spark is not None else "no Spark session was offered to this call"),
+                                       what="the tables to rewrite hold")
     report: dict[str, Any] = {"plan": plan.to_dict(), "describe": plan.describe(), "logical_version": plan.version,
-                              "files_after": {}}
+                              "files_after": {}, "engine": chosen, "engine_reason": reason}
     if plan.empty or dry_run:
         return report
+    if chosen == "spark" and spark is None:
+        raise ConfigError("re-bucketing on Spark needs a Spark session: call Omni.rebucket(..., engine='spark'), "
+                          "which starts one on this catalog, or pass spark=")
     ns, table = split_qualified(name)
     state = store.load(ns, table, plan.version)
     run_id = f"rebucket-{uuid.uuid4().hex[:12]}"
@@ -221,15 +252,18 @@ def rebucket(store: FamilyStore, name: str, buckets: int | None = None, *, dry_r
     bar = progress_bar(progress, f"rebucket {plan.logical_table} {plan.current}->{plan.target}", "file",
                        total=sum(t.files for t in rewrite))
     with staged_attempt(bar, writers.values):  # the rewritten files were never pinned: deleted on failure
+        session = spark() if chosen == "spark" else None
         for t in rewrite:
             w = writers[t.key]
-            ice = store.catalog.load_table(t.identifier)
-            for unit in _units(ice, t.snapshot_id, plan.current, plan.target):
-                rows = read_data_files(ice, unit)
-                w.write_replacement(unit, rows.sort_by([(BATCH_COLUMN, "ascending"), (ID_COLUMN, "ascending")]))
+            if session is not None:
+                from spark_udfs.rebucket import rebucket_table_on_spark
+
+                rebucket_table_on_spark(session, store.catalog.name, w, t.snapshot_id, plan.target,
+                                        {"omni.bucket-count": str(plan.target), "omni.engine": "spark"})
                 if bar is not None:
-                    bar.update(len(unit))
-            w.commit_replacements({"omni.bucket-count": str(plan.target)})
+                    bar.update(t.files)
+            else:
+                _rewrite_locally(store, w, t, plan, bar)
             report["files_after"][t.identifier] = sum(
                 1 for _ in store.catalog.load_table(t.identifier).scan(snapshot_id=w.staged_snapshot_id).plan_files())
 

@@ -647,13 +647,20 @@ class Omni:
         return regroup(self.store, name, tables=tables, dry_run=dry_run, progress=progress, command=command)
 
     def rebucket(self, name: str, buckets: int | None = None, *, dry_run: bool = False,
-                 progress: bool | None = None, command: str = "") -> dict[str, Any]:
+                 progress: bool | None = None, command: str = "", engine: str = "local",
+                 spark_master: str | None = None, spark: Any = None) -> dict[str, Any]:
         """Change the family's id-bucket count - ``buckets`` (a multiple or divisor of the current
         count), or the count the data's size calls for - by rewriting every physical table.
-        One logical commit; old versions keep reading the old layout (governance/rebucket.py)."""
+        One logical commit; old versions keep reading the old layout (governance/rebucket.py).
+
+        ``engine``: ``local``, ``spark`` or ``auto`` (Spark from ``OMNI_SPARK_THRESHOLD_BYTES`` of
+        tables to rewrite), as :meth:`compact`'s; ``spark``: a running SparkSession to use.
+        """
         from governance.rebucket import rebucket
 
-        return rebucket(self.store, name, buckets, dry_run=dry_run, progress=progress, command=command)
+        return self._with_spark(engine, spark_master, spark, lambda session, blocker: rebucket(
+            self.store, name, buckets, dry_run=dry_run, progress=progress, command=command, engine=engine,
+            spark=session, spark_blocker=blocker))
 
     def coread_regroup(self, name: str, *, dry_run: bool = False, progress: bool | None = None,
                        command: str = "") -> dict[str, Any]:
@@ -783,8 +790,8 @@ class Omni:
         holding ``compact_min_files`` small files, column groups, co-read groups from the query
         log, re-bucketing, retention, orphan files.
 
-        ``engine``: ``local``, ``spark`` or ``auto``, for compaction (as :meth:`compact`'s
-        ``engine``) and the orphan sweep (Iceberg's ``remove_orphan_files`` on Spark; ``auto``:
+        ``engine``: ``local``, ``spark`` or ``auto``, for compaction and re-bucketing (as
+        :meth:`compact`'s ``engine``) and the orphan sweep (Iceberg's ``remove_orphan_files`` on Spark; ``auto``:
         from the family's data size).
         Returns a :class:`governance.maintenance.MaintainReport`; meant to run periodically
         (``omni maintain web`` from cron, or after every N commits).

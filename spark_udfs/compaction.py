@@ -73,6 +73,15 @@ def rewrite_partitions_on_spark(spark: "SparkSession", catalog_name: str, writer
     for k, v in {**writer.properties, **properties}.items():
         out = out.option(f"snapshot-property.{k}", v)
     out.overwritePartitions()
+    return landed(writer, before, "compaction")
+
+
+def landed(writer: StagedWrite, before: int | None, operation: str) -> int:
+    """The snapshot a Spark rewrite just added to ``writer``'s branch, checked to sit right on ``before``.
+
+    Spark commits to the branch itself; anything else there means another writer shares
+    the branch, and the rewrite must not be published.
+    """
     head = writer.catalog.load_table(writer.identifier)
     ref = head.metadata.refs.get(writer.branch)
     snap = head.snapshot_by_id(ref.snapshot_id) if ref is not None else None
@@ -80,7 +89,7 @@ def rewrite_partitions_on_spark(spark: "SparkSession", catalog_name: str, writer
         raise SparkCompactionError(
             f"the Spark rewrite of {writer.identifier} did not land on branch {writer.branch} on top of snapshot "
             f"{before} (head: {getattr(snap, 'snapshot_id', None)}); another writer is using the branch - nothing "
-            "was committed, run the compaction again")
+            f"was committed, run the {operation} again")
     writer.staged_snapshot_id = snap.snapshot_id
     return snap.snapshot_id
 

@@ -243,10 +243,11 @@ def regroup(args, omni, command_line: str) -> int:
 
 def rebucket(args, omni, command_line: str) -> int:
     report = omni.rebucket(args.name, args.buckets, dry_run=args.dry_run, progress=progress(args),
-                           command=command_line)
+                           command=command_line, engine=args.engine, spark_master=args.spark_master)
     done = not args.dry_run and not report["plan"]["empty"]
     emit(args, {**report, "dry_run": args.dry_run}, lambda: report["describe"] + (
-        f"\nre-bucketed -> version {report['logical_version']}" if done else ""))
+        f"\nre-bucketed -> version {report['logical_version']} (engine {report['engine']}: "
+        f"{report['engine_reason']})" if done else ""))
     return 0
 
 

@@ -191,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the new count: a multiple or divisor of the current one (default: chosen from the "
                          "largest table's size, OMNI_BUCKET_TARGET_MB per bucket)")
     rb.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    rb.add_argument("--engine", choices=["local", "spark", "auto"], default="local",
+                    help="who rewrites the tables: this process, Spark (Iceberg's Spark writer, on the staging "
+                    "branch), or auto: Spark when the tables to rewrite reach OMNI_SPARK_THRESHOLD_BYTES")
+    rb.add_argument("--spark-master", metavar="URL",
+                    help="with --engine spark/auto: an existing Spark cluster (default: local[2])")
     rb.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     ac = command(sub, "accelerate", "pre-join co-read columns into one table every reader prefers while fresh, "
@@ -250,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="compact partitions holding at least N small files (default: env OMNI_COMPACT_MIN_FILES or 4)")
     mt.add_argument("--engine", "--compact-engine", dest="engine", choices=["local", "spark", "auto"],
                     default="local",
-                    help="who runs the big work: compaction's rewrite (see omni compact --engine) and the orphan "
-                         "sweep (Iceberg's remove_orphan_files on Spark); auto: Spark from their sizes")
+                    help="who runs the big work: compaction's and re-bucketing's rewrites (see omni compact "
+                         "--engine) and the orphan sweep (Iceberg's remove_orphan_files on Spark); auto: Spark "
+                         "from their sizes")
     mt.add_argument("--spark-master", metavar="URL", help="with --engine spark/auto: an existing Spark "
                     "cluster (default: local[2])")
     mt.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
