@@ -12,14 +12,8 @@ from collections import Counter
 import pytest
 
 from omni_iceberg.api import Omni
-from tests import feature_udfs as U
-from tests.pages import pages_jsonl as _jsonl
-
-COLUMNS = ["_ai_unique_id_", "_ai_append_name_", "t_len", "RawData.raw_data"]
-
-
-def _rows(omni: Omni, name: str, as_of: int | None = None) -> list[dict]:
-    return sorted(omni.read(name, columns=COLUMNS, as_of=as_of).to_pylist(), key=lambda r: r["_ai_unique_id_"])
+from tests.pages import small_family
+from tests.pages import sorted_rows as _rows
 
 
 def _files(omni: Omni, name: str, as_of: int | None = None) -> dict[str, list[str]]:
@@ -34,11 +28,7 @@ def _bucket_dir(path: str) -> str:
 
 
 def _small_batches(omni: Omni, tmp_path, name: str, batches: int = 5) -> None:
-    omni.create_table(name)
-    omni.register_features(name, [U.t_parse, U.t_len])
-    for b in range(batches):
-        omni.submit(name, [str(_jsonl(tmp_path, f"{name}{b}", 12))], batch=f"b{b}", progress=False)
-    omni.backfill(name, ["t_len"], isolation="inline", progress=False)
+    small_family(omni, tmp_path, name, batches, records=12)
 
 
 def test_auto_stays_local_where_spark_cannot_run_and_says_why(omni_home, tmp_path, monkeypatch):

@@ -17,18 +17,10 @@ import pytest
 
 from catalog_ext.errors import ConfigError
 from omni_iceberg.api import Omni
-from tests import feature_udfs as U
-from tests.pages import pages_jsonl as _jsonl
+from tests.pages import small_family as _family
+from tests.pages import sorted_rows
 
 DAY = 24 * 3600
-
-
-def _family(omni: Omni, tmp_path, name: str) -> None:
-    omni.create_table(name)
-    omni.register_features(name, [U.t_parse, U.t_len])
-    for b in range(3):
-        omni.submit(name, [str(_jsonl(tmp_path, f"{name}{b}", 8))], batch=f"b{b}", progress=False)
-    omni.backfill(name, ["t_len"], isolation="inline", progress=False)
 
 
 def _local(uri: str) -> Path:
@@ -87,7 +79,7 @@ def test_spark_finds_the_orphans_the_local_sweep_finds_and_nothing_an_old_versio
     omni = Omni(config=spark.config)
     _family(omni, tmp_path, name)
     first = omni.state(name).version
-    before = omni.read(name, columns=["_ai_unique_id_", "t_len"]).to_pylist()
+    before = sorted_rows(omni, name)
     omni.compact(name, min_files=1, progress=False)  # the old version's files: reached only by older snapshots
     old, young = _plant_orphans(omni, name)
     state = omni.state(name)
@@ -106,8 +98,5 @@ def test_spark_finds_the_orphans_the_local_sweep_finds_and_nothing_an_old_versio
     assert report.cleanup.orphans.orphan_files_deleted == len(old)
     assert not any(p.exists() for p in old) and all(p.exists() for p in young)
     # every version still reads, in omni and in Spark
-    assert sorted(omni.read(name, columns=["_ai_unique_id_", "t_len"]).to_pylist(),
-                  key=lambda r: r["_ai_unique_id_"]) == sorted(before, key=lambda r: r["_ai_unique_id_"])
-    assert sorted(omni.read(name, columns=["_ai_unique_id_", "t_len"], as_of=first).to_pylist(),
-                  key=lambda r: r["_ai_unique_id_"]) == sorted(before, key=lambda r: r["_ai_unique_id_"])
+    assert sorted_rows(omni, name) == before and sorted_rows(omni, name, as_of=first) == before
     assert spark.sql(f"SELECT count(*) FROM omni.aidata.{name}")[0][0] == len(before)

@@ -10,22 +10,9 @@ from __future__ import annotations
 import pytest
 
 from omni_iceberg.api import Omni
-from tests import feature_udfs as U
 from tests.pages import pages_jsonl as _jsonl
-
-COLUMNS = ["_ai_unique_id_", "_ai_append_name_", "t_len", "RawData.raw_data"]
-
-
-def _rows(omni: Omni, name: str, as_of: int | None = None) -> list[dict]:
-    return sorted(omni.read(name, columns=COLUMNS, as_of=as_of).to_pylist(), key=lambda r: r["_ai_unique_id_"])
-
-
-def _family(omni: Omni, tmp_path, name: str) -> None:
-    omni.create_table(name)
-    omni.register_features(name, [U.t_parse, U.t_len])
-    for b in range(3):
-        omni.submit(name, [str(_jsonl(tmp_path, f"{name}{b}", 10))], batch=f"b{b}", progress=False)
-    omni.backfill(name, ["t_len"], isolation="inline", progress=False)
+from tests.pages import small_family as _family
+from tests.pages import sorted_rows as _rows
 
 
 def _buckets_of_files(omni: Omni, name: str) -> dict[str, set[tuple[int, int]]]:
