@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from catalog_ext import iceberg_io, staging, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
+from catalog_ext.errors import OmniError
 from catalog_ext.staging import STAGING_BRANCH_PREFIX
 
 #: snapshot property of a staged delete: the batches whose old rows a run replaces
@@ -175,6 +176,10 @@ def first_snapshot_id(catalog: Any, identifier: str) -> int:
     return iceberg_io.with_table_retry(catalog, identifier, ensure)
 
 
+class StagedWriteInvariantError(OmniError):
+    """A staged write that would publish rows twice (see :meth:`StagedWrite.check_counts_rows_once`)."""
+
+
 class StagedWriteHook(Protocol):
     """Something that follows a staged write (the id index does; see ``FamilyStore.staged_write``).
 
@@ -282,6 +287,42 @@ class StagedWrite:
         """Called by the logical commit before each compare-and-swap (see :class:`StagedWriteHook`)."""
         for hook in self.hooks:
             hook.before_commit(self)
+
+    def check_counts_rows_once(self) -> None:
+        """Refuse to publish a branch that would count rows twice; checked before every commit attempt.
+
+        Two shapes of a double count, which no code path should produce and which nothing
+        downstream would notice (the rows are valid, only duplicated): a data file the
+        run's snapshots add more than once while it stays live, or a branch that builds on
+        a snapshot of its own run (the run's files were published already, and a rebase
+        would append them again). Either raises :class:`StagedWriteInvariantError` naming the
+        table, run and file: the command fails and nothing is committed. Reads only the
+        manifests the run's own snapshots wrote.
+        """
+        if self.staged_snapshot_id is None or self.staged_snapshot_id == self.base_snapshot_id:
+            return
+        table = self.catalog.load_table(self.identifier)
+        base = table.snapshot_by_id(self.base_snapshot_id) if self.base_snapshot_id is not None else None
+        if base is not None and base.summary is not None and \
+                base.summary.additional_properties.get("omni.run-id") == self.run_id:
+            raise StagedWriteInvariantError(
+                f"run {self.run_id} would publish {self.identifier} on top of its own snapshot {base.snapshot_id}: "
+                "its rows are already there; nothing was committed")
+        chain = []
+        snap = table.snapshot_by_id(self.staged_snapshot_id)
+        while snap is not None and snap.snapshot_id != self.base_snapshot_id:
+            chain.append(snap)
+            snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        live: set[str] = set()
+        for snap in reversed(chain):  # oldest first
+            added, deleted = iceberg_io.snapshot_data_changes(table, snap.snapshot_id)
+            live -= {f.file_path for f in deleted}
+            for f in added:
+                if f.file_path in live:
+                    raise StagedWriteInvariantError(
+                        f"run {self.run_id} staged data file {f.file_path} twice on branch {self.branch} of "
+                        f"{self.identifier} (snapshot {snap.snapshot_id}); nothing was committed")
+                live.add(f.file_path)
 
     def checkpoint(self, properties: dict[str, str] | None = None) -> int:
         """Commit the pending files as one snapshot on the branch (created at the base if new)."""

@@ -383,6 +383,7 @@ class FamilyStore:
                         f"{namespace}.{name} was re-bucketed from {writer.bucket_count} to "
                         f"{new_state.table.bucket_count} id buckets while this command wrote "
                         f"{writer.identifier}; nothing was committed - run the command again")
+                writer.check_counts_rows_once()  # an invariant: a rebase or retry must never add rows twice
                 writer.before_commit()  # e.g. the id index catches up with what the branch now holds
             family_location = self._write_family(view.metadata["location"], new_state,
                                                  base_document=view.properties.get(PROP_FAMILY))

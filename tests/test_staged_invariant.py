@@ -1,0 +1,72 @@
+"""A staged write never publishes rows twice: the check every logical commit attempt makes.
+
+CI once saw two concurrent backfills leave a feature table with each row twice (2,000
+rows, 1,000 distinct ids) and it did not reproduce in 35 reruns. Whatever the path, a
+double count of this kind is a data file staged twice, or a branch built on its own
+run's published snapshot; ``StagedWrite.check_counts_rows_once`` refuses both before the
+compare-and-swap. Here each shape is made by hand on a real embedded catalog.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog_ext.contract import split_qualified
+from catalog_ext.iceberg_io import commit_data_files
+from catalog_ext.physical import StagedWriteInvariantError
+from catalog_ext.updates import PinSnapshot
+from omni_iceberg.api import Omni
+from tests.pages import pages_jsonl
+
+
+@pytest.fixture
+def omni(omni_home, tmp_path):
+    o = Omni(config=omni_home)
+    o.create_table("web")
+    o.submit("web", [str(pages_jsonl(tmp_path, "a", 12))], batch="a", progress=False)
+    return o
+
+
+def _staged_copy(omni: Omni, run_id: str):
+    """A writer on the base table holding a copy of batch a's rows as batch ``b``, checkpointed."""
+    import pyarrow as pa
+
+    state = omni.state("web")
+    base = state.base_table
+    rows = omni.catalog.load_table(base.identifier).scan(snapshot_id=base.snapshot_id).to_arrow()
+    at = rows.schema.get_field_index("_ai_append_name_")
+    rows = rows.set_column(at, rows.schema.field(at), pa.array(["b"] * rows.num_rows, rows.schema.field(at).type))
+    writer = omni.store.staged_write(state, base.identifier, base.snapshot_id, run_id, {"omni.operation": "test"})
+    writer.write(rows)
+    writer.checkpoint()
+    return state, base, writer
+
+
+def _commit(omni: Omni, base, writer):
+    ns, table = split_qualified("aidata.web")
+    return omni.store.commit(ns, table, lambda latest: (PinSnapshot(base.key, writer.staged_snapshot_id,
+                                                                    writer.base_snapshot_id),),
+                             operation="test", staged=[writer])
+
+
+def test_a_data_file_staged_twice_is_refused_and_nothing_is_committed(omni):
+    state, base, writer = _staged_copy(omni, "run-twice")
+    table = omni.catalog.load_table(base.identifier)
+    again = commit_data_files(table, writer.branch_files, writer.branch, writer.properties, writer.spec_id)
+    writer.staged_snapshot_id = again.metadata.refs[writer.branch].snapshot_id
+    with pytest.raises(StagedWriteInvariantError, match="twice"):
+        _commit(omni, base, writer)
+    assert omni.state("web").version == state.version
+
+
+def test_a_branch_built_on_its_own_published_snapshot_is_refused(omni):
+    state, base, writer = _staged_copy(omni, "run-own")
+    landed = _commit(omni, base, writer)  # published once: fine
+    assert landed.version == state.version + 1
+    # the same run's files appended again on top of its published snapshot (what a retry that
+    # rebased onto its own landed commit would do)
+    writer.rebase(landed.physical_table(base.key).snapshot_id)
+    with pytest.raises(StagedWriteInvariantError, match="its own snapshot"):
+        _commit(omni, base, writer)
+    assert omni.state("web").version == landed.version
+    assert omni.read("web", columns=["_ai_unique_id_"]).num_rows == 24  # batch a and its one copy, once each
