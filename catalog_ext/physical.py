@@ -291,11 +291,13 @@ class StagedWrite:
     def check_counts_rows_once(self) -> None:
         """Refuse to publish a branch that would count rows twice; checked before every commit attempt.
 
-        Two shapes of a double count, which no code path should produce and which nothing
+        Three shapes of a double count, which no code path should produce and which nothing
         downstream would notice (the rows are valid, only duplicated): a data file the
-        run's snapshots add more than once while it stays live, or a branch that builds on
-        a snapshot of its own run (the run's files were published already, and a rebase
-        would append them again). Either raises :class:`StagedWriteInvariantError` naming the
+        run's snapshots add more than once while it stays live; a branch that builds on a
+        snapshot of its own run (the run's files were published already, and a rebase would
+        append them again); a snapshot of another run between the base and the head (a
+        staging branch is private to its run: another run's rows there would be published
+        twice, once by each). Any of them raises :class:`StagedWriteInvariantError` naming the
         table, run and file: the command fails and nothing is committed. Reads only the
         manifests the run's own snapshots wrote.
         """
@@ -313,6 +315,12 @@ class StagedWrite:
         while snap is not None and snap.snapshot_id != self.base_snapshot_id:
             chain.append(snap)
             snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        for snap in chain:
+            owner = snap.summary.additional_properties.get("omni.run-id") if snap.summary is not None else None
+            if owner != self.run_id:
+                raise StagedWriteInvariantError(
+                    f"branch {self.branch} of {self.identifier} holds snapshot {snap.snapshot_id} of run {owner}, "
+                    f"not of run {self.run_id}; nothing was committed")
         live: set[str] = set()
         for snap in reversed(chain):  # oldest first
             added, deleted = iceberg_io.snapshot_data_changes(table, snap.snapshot_id)

@@ -70,3 +70,15 @@ def test_a_branch_built_on_its_own_published_snapshot_is_refused(omni):
         _commit(omni, base, writer)
     assert omni.state("web").version == landed.version
     assert omni.read("web", columns=["_ai_unique_id_"]).num_rows == 24  # batch a and its one copy, once each
+
+
+def test_another_runs_snapshot_on_the_branch_is_refused(omni):
+    state, base, writer = _staged_copy(omni, "run-mine")
+    _, _, other = _staged_copy(omni, "run-other")
+    table = omni.catalog.load_table(base.identifier)
+    # the other run's files committed onto this run's branch, as if its writer had parented there
+    again = commit_data_files(table, other.branch_files, writer.branch, other.properties, other.spec_id)
+    writer.staged_snapshot_id = again.metadata.refs[writer.branch].snapshot_id
+    with pytest.raises(StagedWriteInvariantError, match="of run run-other"):
+        _commit(omni, base, writer)
+    assert omni.state("web").version == state.version
