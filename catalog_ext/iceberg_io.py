@@ -130,6 +130,16 @@ def added_data_files(table: Any, snapshot_id: int) -> list[Any]:
     return snapshot_data_changes(table, snapshot_id)[0]
 
 
+def snapshots_between(table: Any, base_snapshot_id: int | None, head_snapshot_id: int | None) -> list[Any]:
+    """The snapshots after ``base`` (exclusive; None: from the first) up to ``head``, oldest first."""
+    chain = []
+    snap = table.snapshot_by_id(head_snapshot_id) if head_snapshot_id is not None else None
+    while snap is not None and snap.snapshot_id != base_snapshot_id:
+        chain.append(snap)
+        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    return chain[::-1]
+
+
 def snapshot_data_changes(table: Any, snapshot_id: int) -> tuple[list[Any], list[Any]]:
     """(data files added, data files deleted) by one snapshot.
 
@@ -189,6 +199,14 @@ def with_table_retry(catalog: Any, identifier: str, action, attempts: int = 20):
 def file_io(catalog: Any, location: str) -> Any:
     """The catalog's FileIO for ``location`` (pyiceberg keeps this behind a private method)."""
     return catalog._load_file_io(location=location)
+
+
+def file_length(io: Any, path: str) -> int:
+    """Bytes of the file at ``path`` through ``io`` (a FileIO); 0 when it cannot be read (gone)."""
+    try:
+        return len(io.new_input(path))
+    except (OSError, TypeError):
+        return 0
 
 
 def delete_files(catalog: Any, paths: Iterable[str]) -> int:

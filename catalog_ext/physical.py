@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, NamedTuple, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -176,6 +176,14 @@ def first_snapshot_id(catalog: Any, identifier: str) -> int:
     return iceberg_io.with_table_retry(catalog, identifier, ensure)
 
 
+class RunChanges(NamedTuple):
+    """What a staged write's own snapshots changed (:meth:`StagedWrite.run_changes`)."""
+
+    table: Any  # as loaded to read them
+    live: dict[str, Any]  # path -> data file added by the run and still live
+    deleted: set[str]  # paths of files the run's snapshots deleted from its base
+
+
 class StagedWriteInvariantError(OmniError):
     """A staged write that would publish rows twice (see :meth:`StagedWrite.check_counts_rows_once`)."""
 
@@ -236,6 +244,8 @@ class StagedWrite:
         self._replacements: list[tuple[list[Any], list[Any]]] = []
         self.rows = 0
         self.staged_snapshot_id: int | None = None
+        #: :meth:`run_changes` of the last (base, head) it was asked for
+        self._changes: tuple[tuple[int | None, int | None], RunChanges] | None = None
         #: rows written but not yet in files (see WRITE_BUFFER_BYTES), all of one batch
         self.buffer_bytes = WRITE_BUFFER_BYTES
         self._held: list[pa.Table] = []
@@ -299,38 +309,53 @@ class StagedWrite:
         staging branch is private to its run: another run's rows there would be published
         twice, once by each). Any of them raises :class:`StagedWriteInvariantError` naming the
         table, run and file: the command fails and nothing is committed. Reads only the
-        manifests the run's own snapshots wrote.
+        manifests the run's own snapshots wrote (:meth:`run_changes`, which the id index
+        then reuses for the same attempt).
         """
         if self.staged_snapshot_id is None or self.staged_snapshot_id == self.base_snapshot_id:
             return
-        table = self.catalog.load_table(self.identifier)
+        table = self.run_changes().table  # the per-snapshot checks
         base = table.snapshot_by_id(self.base_snapshot_id) if self.base_snapshot_id is not None else None
         if base is not None and base.summary is not None and \
                 base.summary.additional_properties.get("omni.run-id") == self.run_id:
             raise StagedWriteInvariantError(
                 f"run {self.run_id} would publish {self.identifier} on top of its own snapshot {base.snapshot_id}: "
                 "its rows are already there; nothing was committed")
-        chain = []
-        snap = table.snapshot_by_id(self.staged_snapshot_id)
-        while snap is not None and snap.snapshot_id != self.base_snapshot_id:
-            chain.append(snap)
-            snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
-        for snap in chain:
-            owner = snap.summary.additional_properties.get("omni.run-id") if snap.summary is not None else None
-            if owner != self.run_id:
-                raise StagedWriteInvariantError(
-                    f"branch {self.branch} of {self.identifier} holds snapshot {snap.snapshot_id} of run {owner}, "
-                    f"not of run {self.run_id}; nothing was committed")
-        live: set[str] = set()
-        for snap in reversed(chain):  # oldest first
-            added, deleted = iceberg_io.snapshot_data_changes(table, snap.snapshot_id)
-            live -= {f.file_path for f in deleted}
-            for f in added:
-                if f.file_path in live:
+
+    def run_changes(self) -> "RunChanges":
+        """What the run's snapshots changed, from the base (exclusive) to the staged head, and
+        the table as loaded to read it.
+
+        Kept per (base, head): snapshots never change, so the invariant check and the id
+        index read the run's manifests once per commit attempt. Raises
+        :class:`StagedWriteInvariantError` for another run's snapshot on the branch or a file
+        added twice (see :meth:`check_counts_rows_once`).
+        """
+        key = (self.base_snapshot_id, self.staged_snapshot_id)
+        if self._changes is not None and self._changes[0] == key:
+            return self._changes[1]
+        table = self.catalog.load_table(self.identifier)
+        live: dict[str, Any] = {}
+        deleted: set[str] = set()
+        if self.staged_snapshot_id is not None:
+            for snap in iceberg_io.snapshots_between(table, self.base_snapshot_id, self.staged_snapshot_id):
+                owner = snap.summary.additional_properties.get("omni.run-id") if snap.summary is not None else None
+                if owner != self.run_id:
                     raise StagedWriteInvariantError(
-                        f"run {self.run_id} staged data file {f.file_path} twice on branch {self.branch} of "
-                        f"{self.identifier} (snapshot {snap.snapshot_id}); nothing was committed")
-                live.add(f.file_path)
+                        f"branch {self.branch} of {self.identifier} holds snapshot {snap.snapshot_id} of run {owner}, "
+                        f"not of run {self.run_id}; nothing was committed")
+                new, gone = iceberg_io.snapshot_data_changes(table, snap.snapshot_id)
+                for f in gone:  # a file an earlier snapshot of the run added is simply no longer live
+                    if live.pop(f.file_path, None) is None:
+                        deleted.add(f.file_path)
+                for f in new:
+                    if f.file_path in live:
+                        raise StagedWriteInvariantError(
+                            f"run {self.run_id} staged data file {f.file_path} twice on branch {self.branch} of "
+                            f"{self.identifier} (snapshot {snap.snapshot_id}); nothing was committed")
+                    live[f.file_path] = f
+        self._changes = (key, RunChanges(table, live, deleted))
+        return self._changes[1]
 
     def checkpoint(self, properties: dict[str, str] | None = None) -> int:
         """Commit the pending files as one snapshot on the branch (created at the base if new)."""

@@ -181,20 +181,17 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
     when Spark is chosen. Either way the plan, the staging branches and the ONE logical
     commit are the same.
     """
-    from omni_iceberg.backfill.choose import choose_engine
+    from omni_iceberg.backfill.choose import choose_rewrite_engine
     from omni_iceberg.ui.progress import progress_bar
 
     report: dict[str, Any] = {}
     if clean:
         report["cleanup"] = clean_leftovers(store, name, dry_run=dry_run).to_dict()
     plan = plan_compaction(store, name, min_files)
-    if plan.empty and engine == "auto":
-        chosen, reason = "local", "auto: nothing to compact"
-    else:
-        chosen, reason = choose_engine(None, None, engine, threshold_bytes, input_size=plan.bytes_to_rewrite,
-                                       spark_blocker=spark_blocker or (
-                                           None if spark is not None else "no Spark session was offered to this call"),
-                                       what="the partitions to rewrite hold")
+    chosen, reason = choose_rewrite_engine(engine, lambda: plan.bytes_to_rewrite, spark=spark,
+                                           spark_blocker=spark_blocker, what="the partitions to rewrite hold",
+                                           threshold_bytes=threshold_bytes,
+                                           nothing="nothing to compact" if plan.empty else "")
     report.update({"plan": plan.to_dict(), "logical_version": plan.version, "files_after": {},
                    "engine": chosen, "engine_reason": reason})
     if plan.empty or dry_run:

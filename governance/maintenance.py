@@ -283,19 +283,16 @@ def sweep_orphans(store: FamilyStore, state: Any, *, engine: str = "local", spar
     backfills use, Spark can run here, and the grace period is one Iceberg accepts.
     """
     from catalog_ext.staging import orphan_grace_s
-    from omni_iceberg.backfill.choose import choose_engine
+    from omni_iceberg.backfill.choose import choose_rewrite_engine
 
     grace = orphan_grace_s(older_than_s)
-    if engine == "local":
-        chosen, reason = "local", "requested --engine local"
-    else:
+    if engine == "auto":
         from spark_udfs.orphans import spark_grace_blocker
 
-        blocker = spark_blocker or (None if spark is not None else "no Spark session was offered to this call")
-        if engine == "auto":
-            blocker = blocker or spark_grace_blocker(grace)
-        chosen, reason = choose_engine(None, None, engine, threshold_bytes, input_size=_family_bytes(store, state),
-                                       spark_blocker=blocker, what="the family's data files hold")
+        spark_blocker = spark_blocker or spark_grace_blocker(grace)
+    chosen, reason = choose_rewrite_engine(engine, lambda: _family_bytes(store, state), spark=spark,
+                                           spark_blocker=spark_blocker, what="the family's data files hold",
+                                           threshold_bytes=threshold_bytes)
     if chosen == "spark":
         if spark is None:
             raise ConfigError("the orphan sweep on Spark needs a Spark session: call Omni.maintain(..., "

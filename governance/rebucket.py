@@ -220,17 +220,14 @@ def rebucket(store: FamilyStore, name: str, buckets: int | None = None, *, dry_r
     Returns the plan, the engine and why, the files each rewritten table holds after, and
     the logical version.
     """
-    from omni_iceberg.backfill.choose import choose_engine
+    from omni_iceberg.backfill.choose import choose_rewrite_engine
     from omni_iceberg.ui.progress import progress_bar
 
     plan = plan_rebucket(store, name, buckets, target_bucket_bytes=target_bucket_bytes)
-    if plan.empty and engine == "auto":
-        chosen, reason = "local", "auto: nothing to rewrite"
-    else:
-        chosen, reason = choose_engine(None, None, engine, threshold_bytes, input_size=sum(t.bytes for t in plan.tables),
-                                       spark_blocker=spark_blocker or (
-                                           None if spark is not None else "no Spark session was offered to this call"),
-                                       what="the tables to rewrite hold")
+    chosen, reason = choose_rewrite_engine(engine, lambda: sum(t.bytes for t in plan.tables), spark=spark,
+                                           spark_blocker=spark_blocker, what="the tables to rewrite hold",
+                                           threshold_bytes=threshold_bytes,
+                                           nothing="nothing to rewrite" if plan.empty else "")
     report: dict[str, Any] = {"plan": plan.to_dict(), "describe": plan.describe(), "logical_version": plan.version,
                               "files_after": {}, "engine": chosen, "engine_reason": reason}
     if plan.empty or dry_run:

@@ -643,7 +643,7 @@ def _files_of(io: Any, snapshots: Iterable[Any]) -> dict[str, dict[str, int]]:
     seen: set[str] = set()
     for snap in snapshots:
         if snap.manifest_list:
-            out["manifests"][snap.manifest_list] = _length(io, snap.manifest_list)
+            out["manifests"][snap.manifest_list] = iceberg_io.file_length(io, snap.manifest_list)
         for manifest in snap.manifests(io):
             out["manifests"][manifest.manifest_path] = manifest.manifest_length
             if manifest.manifest_path in seen:
@@ -652,13 +652,6 @@ def _files_of(io: Any, snapshots: Iterable[Any]) -> dict[str, dict[str, int]]:
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
                 out["data"][entry.data_file.file_path] = entry.data_file.file_size_in_bytes
     return out
-
-
-def _length(io: Any, path: str) -> int:
-    try:
-        return len(io.new_input(path))
-    except (OSError, TypeError):
-        return 0
 
 
 # ---- text helpers --------------------------------------------------------------------------------

@@ -73,8 +73,9 @@ def sweep_on_spark(spark: "SparkSession", catalog: Any, state: "FamilyState", *,
     for t in state.tables:
         ice = catalog.load_table(t.identifier)
         data_root = f"{ice.location().rstrip('/')}/data"
-        found = orphans_on_spark(spark, catalog.name, t.identifier, data_root, older_than_s)
-        doomed = {_as_table_path(path, data_root): _size(ice.io, _as_table_path(path, data_root)) for path in found}
+        paths = [_as_table_path(p, data_root) for p in orphans_on_spark(spark, catalog.name, t.identifier, data_root,
+                                                                          older_than_s)]
+        doomed = {path: iceberg_io.file_length(ice.io, path) for path in paths}
         report.orphan_files_deleted += len(doomed) if dry_run else iceberg_io.delete_files(catalog, doomed)
         report.orphan_bytes_freed += sum(doomed.values())
     return report
@@ -91,9 +92,3 @@ def _as_table_path(path: str, data_root: str) -> str:
         return path
     return f"file://{got.path}" if data_root.startswith("file:") else got.path
 
-
-def _size(io: Any, path: str) -> int:
-    try:
-        return len(io.new_input(path))
-    except (OSError, TypeError):
-        return 0

@@ -49,11 +49,16 @@ def _commit(omni: Omni, base, writer):
                              operation="test", staged=[writer])
 
 
+def _append_on_branch(omni: Omni, writer, source) -> None:
+    """``source``'s files committed (with its snapshot properties) onto ``writer``'s branch."""
+    table = omni.catalog.load_table(writer.identifier)
+    again = commit_data_files(table, source.branch_files, writer.branch, source.properties, source.spec_id)
+    writer.staged_snapshot_id = again.metadata.refs[writer.branch].snapshot_id
+
+
 def test_a_data_file_staged_twice_is_refused_and_nothing_is_committed(omni):
     state, base, writer = _staged_copy(omni, "run-twice")
-    table = omni.catalog.load_table(base.identifier)
-    again = commit_data_files(table, writer.branch_files, writer.branch, writer.properties, writer.spec_id)
-    writer.staged_snapshot_id = again.metadata.refs[writer.branch].snapshot_id
+    _append_on_branch(omni, writer, writer)
     with pytest.raises(StagedWriteInvariantError, match="twice"):
         _commit(omni, base, writer)
     assert omni.state("web").version == state.version
@@ -75,10 +80,7 @@ def test_a_branch_built_on_its_own_published_snapshot_is_refused(omni):
 def test_another_runs_snapshot_on_the_branch_is_refused(omni):
     state, base, writer = _staged_copy(omni, "run-mine")
     _, _, other = _staged_copy(omni, "run-other")
-    table = omni.catalog.load_table(base.identifier)
-    # the other run's files committed onto this run's branch, as if its writer had parented there
-    again = commit_data_files(table, other.branch_files, writer.branch, other.properties, other.spec_id)
-    writer.staged_snapshot_id = again.metadata.refs[writer.branch].snapshot_id
+    _append_on_branch(omni, writer, other)  # as if the other run's writer had parented on this branch
     with pytest.raises(StagedWriteInvariantError, match="of run run-other"):
         _commit(omni, base, writer)
     assert omni.state("web").version == state.version

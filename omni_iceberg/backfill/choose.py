@@ -21,7 +21,7 @@ Spark. On a real cluster measure again and set the variable.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 from catalog_ext.contract import BATCH_COLUMN
 from catalog_ext.errors import ConfigError
@@ -79,6 +79,22 @@ def choose_engine(state: Any, plan: Any, requested: str, threshold_bytes: int | 
         return "local", (f"auto: {what} {_size(input_size)} (Spark threshold {_size(threshold)}), "
                          f"but Spark cannot run here: {spark_blocker}")
     return "spark", f"auto: {what} {_size(input_size)}, at or above the Spark threshold of {_size(threshold)}"
+
+
+def choose_rewrite_engine(requested: str, input_size: Callable[[], int], *, spark: Any, spark_blocker: str | None,
+                          what: str, threshold_bytes: int | None = None, nothing: str = "") -> tuple[str, str]:
+    """(engine, reason) for a governance rewrite (compaction, re-bucketing, the orphan sweep).
+
+    As :func:`choose_engine`, with what governance adds: ``nothing`` (say why, e.g. "nothing
+    to compact") keeps ``auto`` local without sizing anything; a call offered no Spark
+    session (``spark`` None) cannot go to Spark under ``auto``; ``input_size`` is only
+    measured when ``auto`` needs it.
+    """
+    if requested == "auto" and nothing:
+        return "local", f"auto: {nothing}"
+    blocker = spark_blocker or (None if spark is not None else "no Spark session was offered to this call")
+    return choose_engine(None, None, requested, threshold_bytes,
+                         input_size=input_size() if requested == "auto" else 0, spark_blocker=blocker, what=what)
 
 
 def measure_input_bytes(catalog: Any, state: Any, plan: Any) -> int:

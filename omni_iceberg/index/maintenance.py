@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from catalog_ext.family import FamilyState
-from catalog_ext.iceberg_io import snapshot_data_changes
+from catalog_ext.iceberg_io import snapshot_data_changes, snapshots_between
 from catalog_ext.physical import file_batch
 from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import FILE_PREFIX, FileRecord
@@ -70,12 +70,7 @@ def rebuild(catalog: Any, state: FamilyState, index: IdIndex, *, fresh: bool = F
             continue
         table = catalog.load_table(meta.identifier)
         runs: dict[str, tuple[list[Any], list[Any]]] = {}
-        snap = table.snapshot_by_id(meta.snapshot_id)
-        chain = []
-        while snap is not None:
-            chain.append(snap)
-            snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
-        for snap in reversed(chain):
+        for snap in snapshots_between(table, None, meta.snapshot_id):
             if not visibility.changes_data(snap):
                 continue
             added, deleted = snapshot_data_changes(table, snap.snapshot_id)

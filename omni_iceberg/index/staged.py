@@ -14,7 +14,8 @@
 
 What the branch holds is read from the run's own snapshots (base exclusive to staged
 head), and from each only the manifests that snapshot wrote: the cost follows the run,
-not the table's history.
+not the table's history. It is ``StagedWrite.run_changes``, which the logical commit's
+invariant check has just read for the same attempt (so the manifests are read once).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from catalog_ext.family import FamilyState
-from catalog_ext.iceberg_io import snapshot_data_changes
 from catalog_ext.physical import StagedWrite, file_batch
 from omni_iceberg.index.core import IdIndex, IndexWriter
 from omni_iceberg.index.keys import file_key
@@ -33,25 +33,6 @@ from omni_iceberg.index.keys import file_key
 def batch_of(table: Any, data_file: Any) -> str:
     """A data file's batch, or "" for a file holding several (a compaction's): lookups read the column."""
     return file_batch(table, data_file) or ""
-
-
-def run_changes(table: Any, base_snapshot_id: int | None, head_snapshot_id: int | None
-                ) -> tuple[dict[str, Any], set[str]]:
-    """(path -> data file added and still live, paths deleted) by the snapshots after ``base`` up to ``head``."""
-    added: dict[str, Any] = {}
-    deleted: set[str] = set()
-    chain = []
-    snap = table.snapshot_by_id(head_snapshot_id) if head_snapshot_id is not None else None
-    while snap is not None and snap.snapshot_id != base_snapshot_id:
-        chain.append(snap)
-        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
-    for snap in reversed(chain):  # oldest first: a file a later snapshot deletes is not live
-        new, gone = snapshot_data_changes(table, snap.snapshot_id)
-        added.update((f.file_path, f) for f in new)
-        for f in gone:
-            if added.pop(f.file_path, None) is None:
-                deleted.add(f.file_path)
-    return added, deleted
 
 
 class WriterIndexing:
@@ -101,9 +82,7 @@ class WriterIndexing:
 
     def before_commit(self, writer: StagedWrite) -> None:
         self.drain()
-        table = writer.catalog.load_table(writer.identifier)
-        live, deleted = ({}, set()) if writer.staged_snapshot_id is None else run_changes(
-            table, writer.base_snapshot_id, writer.staged_snapshot_id)
+        table, live, deleted = writer.run_changes()  # read once per attempt, with the commit's invariant check
         indexed = set(self.run.record.files)
         todo = [f for p, f in live.items() if file_key(p).hex() not in indexed]
         live_keys = {file_key(p).hex() for p in live}
