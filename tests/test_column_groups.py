@@ -225,6 +225,22 @@ def test_a_new_feature_version_keeps_the_grouped_old_values_under_its_alias(omni
 
 
 # ---- real engines: the Iceberg view of a grouped family ----------------------------------------
+def _aggregates_analysed(spark, sql: str) -> int:
+    """How many per-key ``any_value`` aggregates Spark's analysed plan of ``sql`` holds."""
+    return spark.session.sql(sql)._jdf.queryExecution().analyzed().toString().count("any_value(")
+
+
+def _with_and_without_pruning(spark, sql: str) -> tuple[list[tuple], list[tuple]]:
+    out = []
+    for on in ("true", "false"):
+        spark.session.conf.set("spark.omni.viewPruning.enabled", on)
+        try:
+            out.append([tuple(r) for r in spark.session.sql(sql).collect()])
+        finally:
+            spark.session.conf.unset("spark.omni.viewPruning.enabled")
+    return out[0], out[1]
+
+
 def test_spark_and_trino_read_the_group_once_and_both_parts_after_a_new_batch(spark, trino, tmp_path):
     import re
 
@@ -255,12 +271,21 @@ def test_spark_and_trino_read_the_group_once_and_both_parts_after_a_new_batch(sp
     assert scanned == {f"{name}__base", group.identifier.split(".")[1]}
     assert [tuple(r) for r in spark.sql(full)] == before
     assert [tuple(r) for r in trino.query(full)] == before
+    two = (f"SELECT count(*), sum({feature_name(3)}) FROM omni.aidata.{name} "
+           f"WHERE {feature_name(7)} IS NOT NULL AND _ai_append_name_ = 'a'")
+    # omni's Spark extension cuts the view to the two columns, and the group's per-key
+    # aggregate to those two of its 12 (spark_udfs/java/omni/spark/ViewPruning.java)
+    assert _aggregates_analysed(spark, two) == 2
+    assert _with_and_without_pruning(spark, two) == ([(40, sum(r[2 + 3] for r in before))],) * 2
 
     add("b", 25)  # read from the group (batch a) and the feature tables (batch b)
     want = [tuple(d.values()) for d in omni.query(full.replace("omni.aidata.", "")).to_pylist()]
     assert len(want) == 65 and all(v is not None for r in want for v in r)
     assert [tuple(r) for r in spark.sql(full)] == want
     assert [tuple(r) for r in trino.query(full, session={"query_max_stage_count": "400"})] == want
+    both = two.replace(" AND _ai_append_name_ = 'a'", "")  # two parts a column: the group and its table
+    assert _aggregates_analysed(spark, both) == 4
+    assert _with_and_without_pruning(spark, both) == ([(65, sum(r[2 + 3] for r in want))],) * 2
     # the Spark backfill engine's input reader folds the parts too
     from spark_udfs.arrow_stage import input_column
     from spark_udfs.engine import read_unit

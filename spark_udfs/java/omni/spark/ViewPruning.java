@@ -144,12 +144,85 @@ final class ViewPruning {
         String token = token(body);
         StringBuilder sql = new StringBuilder("SELECT ").append(String.join(", ", items));
         sql.append(" FROM ").append(markTables(body.driver, token, true));
+        String keptText = String.join(", ", items);
         for (String alias : body.joinOrder) {
             if (joined.contains(alias)) {
-                sql.append(" LEFT JOIN ").append(markTables(body.joins.get(alias), token, false));
+                String join = trimAggregate(body.joins.get(alias), columnsRead(keptText, alias));
+                sql.append(" LEFT JOIN ").append(markTables(join, token, false));
             }
         }
         return sql.toString();
+    }
+
+    /**
+     * The top-level columns {@code text} reads from {@code alias}: the backquoted name after each
+     * {@code alias.} outside quoted text (a struct field read as {@code t1.`Stage`.`f`} reads
+     * {@code Stage}), in lower case.
+     */
+    static Set<String> columnsRead(String text, String alias) {
+        Set<String> out = new LinkedHashSet<>();
+        String prefix = alias + ".`";
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            if (c == '\'' || c == '"' || c == '`') {
+                int end = skipQuoted(text, i);
+                if (end < 0) {
+                    break;
+                }
+                i = end;
+            } else if (text.startsWith(prefix, i) && (i == 0 || !isNamePart(text.charAt(i - 1)))) {
+                int open = i + prefix.length() - 1;
+                int close = skipQuoted(text, open);
+                if (close < 0) {
+                    break;
+                }
+                out.add(text.substring(open + 1, close).replace("``", "`").toLowerCase(Locale.ROOT));
+                i = close;
+            }
+        }
+        return out;
+    }
+
+    /**
+     * A join of omni's shape, {@code (SELECT keys, any_value(p.`c`) AS `c`, ... FROM table AS p GROUP
+     * BY keys) AS tN ON ...}, keeping in its per-key aggregate only the keys and the columns in
+     * {@code read}. Spark would prune the other aggregates after analysis, but analysing them is the
+     * cost: a column group holds up to 256 columns, and a query spread over ten groups analysed
+     * every one of them. Any other shape is returned unchanged.
+     */
+    static String trimAggregate(String join, Set<String> read) {
+        if (!join.startsWith("(SELECT ")) {
+            return join;
+        }
+        int as = find(join, " AS t", 0);  // after the subquery's closing parenthesis (depth 0)
+        if (as < 1 || join.charAt(as - 1) != ')') {
+            return join;
+        }
+        String inner = join.substring(1, as - 1);
+        int from = find(inner, " FROM ", 7);
+        if (from < 0) {
+            return join;
+        }
+        List<String> kept = new ArrayList<>();
+        List<String> all = split(inner.substring(7, from), ", ");
+        for (String item : all) {
+            int itemAs = lastTopLevel(item, " AS ");
+            if (itemAs < 0) {
+                kept.add(item);  // a key, selected by its own name
+                continue;
+            }
+            String name = backticked(item.substring(itemAs + 4));
+            if (name == null) {
+                return join;  // not omni's shape: keep the join whole
+            }
+            if (read.contains(name.toLowerCase(Locale.ROOT))) {
+                kept.add(item);
+            }
+        }
+        if (kept.size() == all.size()) {
+            return join;
+        }
+        return "(SELECT " + String.join(", ", kept) + inner.substring(from) + join.substring(as - 1);
     }
 
     /** Marks a table name read by a cut view: {@code <table>#omni-view(<token>,driver|member)}. */
