@@ -106,23 +106,13 @@ def commit_data_files_on_new_branch(table: Any, data_files: Iterable[Any], branc
     it drops the branch creation and appends on a branch that no longer exists - a
     snapshot with NO parent, holding only these files, so every row of the base vanished
     from the version that pins it (found by the two-writer concurrency test). The append
-    alone retries safely: the branch it targets exists and only this writer moves it.
-    The parent is checked after the commit, so this can never pass silently again.
+    alone is retried by pyiceberg on the branch's new head. The caller checks the new
+    snapshot's parent (:meth:`catalog_ext.physical.StagedWrite.checkpoint`): a parent other
+    than ``base_snapshot_id`` means another writer moved the branch meanwhile.
     """
     if branch not in table.metadata.refs:
         table.manage_snapshots().create_branch(base_snapshot_id, branch).commit()
-    with table.transaction() as tx:
-        use_spec(tx, spec_id)
-        with tx.update_snapshot(snapshot_properties=properties, branch=branch).fast_append() as append:
-            for data_file in data_files:
-                append.append_data_file(data_file)
-    head = table.metadata.snapshot_by_name(branch)
-    if head is None or head.parent_snapshot_id != base_snapshot_id:
-        # an invariant, not a race: retrying would append onto the wrong parent again
-        raise RuntimeError(
-            f"staging branch {branch} of {table.name()} was moved while its first snapshot was committed "
-            f"(parent {head.parent_snapshot_id if head else None}, expected {base_snapshot_id})")
-    return table
+    return commit_data_files(table, data_files, branch, properties, spec_id)
 
 
 def added_data_files(table: Any, snapshot_id: int) -> list[Any]:

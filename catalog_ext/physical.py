@@ -188,6 +188,16 @@ class StagedWriteInvariantError(OmniError):
     """A staged write that would publish rows twice (see :meth:`StagedWrite.check_counts_rows_once`)."""
 
 
+class StagingBranchTakenError(OmniError):
+    """Another process wrote this run's staging branch (see :meth:`StagedWrite.checkpoint`).
+
+    A backfill's run id is the hash of its plan, so that a rerun after a crash finds its
+    branch and resumes; two runs of the same plan at once therefore share that branch. The
+    one that sees the other's snapshot stops without committing and leaves the branch alone:
+    it holds the other's checkpoints, which discarding it would lose.
+    """
+
+
 class StagedWriteHook(Protocol):
     """Something that follows a staged write (the id index does; see ``FamilyStore.staged_write``).
 
@@ -244,6 +254,8 @@ class StagedWrite:
         self._replacements: list[tuple[list[Any], list[Any]]] = []
         self.rows = 0
         self.staged_snapshot_id: int | None = None
+        #: the snapshot property labelling a finished unit (set by :meth:`attach`), checked at commit
+        self.label_property: str | None = None
         #: :meth:`run_changes` of the last (base, head) it was asked for
         self._changes: tuple[tuple[int | None, int | None], RunChanges] | None = None
         #: rows written but not yet in files (see WRITE_BUFFER_BYTES), all of one batch
@@ -337,13 +349,22 @@ class StagedWrite:
         table = self.catalog.load_table(self.identifier)
         live: dict[str, Any] = {}
         deleted: set[str] = set()
+        labels: set[str] = set()
         if self.staged_snapshot_id is not None:
             for snap in iceberg_io.snapshots_between(table, self.base_snapshot_id, self.staged_snapshot_id):
-                owner = snap.summary.additional_properties.get("omni.run-id") if snap.summary is not None else None
+                props = snap.summary.additional_properties if snap.summary is not None else {}
+                owner = props.get("omni.run-id")
                 if owner != self.run_id:
                     raise StagedWriteInvariantError(
                         f"branch {self.branch} of {self.identifier} holds snapshot {snap.snapshot_id} of run {owner}, "
                         f"not of run {self.run_id}; nothing was committed")
+                label = props.get(self.label_property) if self.label_property else None
+                if label is not None:  # two processes of one plan both finished this unit here
+                    if label in labels:
+                        raise StagedWriteInvariantError(
+                            f"branch {self.branch} of {self.identifier} holds unit {label} twice (snapshot "
+                            f"{snap.snapshot_id}): two runs of the same plan wrote it at once; nothing was committed")
+                    labels.add(label)
                 new, gone = iceberg_io.snapshot_data_changes(table, snap.snapshot_id)
                 for f in gone:  # a file an earlier snapshot of the run added is simply no longer live
                     if live.pop(f.file_path, None) is None:
@@ -358,11 +379,21 @@ class StagedWrite:
         return self._changes[1]
 
     def checkpoint(self, properties: dict[str, str] | None = None) -> int:
-        """Commit the pending files as one snapshot on the branch (created at the base if new)."""
+        """Commit the pending files as one snapshot on the branch (created at the base if new).
+
+        The branch must be where this writer left it: at its last snapshot, or absent (or at
+        the base, as :meth:`ensure_branch` makes it) before the first. Otherwise another
+        process is writing the same run's branch - two runs of one plan at once - and appending
+        here would stage the same units twice, to be published twice: raises
+        :class:`StagingBranchTakenError` instead. Checked on the table each commit attempt
+        loads, so a lost compare-and-swap is re-checked, never blindly retried.
+        """
 
         self.flush()
+        parent = self.staged_snapshot_id if self.staged_snapshot_id is not None else self.base_snapshot_id
 
         def commit(table):
+            self._check_branch_is_ours(table)
             props = {**self.properties, **(properties or {})}
             if self.branch not in table.metadata.refs:
                 # branch and first snapshot in ONE catalog commit (was two: a commit per feature
@@ -372,10 +403,48 @@ class StagedWrite:
             return iceberg_io.commit_data_files(table, self.pending_files, self.branch, props, self.spec_id)
 
         table = iceberg_io.with_table_retry(self.catalog, self.identifier, commit)
+        head = table.snapshot_by_id(table.metadata.refs[self.branch].snapshot_id)
+        if head.parent_snapshot_id != parent:
+            # pyiceberg retries a lost append on the branch's new head by itself: another writer
+            # moved this run's branch between the check above and the commit
+            self._withdraw(table, head)
+            raise StagingBranchTakenError(
+                f"another process is running the same plan (run {self.run_id}): it moved branch {self.branch} "
+                f"of {self.identifier} while this run committed to it (snapshot {head.snapshot_id} landed on "
+                f"{head.parent_snapshot_id}, not on {parent}); this run withdrew it, stops without committing "
+                "and leaves the branch to the other. Once that one finishes, rerun the command")
         self.branch_files += self.pending_files
         self.pending_files = []
-        self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
+        self.staged_snapshot_id = head.snapshot_id
         return self.staged_snapshot_id
+
+    def _withdraw(self, table: Any, snapshot: Any) -> None:
+        """Take ``snapshot`` (this writer's, misplaced) back off the branch, if it is still the head.
+
+        The move asserts the head, so it can only undo this writer's own append. If the
+        other writer already built on it, the snapshot stays: the branch then holds a unit
+        twice, which :meth:`run_changes` refuses to publish.
+        """
+        from pyiceberg.exceptions import CommitFailedException
+
+        try:
+            if snapshot.parent_snapshot_id is None:
+                table.manage_snapshots().remove_branch(self.branch).commit()
+            else:
+                table.manage_snapshots().create_branch(snapshot.parent_snapshot_id, self.branch).commit()
+        except CommitFailedException:
+            pass
+
+    def _check_branch_is_ours(self, table: Any) -> None:
+        ref = table.metadata.refs.get(self.branch)
+        head = ref.snapshot_id if ref is not None else None
+        expected = {self.staged_snapshot_id} if self.staged_snapshot_id is not None else {None, self.base_snapshot_id}
+        if head not in expected:
+            raise StagingBranchTakenError(
+                f"another process is running the same plan (run {self.run_id}): branch {self.branch} of "
+                f"{self.identifier} is at snapshot {head}, not at {self.staged_snapshot_id} where this run left it. "
+                "This run stops without committing and leaves the branch to the other; once that one finishes, "
+                "rerun the command (it finds the work done, or resumes it)")
 
     def ensure_branch(self) -> None:
         """Create the staging branch at the base snapshot if it does not exist yet.
@@ -399,7 +468,12 @@ class StagedWrite:
         return self.checkpoint()
 
     def attach(self, label_property: str) -> dict[str, dict[str, str]]:
-        """Resume a crashed run: adopt its branch; return label -> properties of finished checkpoints."""
+        """Resume a crashed run: adopt its branch; return label -> properties of finished checkpoints.
+
+        ``label_property`` names the snapshot property labelling a finished unit; the
+        commit-time check (:meth:`run_changes`) also refuses a chain holding one label twice.
+        """
+        self.label_property = label_property
         table = self.catalog.load_table(self.identifier)
         ref = table.metadata.refs.get(self.branch)
         if ref is None:

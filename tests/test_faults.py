@@ -180,6 +180,29 @@ def test_concurrent_backfills_sharing_a_missing_ancestor_compute_it_once(tmp_pat
     assert computed_twice(omni, "web") == []
 
 
+def test_the_same_backfill_twice_at_once_computes_each_unit_once(tmp_path):
+    """Two identical commands share a run id (the plan's hash, which is how a rerun resumes),
+    hence one staging branch. Before the fix both appended there and one published units
+    twice (3,000 rows for 2,000 ids, 1 try in 6). Now the one that finds the branch moved
+    stops without committing, naming the other; a rerun then finds the work done."""
+    for attempt in range(3):  # the race is timing-dependent: three fresh tables, each checked
+        home, _ = _table_with_features(tmp_path / f"try{attempt}", {"a": 1000, "b": 1000})
+        cmd = ["--home", str(home), "backfill", "web", "--features", "punctuation_ratio", "--isolation", "inline",
+               "--no-progress"]
+        a, b = run_pair(cmd, cmd, tmp_path / f"go{attempt}")
+        assert 0 in (a.returncode, b.returncode), a.describe() + "\n" + b.describe()
+        for out in (a, b):
+            assert out.returncode == 0 or "another process is running the same plan" in out.stderr, out.describe()
+        report = _assert_sound(home, context=f"try {attempt}")
+        omni = Omni(home=home)
+        assert report.rows == 2000
+        assert feature_nulls(omni, "web", "punctuation_ratio") == 0
+        assert computed_twice(omni, "web") == []
+        rerun = run_omni(*cmd)
+        assert rerun.returncode == 0, rerun.describe()
+        _assert_sound(home, context=f"rerun {attempt}")
+
+
 def test_a_submit_racing_a_backfill_loses_nothing(tmp_path):
     home, texts = _table_with_features(tmp_path, {"a": 1000})
     texts |= write_docs(tmp_path / "b.jsonl", 1000, 1000, tag="b")

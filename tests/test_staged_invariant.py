@@ -1,10 +1,14 @@
 """A staged write never publishes rows twice: the check every logical commit attempt makes.
 
 CI once saw two concurrent backfills leave a feature table with each row twice (2,000
-rows, 1,000 distinct ids) and it did not reproduce in 35 reruns. Whatever the path, a
-double count of this kind is a data file staged twice, or a branch built on its own
-run's published snapshot; ``StagedWrite.check_counts_rows_once`` refuses both before the
-compare-and-swap. Here each shape is made by hand on a real embedded catalog.
+rows, 1,000 distinct ids), with two different plans, and that did not reproduce. Two runs
+of the SAME plan at once do reproduce the symptom: a backfill's run id is the hash of its
+plan, so both write one staging branch (tests/test_faults.py). A
+double count of this kind is a data file staged twice, a branch built on its own run's
+published snapshot, another run's snapshot, or one unit finished twice on the branch;
+``StagedWrite.check_counts_rows_once`` refuses each before the compare-and-swap, and a
+checkpoint refuses to write a branch another process moved. Here each shape is made by
+hand on a real embedded catalog.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import pytest
 
 from catalog_ext.contract import split_qualified
 from catalog_ext.iceberg_io import commit_data_files
-from catalog_ext.physical import StagedWriteInvariantError
+from catalog_ext.physical import StagedWriteInvariantError, StagingBranchTakenError
 from catalog_ext.updates import PinSnapshot
 from omni_iceberg.api import Omni
 from tests.pages import pages_jsonl
@@ -27,7 +31,7 @@ def omni(omni_home, tmp_path):
     return o
 
 
-def _staged_copy(omni: Omni, run_id: str):
+def _staged_copy(omni: Omni, run_id: str, checkpoint: bool = True):
     """A writer on the base table holding a copy of batch a's rows as batch ``b``, checkpointed."""
     import pyarrow as pa
 
@@ -38,7 +42,8 @@ def _staged_copy(omni: Omni, run_id: str):
     rows = rows.set_column(at, rows.schema.field(at), pa.array(["b"] * rows.num_rows, rows.schema.field(at).type))
     writer = omni.store.staged_write(state, base.identifier, base.snapshot_id, run_id, {"omni.operation": "test"})
     writer.write(rows)
-    writer.checkpoint()
+    if checkpoint:
+        writer.checkpoint()
     return state, base, writer
 
 
@@ -82,5 +87,53 @@ def test_another_runs_snapshot_on_the_branch_is_refused(omni):
     _, _, other = _staged_copy(omni, "run-other")
     _append_on_branch(omni, writer, other)  # as if the other run's writer had parented on this branch
     with pytest.raises(StagedWriteInvariantError, match="of run run-other"):
+        _commit(omni, base, writer)
+    assert omni.state("web").version == state.version
+
+
+# ---- two processes of one plan: a backfill's run id is the hash of its plan, so they share a branch
+
+
+def test_a_second_writer_of_the_same_run_stops_at_its_first_checkpoint(omni):
+    """Process B started before process A's branch existed; A checkpoints first. B must not
+    append on top of A's snapshot (both would then publish the same rows): it stops, and A
+    goes on and commits alone."""
+    state, base, a = _staged_copy(omni, "bf-same-plan", checkpoint=False)
+    _, _, b = _staged_copy(omni, "bf-same-plan", checkpoint=False)
+    a.checkpoint({"omni.unit": "f/b"})
+    with pytest.raises(StagingBranchTakenError, match="another process is running the same plan"):
+        b.checkpoint({"omni.unit": "f/b"})
+    table = omni.catalog.load_table(base.identifier)
+    assert table.metadata.refs[a.branch].snapshot_id == a.staged_snapshot_id  # B left A's branch alone
+    landed = _commit(omni, base, a)
+    assert landed.version == state.version + 1
+    assert omni.read("web", columns=["_ai_unique_id_"]).num_rows == 24  # batch a and its copy, once
+
+
+def test_a_writer_that_adopted_a_live_branch_stops_when_its_owner_moves_it(omni):
+    """B resumed (attached to) A's branch while A was still running: whichever of them
+    checkpoints second finds the branch moved and stops."""
+    _, base, a = _staged_copy(omni, "bf-same-plan", checkpoint=False)
+    a.checkpoint({"omni.unit": "f/b"})
+    _, _, b = _staged_copy(omni, "bf-same-plan", checkpoint=False)
+    assert set(b.attach("omni.unit")) == {"f/b"}  # B takes A's finished unit as done
+    a.checkpoint({"omni.unit": "f/c"})  # an empty unit: a labelled snapshot without files
+    with pytest.raises(StagingBranchTakenError):
+        b.checkpoint({"omni.unit": "f/c"})
+
+
+def test_a_branch_holding_one_unit_twice_is_refused(omni):
+    """If both processes' copies of a unit ever end up on the branch, publishing would count
+    that unit's rows twice: the commit-time check refuses it."""
+    state, base, writer = _staged_copy(omni, "bf-twice", checkpoint=False)
+    writer.attach("omni.unit")
+    writer.checkpoint({"omni.unit": "f/b"})
+    _, _, other = _staged_copy(omni, "bf-twice-copy", checkpoint=False)
+    other.checkpoint({"omni.unit": "f/b"})
+    table = omni.catalog.load_table(writer.identifier)
+    again = commit_data_files(table, other.branch_files, writer.branch,
+                              {**writer.properties, "omni.unit": "f/b"}, other.spec_id)
+    writer.staged_snapshot_id = again.metadata.refs[writer.branch].snapshot_id
+    with pytest.raises(StagedWriteInvariantError, match="holds unit f/b twice"):
         _commit(omni, base, writer)
     assert omni.state("web").version == state.version

@@ -32,7 +32,7 @@ from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
 from catalog_ext.group_values import null_recomputed
 from catalog_ext.staging import sweep_stale_branches
-from catalog_ext.physical import StagedWrite, abandon_all, arrow_type, key_arrow_fields
+from catalog_ext.physical import StagedWrite, StagingBranchTakenError, abandon_all, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, MarkRetried, PinSnapshot
 from catalog_ext.errors import ConfigError, OmniError
 from omni_iceberg.backfill.bookkeeping import UNIT_PROPERTY, checkpoint_properties, error_row, unit_label
@@ -474,7 +474,8 @@ class BackfillRun:
 
     def fail(self, error: BaseException) -> None:
         self.report.status = "failed"
-        abandon_all(w for _, w in self.nulled)  # cheap to redo from the pinned version on a rerun
+        if not isinstance(error, StagingBranchTakenError):  # else the branches are the other run's too
+            abandon_all(w for _, w in self.nulled)  # cheap to redo from the pinned version on a rerun
         if isinstance(error, (FeatureDefinitionError, ErrorBudgetExceededError)):
             abandon_all(self.writers.values())  # a definition bug or budget breach: do not resume this work
         rerun = self.reruns_after(error)
