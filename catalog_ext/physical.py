@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import uuid
 from typing import Any, Iterable, NamedTuple, Protocol
 
@@ -407,7 +408,7 @@ class StagedWrite:
         if head.parent_snapshot_id != parent:
             # pyiceberg retries a lost append on the branch's new head by itself: another writer
             # moved this run's branch between the check above and the commit
-            self._withdraw(table, head)
+            self.withdraw_misplaced(table, head)
             raise StagingBranchTakenError(
                 f"another process is running the same plan (run {self.run_id}): it moved branch {self.branch} "
                 f"of {self.identifier} while this run committed to it (snapshot {head.snapshot_id} landed on "
@@ -418,7 +419,7 @@ class StagedWrite:
         self.staged_snapshot_id = head.snapshot_id
         return self.staged_snapshot_id
 
-    def _withdraw(self, table: Any, snapshot: Any) -> None:
+    def withdraw_misplaced(self, table: Any, snapshot: Any) -> None:
         """Take ``snapshot`` (this writer's, misplaced) back off the branch, if it is still the head.
 
         The move asserts the head, so it can only undo this writer's own append. If the
@@ -480,10 +481,13 @@ class StagedWrite:
             return {}
         labels: dict[str, dict[str, str]] = {}
         files: list[Any] = []
-        snap = table.snapshot_by_id(ref.snapshot_id)
+        twice: list[str] = []
+        head = snap = table.snapshot_by_id(ref.snapshot_id)
         while snap is not None and snap.snapshot_id != self.base_snapshot_id:
             props = snap.summary.additional_properties if snap.summary else {}
             if label_property in props:
+                if props[label_property] in labels:
+                    twice.append(props[label_property])
                 labels[props[label_property]] = dict(props)
             if CLEARED_PROPERTY in props:
                 self.cleared_batches = sorted(set(self.cleared_batches) | set(props[CLEARED_PROPERTY].split(",")))
@@ -492,9 +496,30 @@ class StagedWrite:
         if snap is None:  # the branch does not start at our base: it cannot be resumed
             self.abandon()
             return {}
+        if twice:  # two processes of this plan both finished a unit here: it cannot be published
+            self._discard_doubled(head, twice)
+            return {}
         self.branch_files = files
         self.staged_snapshot_id = ref.snapshot_id
         return labels
+
+    def _discard_doubled(self, head: Any, units: list[str]) -> None:
+        """Drop a branch holding ``units`` twice, unless a process may still be writing it.
+
+        Only a run whose withdrawal lost a race leaves such a branch (see :meth:`checkpoint`);
+        publishing it would count those rows twice, and resuming it would keep them. Within
+        the staging grace period its writer may be alive, so the run stops instead of
+        discarding work under it.
+        """
+        age_s = max(0.0, time.time() - head.timestamp_ms / 1000)
+        grace_s = staging.StagingPolicy().grace_s
+        if age_s < grace_s:
+            raise StagingBranchTakenError(
+                f"branch {self.branch} of {self.identifier} holds unit(s) {', '.join(sorted(set(units)))} twice "
+                f"(two runs of the same plan at once) and was written {age_s:.0f}s ago: another process may still "
+                f"be running this backfill. Nothing was committed. If none is, rerun with OMNI_STAGE_GRACE_S=0 "
+                "to discard the branch and start over")
+        self.abandon()
 
     def rebase(self, onto_snapshot_id: int) -> int:
         """Re-commit the same data files on top of another writer's snapshot (nothing rewritten)."""

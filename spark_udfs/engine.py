@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from catalog_ext import system_tables
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
-from catalog_ext.physical import StagedWrite
+from catalog_ext.physical import StagedWrite, StagingBranchTakenError
 from catalog_ext.types import to_spark
 from omni_iceberg.backfill import bookkeeping
 from omni_iceberg.backfill.engine import (MAX_MEMORY_SHRINK, SLICE_ROWS, BackfillReport, BackfillRun, UnitStats,
@@ -519,10 +519,15 @@ class SparkExecutor:
         head = table.snapshot_by_id(table.metadata.refs[w.branch].snapshot_id)
         label = (head.summary.additional_properties if head.summary else {}).get(bookkeeping.UNIT_PROPERTY)
         if label != properties[bookkeeping.UNIT_PROPERTY] or head.parent_snapshot_id != (before or w.base_snapshot_id):
-            raise SparkStageFailedError(
-                f"the Spark write of unit {properties[bookkeeping.UNIT_PROPERTY]} to {w.identifier} did not land "
-                f"on branch {w.branch} as expected (head {head.snapshot_id}, label {label!r}); another writer "
-                f"is using this run's branch - rerun to resume")
+            # another process of the same plan writes this branch (a run id is the plan's hash);
+            # Iceberg's own commit retry put this unit on top of its snapshot: take ours back off
+            if label == properties[bookkeeping.UNIT_PROPERTY]:
+                w.withdraw_misplaced(table, head)
+            raise StagingBranchTakenError(
+                f"another process is running the same plan (run {run.report.run_id}): the Spark write of unit "
+                f"{properties[bookkeeping.UNIT_PROPERTY]} to {w.identifier} did not land on branch {w.branch} "
+                f"where this run left it (head {head.snapshot_id}, label {label!r}). This run stops without "
+                "committing and leaves the branch to the other; once that one finishes, rerun the command")
         w.staged_snapshot_id = head.snapshot_id
 
     def _ensure_branch(self, run: BackfillRun, w: StagedWrite) -> None:

@@ -13,6 +13,7 @@ hand on a real embedded catalog.
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from catalog_ext.contract import split_qualified
@@ -137,3 +138,35 @@ def test_a_branch_holding_one_unit_twice_is_refused(omni):
     with pytest.raises(StagedWriteInvariantError, match="holds unit f/b twice"):
         _commit(omni, base, writer)
     assert omni.state("web").version == state.version
+
+
+def _doubled_branch(omni: Omni, run_id: str):
+    """A run's branch holding unit f/b twice (a withdrawal that lost its race), and a writer resuming it."""
+    _, base, writer = _staged_copy(omni, run_id, checkpoint=False)
+    writer.attach("omni.unit")
+    writer.checkpoint({"omni.unit": "f/b"})
+    table = omni.catalog.load_table(writer.identifier)
+    commit_data_files(table, writer.branch_files, writer.branch, {**writer.properties, "omni.unit": "f/b"},
+                      writer.spec_id)
+    state = omni.state("web")
+    resumed = omni.store.staged_write(state, base.identifier, base.snapshot_id, run_id, {"omni.operation": "test"})
+    return base, resumed  # a rerun's writer: it attaches before it writes anything
+
+
+def test_resuming_a_branch_holding_a_unit_twice_stops_while_its_writer_may_live(omni):
+    base, resumed = _doubled_branch(omni, "bf-doubled-live")
+    with pytest.raises(StagingBranchTakenError, match="holds unit.* f/b twice"):
+        resumed.attach("omni.unit")
+    assert resumed.branch in omni.catalog.load_table(base.identifier).metadata.refs  # left as it was
+
+
+def test_resuming_a_stale_branch_holding_a_unit_twice_starts_over(omni, monkeypatch):
+    monkeypatch.setenv("OMNI_STAGE_GRACE_S", "0")
+    base, resumed = _doubled_branch(omni, "bf-doubled-stale")
+    assert resumed.attach("omni.unit") == {}  # nothing resumed: the unit is computed again
+    assert resumed.branch not in omni.catalog.load_table(base.identifier).metadata.refs
+    _, _, copy = _staged_copy(omni, "the-rows", checkpoint=False)
+    resumed.write(pa.concat_tables(copy._held))  # the unit computed again, once
+    resumed.checkpoint({"omni.unit": "f/b"})
+    landed = _commit(omni, base, resumed)
+    assert omni.read("web", columns=["_ai_unique_id_"], as_of=landed.version).num_rows == 24
