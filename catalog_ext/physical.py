@@ -397,8 +397,8 @@ class StagedWrite:
             self._check_branch_is_ours(table)
             props = {**self.properties, **(properties or {})}
             if self.branch not in table.metadata.refs:
-                # branch and first snapshot in ONE catalog commit (was two: a commit per feature
-                # table per run saved); the transaction asserts the branch is still absent
+                # the branch, then its first snapshot (two catalog commits: see the helper);
+                # the parent is checked below, after pyiceberg's own retries
                 return iceberg_io.commit_data_files_on_new_branch(table, self.pending_files, self.branch,
                                                                   self.base_snapshot_id, props, self.spec_id)
             return iceberg_io.commit_data_files(table, self.pending_files, self.branch, props, self.spec_id)
