@@ -18,9 +18,9 @@ Variants, interleaved per trial, on fresh random ids of the table each trial:
 Both return the full logical row without raw content (``_ai_append_name_``,
 ``RawData.url``, the three features) and are checked to be equal. Lookups of 1 and of
 1,000 ids; P50 / P99 per variant; headline: scan / index at the P50. Those trials alternate
-the variants, so every lookup runs right after a scan (cold CPU caches); for 1 id the
-variants are also timed in blocks, each back to back (10 lookups, then 2 scans), as a
-service answering calls would run them.
+the variants, so every lookup runs right after a scan (cold CPU caches); both sizes are
+also timed in blocks, each variant back to back (10 lookups, then 2 scans for 1 id, 1 scan
+for 1,000 ids), as a service answering calls would run them.
 ``get_rows`` (which also loads the version from the catalog) is timed for 1 id too.
 Last, one more batch of ``SUBMIT_ROWS`` records is submitted into the big table and into a
 table holding one batch of 1,000 rows (dedup goes through the index for both), each in a
@@ -132,6 +132,12 @@ def add_headlines(payload: dict) -> dict:
             "x", ">= 1000", steady["scan_over_index_p50"] >= 1000,
             f"index {steady['index']['p50_ms']:.2f} ms, scan {steady['scan']['p50_ms']:.0f} ms; the figure above "
             "alternates them 1:1, where each lookup follows a scan"))
+    steady_many = res.get("1000_ids_back_to_back")
+    if steady_many:
+        payload["headline"].append(C.headline(
+            "1,000 ids: scan / index (P50), each back to back in blocks (steady state)",
+            steady_many["scan_over_index_p50"], "x", ">= 1000", steady_many["scan_over_index_p50"] >= 1000,
+            f"index {steady_many['index']['p50_ms']:.2f} ms, scan {steady_many['scan']['p50_ms']:.0f} ms"))
     sub = res.get("submit")
     if sub:
         big, small = sub["into_table"], sub["into_small_table"]
@@ -151,8 +157,9 @@ def add_headlines(payload: dict) -> dict:
     payload["table"] = {"columns": ["ids", "variant", "P50 ms", "P99 ms"],
                         "rows": [[k.split("_")[0], v, res[k][v]["p50_ms"], res[k][v]["p99_ms"]]
                                  for k in ("1_ids", "1000_ids") for v in ("index", "scan")]
-                        + [["1 (back to back)", v, steady[v]["p50_ms"], steady[v]["p99_ms"]]
-                           for v in ("index", "scan") if steady]}
+                        + [[f"{label} (back to back)", v, block[v]["p50_ms"], block[v]["p99_ms"]]
+                           for label, block in (("1", steady), ("1000", steady_many)) if block
+                           for v in ("index", "scan")]}
     return payload
 
 
@@ -238,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         results: dict[str, dict[str, list[float]]] = {}
         for k in (1, 1000):
             times: dict[str, list[float]] = {"index": [], "scan": []}
-            for trial in range(repeats if k == 1 else max(3, repeats // 5)):
+            for trial in range(repeats if k == 1 else max(5, repeats // 5)):
                 ids = rnd.sample(all_ids, k)
                 order = ["index", "scan"] if trial % 2 == 0 else ["scan", "index"]
                 got = {}
@@ -253,18 +260,20 @@ def main(argv: list[str] | None = None) -> None:
             C.log(f"{k} id(s): index P50 {statistics.median(times['index']) * 1e3:.2f} ms, "
                   f"scan P50 {statistics.median(times['scan']) * 1e3:.1f} ms")
         # steady state, as a service answering calls sees it: each variant back to back in
-        # blocks (10 index lookups, then 2 scans), so neither pays for the other's cache misses
+        # blocks (10 index lookups, then scans), so neither pays for the other's cache misses
         # (right after a scan, a lookup measured ~2x its back-to-back time: CPU caches, not I/O)
-        blocks: dict[str, list[float]] = {"index": [], "scan": []}
-        for _ in range(max(3, repeats // 2)):
-            for variant, count in (("index", 10), ("scan", 2)):
-                for _ in range(count):
-                    ids = rnd.sample(all_ids, 1)
-                    t = time.perf_counter()
-                    lookup_rows(omni.catalog, state, index, ids, COLUMNS, force_scan=variant == "scan")
-                    blocks[variant].append(time.perf_counter() - t)
-        C.log(f"1 id back to back: index P50 {statistics.median(blocks['index']) * 1e3:.2f} ms, "
-              f"scan P50 {statistics.median(blocks['scan']) * 1e3:.1f} ms")
+        steady: dict[int, dict[str, list[float]]] = {}
+        for k, rounds, scans in ((1, max(3, repeats // 2), 2), (1000, 3, 1)):
+            blocks = steady[k] = {"index": [], "scan": []}
+            for _ in range(rounds):
+                for variant, count in (("index", 10), ("scan", scans)):
+                    for _ in range(count):
+                        ids = rnd.sample(all_ids, k)
+                        t = time.perf_counter()
+                        lookup_rows(omni.catalog, state, index, ids, COLUMNS, force_scan=variant == "scan")
+                        blocks[variant].append(time.perf_counter() - t)
+            C.log(f"{k} id(s) back to back: index P50 {statistics.median(blocks['index']) * 1e3:.2f} ms, "
+                  f"scan P50 {statistics.median(blocks['scan']) * 1e3:.1f} ms")
         cli_like = []
         for _ in range(max(5, repeats // 3)):
             t = time.perf_counter()
@@ -277,11 +286,12 @@ def main(argv: list[str] | None = None) -> None:
                     "trials_ms": [round(x * 1e3, 3) for x in t]} for v, t in times.items()}
             summary[key]["scan_over_index_p50"] = round(statistics.median(times["scan"]) /
                                                         statistics.median(times["index"]), 1)
-        summary["1_ids_back_to_back"] = {
-            v: {"p50_ms": round(statistics.median(t) * 1e3, 3), "p99_ms": round(percentile(t, 0.99) * 1e3, 3),
-                "trials_ms": [round(x * 1e3, 3) for x in t]} for v, t in blocks.items()}
-        summary["1_ids_back_to_back"]["scan_over_index_p50"] = round(
-            statistics.median(blocks["scan"]) / statistics.median(blocks["index"]), 1)
+        for k, blocks in steady.items():
+            summary[f"{k}_ids_back_to_back"] = {
+                v: {"p50_ms": round(statistics.median(t) * 1e3, 3), "p99_ms": round(percentile(t, 0.99) * 1e3, 3),
+                    "trials_ms": [round(x * 1e3, 3) for x in t]} for v, t in blocks.items()}
+            summary[f"{k}_ids_back_to_back"]["scan_over_index_p50"] = round(
+                statistics.median(blocks["scan"]) / statistics.median(blocks["index"]), 1)
         summary["get_rows_1_id_incl_version_load"] = {"p50_ms": round(statistics.median(cli_like) * 1e3, 3)}
         # one more batch into the big table vs the same batch into an empty table: peak RSS
         # and time of the submit must not depend on what the table already holds

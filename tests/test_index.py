@@ -359,7 +359,8 @@ def test_array_and_row_decoding_of_a_large_lookup_agree_with_the_scan(omni, name
     compact(omni.store, name, min_files=1)  # base files now hold rows of several batches
     state = omni.state(name)
     idx = _index(omni, name, spec)
-    ask = _ids(omni, name)[::2] + ["0" * 32]
+    known = _ids(omni, name)[::2]
+    ask = known[:5] + ["1" * 32] + known[5:] + ["0" * 32]  # unknown ids inside and at the end: asked order holds
     cols = ["_ai_append_name_", "RawData.url", "RawData.lang", "t_len"]
     scan = lookup_rows(omni.catalog, state, idx, ask, cols, force_scan=True).rows
     join_parts = L._join_parts
@@ -375,9 +376,10 @@ def test_array_and_row_decoding_of_a_large_lookup_agree_with_the_scan(omni, name
         got = lookup_rows(omni.catalog, state, idx, ask, cols)
         assert [t.method for t in got.tables] == ["index"] * 2 and all(t.files_read == 0 for t in got.tables)
         assert got.rows.schema == scan.schema and got.rows.to_pylist() == scan.to_pylist()
-        assert got.not_found == ["0" * 32]
+        assert got.not_found == ["1" * 32, "0" * 32]
+        assert got.rows.column("_ai_unique_id_").to_pylist() == ask
     in_c = set(_ids(omni, name, batch="c"))
-    assert sum(r["t_len"] is None for r in scan.to_pylist()) == len(in_c & set(ask)) + 1 > 1
+    assert sum(r["t_len"] is None for r in scan.to_pylist()) == len(in_c & set(ask)) + 2 > 2
     base = omni.catalog.load_table(state.base_table.identifier)
     assert any(file_batch(base, t.file) is None for t in base.scan(snapshot_id=state.base_table.snapshot_id)
                .plan_files())  # compaction did merge batches: their rows' batches were decoded

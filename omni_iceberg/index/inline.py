@@ -54,6 +54,22 @@ _FIXED: dict[str, str] = {  # kind -> numpy dtype of the stored value
 }
 
 
+
+def distinct_small(codes: np.ndarray, size: int) -> np.ndarray:
+    """The distinct values of ``codes``, sorted; every code is in ``[0, size)``.
+
+    A lookup asks this of every table's file codes and asked positions: a mark per possible
+    value is a linear pass, where ``np.unique`` sorts (7% of a 1,000-id lookup was its sorts).
+    """
+    seen = np.zeros(max(size, 1), np.bool_)
+    seen[codes] = True
+    return np.flatnonzero(seen)
+
+
+def count_distinct(codes: np.ndarray, size: int) -> int:
+    """How many distinct values ``codes`` holds (each in ``[0, size)``); see :func:`distinct_small`."""
+    return len(distinct_small(codes, size))
+
 @dataclass(frozen=True)
 class Slot:
     """One inlined leaf: dotted name, kind (numpy code, or ``s`` string / ``y`` binary), bytes."""
@@ -358,7 +374,7 @@ def decode_columns(values: Sequence[bytes], skip: int, layouts: Sequence[Layout]
     np.cumsum(lengths[:-1], out=starts[1:])
     starts += skip
     buf = np.frombuffer(b"".join(values), np.uint8)
-    used = np.unique(codes)
+    used = distinct_small(codes, len(layouts))
     out: dict[str, pa.Array] = {}
     for name in names:
         slots = {int(c): _reader(layouts[int(c)], (name,))[0] for c in used}  # (j, offset, kind, struct, width)

@@ -24,7 +24,7 @@ from catalog_ext.family import FamilyState
 from catalog_ext.physical import arrow_type
 from omni_iceberg.index.backend import POSITION_BYTES
 from omni_iceberg.index.core import IdIndex, IndexView, TableEntries
-from omni_iceberg.index.inline import decode_columns
+from omni_iceberg.index.inline import count_distinct, decode_columns, distinct_small
 from omni_iceberg.index.keys import check_ids
 from omni_iceberg.explore.reader import logical_of
 
@@ -124,21 +124,27 @@ def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[
             result.rows = rows
             return result
     parts: list[tuple[pa.Table, np.ndarray | None]] = []
+    # the asked ids as Arrow, made once: every table's entries hold the same list
+    asked_ids = pa.array(next(iter(entries.values())).ids, pa.string()) if entries else None
     for key, cols in per_table.items():
         inline = None
         if key in entries and len(entries[key].values) >= ARRAY_DECODE_MIN_ROWS:
-            inline = _inline_part(entries[key], cols, state)
+            inline = _inline_part(entries[key], cols, state, asked_ids)
         if inline is not None:
             part, asked = inline
             meta = state.physical_table(key)
             access = TableAccess(key, meta.identifier, meta.snapshot_id, "index",
-                                 files_inline=len(np.unique(entries[key].codes)), rows=part.num_rows)
+                                 files_inline=count_distinct(entries[key].codes, len(entries[key].files)),
+                                 rows=part.num_rows)
         else:  # some row needs its data file (or the index lags): rows located one by one
             located = entries[key].locations() if key in entries else None
             (part, access), asked = _table_part(view, key, cols, wanted, state, force_scan, located), None
         result.tables.append(access)
         parts.append((part, asked))
-    result.rows = _finish(state, coalesce_parts(_join_parts(parts, len(wanted))), out_names, leaves, wanted, result)
+    # a left join keeps its left side's rows in order: the base part's asked positions,
+    # when it has them, say where each joined row goes in the answer
+    result.rows = _finish(state, coalesce_parts(_join_parts(parts, len(wanted))), out_names, leaves, wanted,
+                          result, parts[0][1] if parts else None)
     return result
 
 
@@ -258,18 +264,18 @@ def _rowwise(state: FamilyState, plan: _LookupPlan, entries: dict[str, TableEntr
     return table
 
 
-def _inline_part(found: TableEntries, cols: list[tuple[str, str]], state: FamilyState
-                 ) -> tuple[pa.Table, np.ndarray] | None:
+def _inline_part(found: TableEntries, cols: list[tuple[str, str]], state: FamilyState,
+                 asked_ids: pa.Array | None = None) -> tuple[pa.Table, np.ndarray] | None:
     """One table's rows answered from inline values as whole arrays, with each row's asked position.
 
     None when a row needs its data file (a column not inlined, no batch in the file's
     record) or an id has several rows: the caller then locates rows one by one.
     """
     n = len(found.values)
-    if len(np.unique(found.asked)) != n:
+    if count_distinct(found.asked, len(found.ids)) != n:
         return None
     need = list(dict.fromkeys(p for p, _ in cols))
-    used = np.unique(found.codes).tolist()
+    used = distinct_small(found.codes, len(found.files)).tolist()
     decode_batch = False
     expected = np.zeros(max(len(found.files), 1), np.int64)
     for c in used:
@@ -292,7 +298,9 @@ def _inline_part(found: TableEntries, cols: list[tuple[str, str]], state: Family
         batch = decoded[BATCH_COLUMN].cast(pa.string())
     else:
         batch = pa.array([rec.batch for rec, _ in found.files] or [""], pa.string()).take(codes)
-    arrays = [pa.array(found.ids, pa.string()).take(pa.array(found.asked, pa.int64())), batch]
+    if asked_ids is None:
+        asked_ids = pa.array(found.ids, pa.string())
+    arrays = [asked_ids.take(pa.array(found.asked, pa.int64())), batch]
     for phys, logical in cols:
         arrays.append(decoded[phys].cast(arrow_type(state.column(logical_of(logical)).type)) if n else
                       pa.array([], arrow_type(state.column(logical_of(logical)).type)))
@@ -432,14 +440,27 @@ def _left_join(left: pa.Table, right: pa.Table) -> pa.Table:
 
 
 def _finish(state: FamilyState, joined: pa.Table, out_names: list[str], leaves: list[str], wanted: list[str],
-            result: Lookup) -> pa.Table:
+            result: Lookup, asked: np.ndarray | None = None) -> pa.Table:
+    """The answer: ``joined``'s rows in the order asked, then a not-found row per missing id.
+
+    ``asked`` (when known) is each joined row's position in ``wanted``; otherwise the
+    positions are found by id (Python per row).
+    """
     from omni_iceberg.explore.reader import _assemble
 
     found = _assemble(state, joined, out_names, leaves)
     if ID_COLUMN not in found.column_names:  # the caller asked for other columns only: keep the key
         found = found.append_column(ID_COLUMN, joined.column(ID_COLUMN))
-    present = set(joined.column(ID_COLUMN).to_pylist())
-    missing = [i for i in wanted if i not in present]
+    if asked is not None and len(asked) == found.num_rows:
+        seen = np.zeros(len(wanted), np.bool_)
+        seen[asked] = True
+        missing_at = np.flatnonzero(~seen)
+        missing = [wanted[i] for i in missing_at.tolist()]
+        rank = np.concatenate([asked, missing_at])
+    else:
+        present = set(joined.column(ID_COLUMN).to_pylist())
+        missing = [i for i in wanted if i not in present]
+        rank = None
     result.not_found = missing
     found = found.append_column(FOUND_COLUMN, pa.array([True] * found.num_rows, pa.bool_()))
     if missing:
@@ -447,6 +468,7 @@ def _finish(state: FamilyState, joined: pa.Table, out_names: list[str], leaves: 
                   pa.array([False] * len(missing), pa.bool_()) if f.name == FOUND_COLUMN else
                   pa.nulls(len(missing), f.type) for f in found.schema]
         found = pa.concat_tables([found, pa.Table.from_arrays(filler, schema=found.schema)])
-    order = {rid: i for i, rid in enumerate(wanted)}
-    rank = pa.array([order[r] for r in found.column(ID_COLUMN).to_pylist()], pa.int64())
-    return found.take(pc.sort_indices(rank))
+    if rank is None:
+        order = {rid: i for i, rid in enumerate(wanted)}
+        rank = np.fromiter(map(order.__getitem__, found.column(ID_COLUMN).to_pylist()), np.int64, found.num_rows)
+    return found.take(pa.array(np.argsort(rank, kind="stable"), pa.int64()))
