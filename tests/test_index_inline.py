@@ -157,3 +157,16 @@ def test_entries_of_several_files_reach_lmdb_as_one_sorted_run_per_value_width()
     assert all(sum(len(k) for k, _ in c) <= 40 for c in chunks)
     assert [k for c in chunks for ks, _ in c for k in ks] == [k for ks, _ in runs for k in ks]
     assert _chunks(runs, None) == [runs]
+
+
+def test_distinct_small_codes_match_numpy_unique_and_the_module_examples_hold():
+    """The lookup's mark-array distinct (no sort) must give exactly np.unique's answer."""
+    import doctest
+
+    rng = np.random.default_rng(3)
+    for size in (1, 2, 17, 1000):
+        for n in (0, 1, 5, 3000):
+            codes = rng.integers(0, size, n)
+            assert I.distinct_small(codes, size).tolist() == np.unique(codes).tolist()
+            assert I.count_distinct(codes, size) == len(np.unique(codes))
+    assert doctest.testmod(I).failed == 0

@@ -60,6 +60,11 @@ def distinct_small(codes: np.ndarray, size: int) -> np.ndarray:
 
     A lookup asks this of every table's file codes and asked positions: a mark per possible
     value is a linear pass, where ``np.unique`` sorts (7% of a 1,000-id lookup was its sorts).
+
+    >>> distinct_small(np.array([3, 0, 3, 1]), 5).tolist()
+    [0, 1, 3]
+    >>> count_distinct(np.array([], np.int64), 0)
+    0
     """
     seen = np.zeros(max(size, 1), np.bool_)
     seen[codes] = True
