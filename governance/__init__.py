@@ -9,7 +9,8 @@ from governance.column_groups import (ColumnGroupError, ColumnGroupPlan, SplitPl
                                       regroup, split_columns)
 from governance.compaction import CompactionPlan, compact, plan_compaction
 from governance.drop_batch import DropBatchPlan, NoSuchBatchError, drop_batch, plan_drop_batch
-from governance.maintenance import MaintainReport, clean_leftovers, maintain
+from governance.leftovers import clean_leftovers
+from governance.maintenance import MaintainReport, maintain
 from governance.rebucket import RebucketError, RebucketPlan, plan_rebucket, rebucket
 from governance.materialize import MaterializeError, MaterializePlan, materialize, plan_materialization, \
     refresh_materializations

@@ -40,7 +40,7 @@ from catalog_ext.physical import file_batch
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import PinSnapshot
 from governance.attempt import staged_attempt
-from governance.maintenance import clean_leftovers
+from governance.leftovers import clean_leftovers
 
 #: files at least this big are left alone: merging them buys little and rewrites a lot
 SMALL_FILE_BYTES = 32 * 2**20
@@ -171,7 +171,7 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
     """Run a compaction plan; returns the plan, the engine, files after, and the new logical version.
 
     With ``clean`` (default) the leftovers of killed runs are removed first (see
-    :func:`governance.maintenance.clean_leftovers`); the report lists them.
+    :func:`governance.leftovers.clean_leftovers`); the report lists them.
 
     ``engine``: ``local`` (pyarrow, this process), ``spark`` (:mod:`spark_udfs.compaction`:
     Iceberg's Spark writer rewrites the chosen partitions on the staging branch), or

@@ -17,7 +17,7 @@ import pytest
 from catalog_ext import iceberg_io
 from catalog_ext.staging import StagingPolicy, sweep_stale_branches
 from governance.compaction import compact
-from governance.maintenance import clean_leftovers
+from governance.leftovers import clean_leftovers
 from omni_iceberg.api import Omni
 from tests import feature_udfs as U
 

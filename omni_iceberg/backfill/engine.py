@@ -40,6 +40,7 @@ from omni_iceberg.backfill.phases import PhaseClock
 from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, plan_backfill
 from omni_iceberg.backfill.protocol import Unit, UnitExecutor
 from omni_iceberg.backfill.reuse import ReuseIndex
+from omni_iceberg.backfill.run_stats import RERUN_MARK
 from omni_iceberg.backfill.tuning import tune_run
 from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult, WorkerCrashedError, holds_models
 from omni_iceberg.features.registry import physical_column_name
@@ -51,8 +52,6 @@ from omni_iceberg.explore.reader import iter_logical_slices
 SLICE_ROWS = int(os.environ.get("OMNI_SLICE_ROWS", "8192"))
 #: a backfill whose worker is killed for memory reruns with batches halved, down to 1/8
 MAX_MEMORY_SHRINK = 8
-#: the message of a failed run the engine reran by itself starts with this (``omni runs --stats``)
-RERUN_MARK = "[rerun with smaller batches] "
 
 
 class ErrorBudgetExceededError(OmniError):

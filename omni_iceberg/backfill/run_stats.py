@@ -18,7 +18,9 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from omni_iceberg.backfill.engine import RERUN_MARK
+#: the message of a failed run the engine reran by itself starts with this (``omni runs --stats``
+#: counts those attempts apart); written by :class:`omni_iceberg.backfill.engine.BackfillRun`
+RERUN_MARK = "[rerun with smaller batches] "
 
 
 def runs_of(omni: Any, logical_table: str) -> list[dict[str, Any]]:

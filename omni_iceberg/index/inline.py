@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from catalog_ext.contract import ID_COLUMN
 from omni_iceberg.index.backend import rows_as_bytes
+from omni_iceberg.index.file_input import open_input
 from omni_iceberg.index.keys import ID_BYTES
 
 #: a string leaf is a candidate when its average uncompressed size in the file is at most this
@@ -476,8 +477,6 @@ def _hex_matrix(ids: pa.Array | pa.ChunkedArray, width: int) -> np.ndarray | Non
 def read_for_index(path: str, io: Any = None) -> IndexedRows:
     """Ids of a data file in row order, and the inline values of its small leaves."""
     import pyarrow.parquet as pq
-
-    from omni_iceberg.index.parquet_rows import open_input
 
     with open_input(path, io) as f:
         pf = pq.ParquetFile(f)

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
+from omni_iceberg.index.file_input import open_input
 
 _FOOTERS: "OrderedDict[str, tuple[Any, list[int], pa.Schema]]" = OrderedDict()
 #: footers are a few KiB each and hold no file handle: many can stay cached
@@ -48,32 +49,6 @@ def _footer(path: str, io: Any = None) -> tuple[Any, list[int], pa.Schema]:
         while len(_FOOTERS) > _FOOTERS_MAX:
             _FOOTERS.popitem(last=False)
     return entry
-
-
-def open_input(path: str, io: Any = None) -> Any:
-    """A seekable input for ``path``: local files directly; others through ``io``.
-
-    ``io`` is the table's or catalog's pyiceberg FileIO: object stores need its settings
-    (endpoint, region, credentials from .pyiceberg.yaml), which a bare URI does not carry.
-    """
-    if io is not None and not _is_local(path):
-        return io.new_input(path).open(seekable=True)
-    filesystem, inner = _filesystem(path)
-    return filesystem.open_input_file(inner)
-
-
-def _is_local(path: str) -> bool:
-    return path.startswith("file:") or "://" not in path
-
-
-def _filesystem(path: str) -> tuple[Any, str]:
-    from urllib.parse import urlparse
-
-    from pyarrow import fs as pafs
-
-    if path.startswith("file:"):  # Spark writes "file:/x", pyiceberg "file:///x"; pyarrow takes only the latter
-        return pafs.LocalFileSystem(), urlparse(path).path
-    return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
 
 
 def _has_path(schema: pa.Schema, dotted: str) -> bool:

@@ -39,6 +39,32 @@ _PYICEBERG_ONLY = {"s3.connect-timeout", "s3.request-timeout", "s3.force-virtual
                    "s3.endpoint", "s3.access-key-id", "s3.secret-access-key", "s3.session-token"}
 
 
+def jdbc_connection(catalog_uri: str) -> tuple[str, str | None, str | None]:
+    """SQLAlchemy URI -> (JDBC URL, user, password) for Trino's JDBC catalog."""
+    from urllib.parse import quote, urlencode
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(catalog_uri)
+    except ArgumentError as e:
+        raise ConfigError(f"catalog URI {redact(catalog_uri)!r} is not a SQLAlchemy URL") from None
+    backend = url.get_backend_name()
+    if backend not in ("postgresql", "postgres"):
+        raise ConfigError(
+            f"catalog URI {redact(catalog_uri)!r}: Trino reads omni catalogs on PostgreSQL only (its Iceberg "
+            f"plugin bundles no {backend} JDBC driver); set OMNI_CATALOG=postgresql+psycopg://user@host:port/db"
+        )
+    host = url.host or "localhost"
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    port = f":{url.port}" if url.port else ""
+    query = f"?{urlencode(url.query, doseq=True)}" if url.query else ""
+    jdbc = f"jdbc:postgresql://{host}{port}/{quote(url.database or '', safe='')}{query}"
+    return jdbc, url.username, (str(url.password) if url.password is not None else None)
+
+
 def _region(config: OmniConfig) -> str | None:
     import os
 
@@ -52,9 +78,7 @@ def trino_properties(config: OmniConfig, uri: str) -> dict[str, str]:
     if uri.startswith(("http://", "https://")):
         props.update({"iceberg.catalog.type": "rest", "iceberg.rest-catalog.uri": uri})
     else:
-        from omni_iceberg.toolchain.trino import _jdbc_connection
-
-        jdbc_url, user, password = _jdbc_connection(uri)
+        jdbc_url, user, password = jdbc_connection(uri)
         props.update({"iceberg.catalog.type": "jdbc", "iceberg.jdbc-catalog.catalog-name": config.catalog_name,
                       "iceberg.jdbc-catalog.schema-version": "V1",
                       "iceberg.jdbc-catalog.driver-class": "org.postgresql.Driver",
@@ -72,6 +96,7 @@ def trino_properties(config: OmniConfig, uri: str) -> dict[str, str]:
         if region := _region(config):
             props["s3.region"] = region
     elif config.warehouse.startswith("file:"):
+        # file:///abs (pyiceberg) and file:/abs (Spark) both resolve to /abs under this root
         props.update({"fs.native-local.enabled": "true", "local.location": "/"})
     else:
         raise ConfigError(f"warehouse {config.warehouse!r}: engine settings are generated for file: and s3:// "
