@@ -16,8 +16,8 @@ from typing import Any
 from catalog_ext.contract import split_qualified
 from catalog_ext.errors import ConfigError
 from catalog_ext.staging import SweepReport, sweep_orphan_files, sweep_stale_branches
-from governance.leftovers import CleanupReport
 from catalog_ext.store import FamilyStore
+from governance.leftovers import CleanupReport
 
 
 #: ``omni maintain`` keeps this many logical versions unless told otherwise

@@ -55,7 +55,6 @@ _FIXED: dict[str, str] = {  # kind -> numpy dtype of the stored value
 }
 
 
-
 def distinct_small(codes: np.ndarray, size: int) -> np.ndarray:
     """The distinct values of ``codes``, sorted; every code is in ``[0, size)``.
 
@@ -64,8 +63,6 @@ def distinct_small(codes: np.ndarray, size: int) -> np.ndarray:
 
     >>> distinct_small(np.array([3, 0, 3, 1]), 5).tolist()
     [0, 1, 3]
-    >>> count_distinct(np.array([], np.int64), 0)
-    0
     """
     seen = np.zeros(max(size, 1), np.bool_)
     seen[codes] = True
@@ -73,8 +70,13 @@ def distinct_small(codes: np.ndarray, size: int) -> np.ndarray:
 
 
 def count_distinct(codes: np.ndarray, size: int) -> int:
-    """How many distinct values ``codes`` holds (each in ``[0, size)``); see :func:`distinct_small`."""
+    """How many distinct values ``codes`` holds (each in ``[0, size)``); see :func:`distinct_small`.
+
+    >>> count_distinct(np.array([], np.int64), 0)
+    0
+    """
     return len(distinct_small(codes, size))
+
 
 @dataclass(frozen=True)
 class Slot:

@@ -79,6 +79,7 @@ def trino_properties(config: OmniConfig, uri: str) -> dict[str, str]:
         props.update({"iceberg.catalog.type": "rest", "iceberg.rest-catalog.uri": uri})
     else:
         jdbc_url, user, password = jdbc_connection(uri)
+        # schema V1 has the iceberg_type column; without it the JDBC catalog has no views
         props.update({"iceberg.catalog.type": "jdbc", "iceberg.jdbc-catalog.catalog-name": config.catalog_name,
                       "iceberg.jdbc-catalog.schema-version": "V1",
                       "iceberg.jdbc-catalog.driver-class": "org.postgresql.Driver",
