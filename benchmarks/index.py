@@ -5,7 +5,10 @@ records (about 90 bytes of text each - synthetic on purpose: what is measured is
 finding rows, and short rows make a large table cheap to build) ingested as batches
 of ``--batch-rows``; three feature columns (``ix_len`` long, ``ix_digits`` double,
 ``ix_tag`` string) backfilled into three feature tables. Ingest and backfill write the
-index entries as they write the data (``OMNI_INDEX`` names the backend for them).
+index entries as they write the data (``OMNI_INDEX`` names the backend for them). Then
+the index is sealed, as ``omni maintain`` (or ``omni index seal``) leaves it: on LMDB
+the entries move into one sorted segment that bulk lookups search (timed and reported;
+``--no-seal`` keeps them in the LMDB tree).
 
 Variants, interleaved per trial, on fresh random ids of the table each trial:
 
@@ -115,7 +118,8 @@ def add_headlines(payload: dict) -> dict:
     """The issue's targets as headline figures, plus a table of every P50/P99 (for RESULTS.md)."""
     res, backend = payload["results"], payload["index_backend"]
     one, many = res["1_ids"], res["1000_ids"]
-    payload["title"] = (f"Point lookups by id through the {backend} index vs the bucket-pruned scan, "
+    how = " (sealed: one sorted segment)" if payload.get("index_sealed") else ""
+    payload["title"] = (f"Point lookups by id through the {backend} index{how} vs the bucket-pruned scan, "
                         f"{payload['rows']:,} synthetic short rows with 3 feature columns")
     payload["headline"] = [
         C.headline("1 id: scan / index (P50)", one["scan_over_index_p50"], "x", ">= 1000",
@@ -212,6 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--batch-rows", type=int, default=None, help="rows per ingest batch (default 1,000,000)")
         p.add_argument("--index", default="lmdb", help="index backend: lmdb (default) or hbase://HOST:PORT")
         p.add_argument("--start-hbase", action="store_true", help="start a throwaway HBase (tests' server) and use it")
+        p.add_argument("--no-seal", action="store_true", help="leave the LMDB index unsealed (entries in its B-tree)")
         p.add_argument("--row-group-rows", type=int, default=None,
                        help="set write.parquet.row-group-limit on every physical table (default: pyiceberg's)")
 
@@ -240,6 +245,13 @@ def main(argv: list[str] | None = None) -> None:
         setup = build_table(omni, scratch, rows, batch_rows, args.row_group_rows)
         state = omni.state("syn")
         index = open_index(omni.config, state.table.identifier, spec)
+        sealed = None
+        if not args.no_seal:
+            t = time.perf_counter()
+            sealed = index.backend.seal(progress=False)
+            if sealed is not None:
+                setup["seal_s"] = time.perf_counter() - t
+                C.log(f"sealed the index: {sealed.text()}")
         all_ids = omni.read("syn", columns=["_ai_unique_id_"]).column(0).to_pylist()
         rnd = random.Random(7)
         results: dict[str, dict[str, list[float]]] = {}
@@ -306,6 +318,7 @@ def main(argv: list[str] | None = None) -> None:
         small = submit_rss(home, "syn_small", extra, "extra")
         summary["submit"] = {"rows": SUBMIT_ROWS, "into_table": big, "into_small_table": small}
         payload = {"rows": rows, "batch_rows": batch_rows, "row_group_rows": args.row_group_rows, "index_backend": "hbase" if spec.startswith("hbase") else "lmdb", "synthetic_records": True,
+                   "index_sealed": sealed is not None,
                    "setup_seconds": {k: round(v, 1) for k, v in setup.items()}, "index_entries": rows * 4,
                    "results": summary, "load_average": C.load_average()}
         lmdb_result = C.RESULTS / "index.json"

@@ -43,13 +43,15 @@ class MaintainReport:
     unique_keys_declared: list[str] = field(default_factory=list)
     #: who found the orphan files, and why that engine ("local: requested --engine local")
     orphan_engine: str = ""
+    #: omni_iceberg.index.maintenance.seal_if_due's answer (None: no index, or one that does not seal)
+    index_seal: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"logical_table": self.logical_table, "dry_run": self.dry_run, "tasks": self.tasks,
                 "unique_keys_declared": self.unique_keys_declared,
                 "cleanup": self.cleanup.to_dict() if self.cleanup else None,
                 "compaction": self.compaction, "column_groups": self.column_groups, "coread": self.coread,
-                "rebucket": self.rebucket, "orphan_engine": self.orphan_engine,
+                "rebucket": self.rebucket, "orphan_engine": self.orphan_engine, "index_seal": self.index_seal,
                 "retention": self.retention.to_dict() if self.retention else None}
 
     def describe(self) -> str:
@@ -75,6 +77,12 @@ class MaintainReport:
             lines.append(self.rebucket["describe"])
         if self.retention is not None:
             lines.append(self.retention.plan.describe() if self.dry_run else self.retention.describe())
+        if self.index_seal is not None:
+            s = self.index_seal
+            rep = s.get("report")
+            lines.append(f"id index: {s['unsealed']} unsealed entries next to {s['sealed']} sealed; "
+                         + (f"sealed in {rep['seconds']:.1f} s" if rep else
+                            "would be sealed" if s["due"] else "sealing not due"))
         if self.cleanup is not None:
             o = self.cleanup.orphans
             lines.append(f"orphan data files (unreferenced, past the grace period): {o.orphan_files_deleted} "
@@ -225,6 +233,17 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     if within_budget(f"retention (keep last {policy.keep_last})"):
         report.retention = apply_retention(store, name, policy, dry_run=dry_run, progress=progress,
                                            command=command or f"maintain {state.table.identifier}")
+    from omni_iceberg.index.maintenance import SEAL_MIN_ENTRIES, seal_if_due
+
+    if within_budget(f"id index sealing (when >= {SEAL_MIN_ENTRIES} unsealed entries and a quarter of the sealed)"):
+        from omni_iceberg.index.errors import IndexUnavailableError
+
+        try:
+            index = store.open_index(state)
+            if index is not None:
+                report.index_seal = seal_if_due(index, dry_run=dry_run, progress=progress)
+        except IndexUnavailableError as e:  # lookups fall back to scans meanwhile; the next run retries
+            report.tasks[-1] += f" - index unavailable, retried next run ({e})"
     if within_budget("orphan data files"):
         report.cleanup.orphans, report.orphan_engine = sweep_orphans(
             store, store.load(ns, table), engine=engine, spark=spark, spark_blocker=spark_blocker,

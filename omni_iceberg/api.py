@@ -614,6 +614,18 @@ class Omni:
         return rebuild(self.catalog, state, open_index(self.config, state.table.identifier, index), fresh=fresh,
                        progress=progress)
 
+    def seal_index(self, name: str, index: str | None = None, progress: bool | None = None,
+                   dry_run: bool = False) -> dict[str, Any] | None:
+        """Merge the index's unsealed entries into the sorted segment bulk lookups search
+        (LMDB; readers never wait). None where the backend does not seal (HBase compacts itself).
+        Returns what :func:`omni_iceberg.index.maintenance.seal_if_due` returns, run with ``force``."""
+        from omni_iceberg.index.maintenance import seal_if_due
+        from omni_iceberg.index.select import open_index
+
+        state = self.state(name)
+        return seal_if_due(open_index(self.config, state.table.identifier, index), force=True, dry_run=dry_run,
+                           progress=progress)
+
     # ---- govern -------------------------------------------------------------------------
     def plan_compaction(self, name: str, min_files: int = 2) -> Any:
         """Which partitions of which physical tables :meth:`compact` would rewrite (nothing runs)."""

@@ -19,6 +19,7 @@ RENAMED = {
     ("corpus",): "fetch_corpora",
     ("index", "verify"): "verify_index",
     ("index", "rebuild"): "rebuild_index",
+    ("index", "seal"): "seal_index",
     ("flush-log",): "flush_query_log",
 }
 

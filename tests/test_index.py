@@ -548,3 +548,59 @@ def test_lmdb_map_grows_when_full_and_open_indexes_are_bounded(tmp_path, monkeyp
     assert len(select._OPEN) <= 3
     assert open_index(config, "aidata.t4", "lmdb") is opened[4]  # recent ones stay cached
     assert open_index(config, "aidata.t0", "lmdb") is not opened[0]  # evicted ones were closed, reopen
+
+
+def test_a_sealed_index_answers_like_the_unsealed_one_through_writes_compaction_and_rebuild(
+        omni, name, spec, indexed_writes, tmp_path, monkeypatch, capsys):
+    """Lookups, dedup, old versions and verify read the sealed segment plus what was
+    written since exactly as they read the LMDB tree alone (``omni_iceberg.index.sealed``)."""
+    from governance.compaction import compact
+    from governance.maintenance import maintain
+    from omni_iceberg.cli import main
+    from omni_iceberg.index import lookup_rows
+    from omni_iceberg.index import maintenance as M
+    from tests import feature_udfs as U
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 60)], batch="a")
+    if spec != "lmdb":  # HBase keeps its entries in sorted store files and compacts them itself
+        assert omni.seal_index(name, index=spec) is None
+        return
+    omni.register_features(name, [U.t_parse, U.t_len])
+    omni.backfill(name, ["t_len"], isolation="inline")
+    cols = ["_ai_append_name_", "RawData.url", "t_len"]
+
+    def agree(ids, as_of=None):  # index and scan give the same rows, through the index
+        state = omni.state(name, as_of)
+        idx = _index(omni, name, "lmdb")
+        got = lookup_rows(omni.catalog, state, idx, ids, cols)
+        assert all(t.method == "index" for t in got.tables), got.explain()
+        assert got.rows.to_pylist() == lookup_rows(omni.catalog, state, idx, ids, cols, force_scan=True).rows.to_pylist()
+        return got.rows.to_pylist()
+
+    ask = _ids(omni, name)[::2] + ["1" * 32]
+    before = agree(ask)
+    sealed = omni.seal_index(name, progress=False)
+    assert sealed["report"]["added"] > 60 and sealed["report"]["delta_left"] == 0  # base and feature entries
+    assert agree(ask) == before and agree(ask[:3]) == before[:3]
+    # dedup reads the segment: half of batch b is batch a's content again
+    report = omni.submit(name, [_jsonl(tmp_path, "a", 40, start=40)], batch="b")
+    assert report.dedup == "index" and report.duplicates == 20 and report.written == 20
+    everything = _ids(omni, name)
+    now = agree(everything)  # batch b's entries are unsealed, batch a's sealed
+    rebuilt = rebuild(omni.catalog, omni.state(name), _index(omni, name, "lmdb"), fresh=True, progress=False)
+    assert rebuilt.sealed["report"]["generation"] == 1 and rebuilt.sealed["report"]["delta_left"] == 0
+    assert agree(everything) == now
+    v_before = omni.state(name).version
+    compact(omni.store, name, min_files=1)  # its entries land unsealed, the retired ones stay sealed
+    assert agree(everything) == agree(everything, as_of=v_before) == now
+    monkeypatch.setattr(M, "SEAL_MIN_ENTRIES", 1)
+    rep = maintain(omni.store, name, progress=False)
+    assert rep.index_seal["due"] and rep.index_seal["report"]["generation"] == 2, rep.index_seal
+    assert "id index:" in rep.describe()
+    assert agree(everything) == now
+    assert verify(omni.catalog, omni.state(name), _index(omni, name, "lmdb")).ok
+    home = ["--home", str(omni.config.home)]
+    capsys.readouterr()
+    assert main(home + ["index", "seal", name, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["unsealed"] == 0

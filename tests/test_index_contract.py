@@ -23,7 +23,24 @@ def _ident() -> str:
     return f"idx_{uuid.uuid4().hex[:8]}.web"  # unique per test: HBase tables outlive a test
 
 
-@pytest.fixture(params=["lmdb", pytest.param("hbase", marks=pytest.mark.hbase)])
+def _sealing_lmdb(path):
+    """LMDB that seals after every put: the contract checked on the sealed-segment read path
+    (deletes are left unsealed, so lookups also meet tombstones over a segment)."""
+    from omni_iceberg.index.lmdb_backend import LmdbBackend
+
+    class SealingLmdb(LmdbBackend):
+        def put_entries(self, entries):
+            super().put_entries(entries)
+            self.seal(progress=False)
+
+        def write(self, entries, meta):
+            super().write(entries, meta)
+            self.seal(progress=False)
+
+    return SealingLmdb(path)
+
+
+@pytest.fixture(params=["lmdb", "lmdb-sealed", pytest.param("hbase", marks=pytest.mark.hbase)])
 def open_backend(request, tmp_path):
     """A factory: each call is a new client (connection) on the same index, like another process."""
     opened = []
@@ -34,6 +51,8 @@ def open_backend(request, tmp_path):
             from omni_iceberg.index.lmdb_backend import LmdbBackend
 
             b = LmdbBackend(tmp_path / "idx")
+        elif request.param == "lmdb-sealed":
+            b = _sealing_lmdb(tmp_path / "idx")
         else:
             from omni_iceberg.index.hbase_backend import HBaseBackend
             from tests.services.hbase import shared_server

@@ -475,6 +475,19 @@ def index(args, omni, command_line: str) -> int:
             f"rebuilt the index of {d['logical_table']} at version {d['version']}: {d['runs_indexed']} run(s), "
             f"{d['files']} file(s), {d['rows']} row(s) indexed; {d['runs_skipped']} run(s) already indexed"))
         return 0
+    if args.index_command == "seal":
+        d = omni.seal_index(args.name, index=args.index, progress=progress, dry_run=args.dry_run)
+        if d is None:
+            emit(args, {"sealed": None}, lambda: "this index backend keeps its entries sorted itself: nothing to seal")
+            return 0
+        rep = d.get("report")
+        emit(args, d, lambda: (
+            f"{d['unsealed']} unsealed entries next to {d['sealed']} sealed" + (" (dry run: nothing changed)"
+                                                                                 if args.dry_run else "")
+            if rep is None else
+            f"sealed {rep['added']} entries into segment {rep['generation']} ({rep['entries']} entries) in "
+            f"{rep['seconds']:.1f} s; {rep['delta_left']} written meanwhile stay unsealed"))
+        return 0
     report = omni.verify_index(args.name, as_of=args.as_of, index=args.index, progress=progress)
     emit(args, report.to_dict(), report.text)
     return 0 if report.ok else 1

@@ -56,9 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--explain", action="store_true",
                    help="say per physical table whether the index or a scan answered, and why")
     g.add_argument("--index", help="index backend: lmdb, lmdb:///FOLDER or hbase://HOST:PORT (env OMNI_INDEX)")
-    ix = command(sub, "index", "verify or rebuild the id index of a logical table", "omni index verify web",
-                 "omni index rebuild web --fresh")
-    ixsub = ix.add_subparsers(dest="index_command", required=True, metavar="ACTION", help="verify or rebuild")
+    ix = command(sub, "index", "verify, rebuild or seal the id index of a logical table", "omni index verify web",
+                 "omni index rebuild web --fresh", "omni index seal web")
+    ixsub = ix.add_subparsers(dest="index_command", required=True, metavar="ACTION",
+                              help="verify, rebuild or seal")
     iv = command(ixsub, "verify", "report missing, stale and dangling index entries (exit 1 if any)",
                  "omni index verify web --as-of 12")
     iv.add_argument("name", help="logical table")
@@ -71,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     ir.add_argument("--fresh", action="store_true", help="drop the index first instead of resuming")
     ir.add_argument("--index", help="index backend (env OMNI_INDEX)")
     ir.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+    isl = command(ixsub, "seal", "merge unsealed entries into the sorted segment bulk lookups search "
+                                 "(LMDB; readers never wait; `omni maintain` does it when due)",
+                  "omni index seal web", "omni index seal web --dry-run")
+    isl.add_argument("name", help="logical table")
+    isl.add_argument("--index", help="index backend (env OMNI_INDEX)")
+    isl.add_argument("--dry-run", action="store_true", help="only say how many entries are unsealed")
+    isl.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     # ---- tables ----------------------------------------------------------------------------
     t = command(sub, "table", "create, list and drop logical tables", "omni table create web", "omni table list",

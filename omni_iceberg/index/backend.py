@@ -91,12 +91,73 @@ POSITION_BYTES = _POS.size
 @dataclass
 class EntryColumns:
     """A bulk read's entries as parallel lists, one item per entry: the id key, the file
-    key and the stored value (:func:`entry_value`). What a 1,000-id lookup decodes as
-    whole arrays, without a tuple or a parse per entry."""
+    key and the stored value (:func:`entry_value`). What a backend's key walk collects;
+    :meth:`EntryArrays.from_columns` turns it into arrays."""
 
     ids: list[bytes] = field(default_factory=list)
     fkeys: list[bytes] = field(default_factory=list)
     values: list[bytes] = field(default_factory=list)
+
+
+_NO_INT = np.zeros(0, np.int64)
+
+
+@dataclass
+class EntryArrays:
+    """A bulk read's entries as arrays, no Python object per entry (what lookups decode).
+
+    Entry ``k`` is a row of the ``asked[k]``-th id asked for, in the data file whose 8-byte
+    key is ``fkeys[k]`` (read as a little-endian uint64), and its stored value is
+    ``buf[starts[k]:starts[k] + lengths[k]]``.
+    """
+
+    asked: np.ndarray = field(default_factory=lambda: _NO_INT)
+    fkeys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    buf: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    starts: np.ndarray = field(default_factory=lambda: _NO_INT)
+    lengths: np.ndarray = field(default_factory=lambda: _NO_INT)
+
+    def __len__(self) -> int:
+        return len(self.asked)
+
+    @classmethod
+    def from_columns(cls, keys: Sequence[bytes], cols: EntryColumns) -> "EntryArrays":
+        """``cols`` (ids among the distinct ``keys``) as arrays."""
+        n = len(cols.ids)
+        if not n:
+            return cls()
+        at = {k: i for i, k in enumerate(keys)}
+        lengths = np.fromiter(map(len, cols.values), np.int64, n)
+        starts = np.zeros(n, np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        return cls(np.fromiter(map(at.__getitem__, cols.ids), np.int64, n),
+                   np.frombuffer(b"".join(cols.fkeys), "<u8").copy(),
+                   np.frombuffer(b"".join(cols.values), np.uint8), starts, lengths)
+
+    def take(self, sel: np.ndarray) -> "EntryArrays":
+        """The entries at positions ``sel`` (sharing ``buf``)."""
+        return EntryArrays(self.asked[sel], self.fkeys[sel], self.buf, self.starts[sel], self.lengths[sel])
+
+    def values(self) -> list[bytes]:
+        """Each stored value as bytes (for the paths that handle entries one by one)."""
+        raw = self.buf.tobytes() if len(self.buf) else b""
+        return [raw[s:s + n] for s, n in zip(self.starts.tolist(), self.lengths.tolist())]
+
+    @staticmethod
+    def concat(parts: Sequence["EntryArrays"]) -> "EntryArrays":
+        parts = [p for p in parts if len(p)]
+        if len(parts) <= 1:
+            return parts[0] if parts else EntryArrays()
+        shift = np.cumsum([0] + [len(p.buf) for p in parts[:-1]])
+        return EntryArrays(np.concatenate([p.asked for p in parts]), np.concatenate([p.fkeys for p in parts]),
+                           np.concatenate([p.buf for p in parts]),
+                           np.concatenate([p.starts + d for p, d in zip(parts, shift.tolist())]),
+                           np.concatenate([p.lengths for p in parts]))
+
+
+def fkey_bytes(fkey: int) -> bytes:
+    """The 8-byte file key of an :attr:`EntryArrays.fkeys` item."""
+    return int(fkey).to_bytes(8, "little")
 
 
 class FileEntries:
@@ -182,15 +243,16 @@ class IndexBackend(ABC):
     def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[Located]]:
         """id key -> [(file key, position, inline values)] for the ids that have entries."""
 
-    def get_entry_columns(self, id_keys: Sequence[bytes]) -> EntryColumns:
-        """:meth:`get_entries` as :class:`EntryColumns` (backends may read them so directly)."""
+    def get_entry_arrays(self, id_keys: Sequence[bytes]) -> EntryArrays:
+        """:meth:`get_entries` of the distinct ``id_keys`` as :class:`EntryArrays` (backends
+        may read them so directly: the LMDB one does)."""
         out = EntryColumns()
         for rid, located in self.get_entries(id_keys).items():
             for fkey, position, inline in located:
                 out.ids.append(rid)
                 out.fkeys.append(fkey)
                 out.values.append(entry_value((rid, fkey, position, inline)))
-        return out
+        return EntryArrays.from_columns(id_keys, out)
 
     @abstractmethod
     def delete_entries(self, keys: Sequence[tuple[bytes, bytes]]) -> None:
@@ -221,6 +283,16 @@ class IndexBackend(ABC):
         if entries:
             self.put_entries(entries)
         self.put_meta(meta)
+
+    def sealing(self) -> tuple[int, int] | None:
+        """(unsealed, sealed) entry counts where the backend seals its entries into sorted
+        segments (LMDB, see :mod:`omni_iceberg.index.sealed`); None where it keeps them
+        sorted itself (HBase writes sorted store files and compacts them on its own)."""
+        return None
+
+    def seal(self, progress: bool | None = None) -> "object | None":
+        """Merge the unsealed entries into a new sorted segment; None where :meth:`sealing` is None."""
+        return None
 
     def flush(self) -> None:  # noqa: B027 - backends that write through need nothing
         """Make everything written so far durable (called when a run is finished)."""

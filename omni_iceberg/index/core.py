@@ -19,7 +19,6 @@ never wrong - and says why in its explain info.
 from __future__ import annotations
 
 import time
-from itertools import repeat
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, NamedTuple, Sequence
 
@@ -27,8 +26,8 @@ import numpy as np
 
 from catalog_ext.family import FamilyState
 from omni_iceberg.index import visibility
-from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, FileEntries, FileRecord, IndexBackend, RunRecord,
-                                        parse_value)
+from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, EntryArrays, FileEntries, FileRecord, IndexBackend,
+                                        RunRecord, fkey_bytes, parse_value)
 from omni_iceberg.index.errors import IndexCorruptError
 from omni_iceberg.index.inline import IndexedRows, Layout, split_rows
 from omni_iceberg.index.keys import file_key, id_key, id_of
@@ -61,15 +60,21 @@ class Location(NamedTuple):
 class TableEntries:
     """The visible entries of asked ids in one physical table, as parallel arrays.
 
-    Entry ``k`` is a row of id ``ids[asked[k]]`` (``ids``: the asked ids, distinct, lower case) in file ``files[codes[k]]`` (its record
-    and inline layout); ``values[k]`` is its stored value (position, then inline values).
+    Entry ``k`` is a row of id ``ids[asked[k]]`` (``ids``: the asked ids, distinct, lower
+    case) in file ``files[codes[k]]`` (its record and inline layout); ``read`` holds its
+    stored value (position, then inline values) as bytes in one buffer.
     """
 
     ids: list[str]
     asked: np.ndarray
     codes: np.ndarray
-    values: list[bytes]
+    read: EntryArrays
     files: list[tuple[FileRecord, Layout]]
+
+    @property
+    def values(self) -> list[bytes]:
+        """Each entry's stored value as bytes (for the paths that go entry by entry)."""
+        return self.read.values()
 
     def locations(self) -> dict[str, list[Location]]:
         """id -> its locations (one per entry), for callers that read rows by position."""
@@ -200,30 +205,39 @@ class IdIndex:
         Visibility is decided once per distinct file, not per entry.
         """
         keys = list(dict.fromkeys(id_key(i) for i in ids))
-        asked_at = {k: n for n, k in enumerate(keys)}
-        read = self.backend.get_entry_columns(keys)
-        records = self.files(read.fkeys)
+        read = self.backend.get_entry_arrays(keys)
+        # visibility is decided per distinct file (a 1,000-id lookup reads hundreds), then
+        # spread to the entries by array indexing
+        if len(read) <= 64:  # a point lookup: a dict is cheaper than np.unique's sort set-up
+            seen: dict[int, int] = {}
+            per_entry = np.fromiter((seen.setdefault(k, len(seen)) for k in read.fkeys.tolist()), np.int64, len(read))
+            fkeys = [fkey_bytes(k) for k in seen]
+        else:
+            distinct, per_entry = np.unique(read.fkeys, return_inverse=True)
+            fkeys = [fkey_bytes(k) for k in distinct.tolist()]
+        records = self.files(fkeys)
         tables = {c.table: n for n, c in enumerate(covs)}
         files: list[tuple[FileRecord, Layout]] = []
         table_of: list[int] = []
-        code_of: dict[bytes, int] = {}
-        for fk, rec in records.items():
+        code_of = np.full(len(fkeys), -1, np.int64)
+        for u, fk in enumerate(fkeys):
+            rec = records.get(fk)
+            if rec is None:
+                continue
             cov_at = tables.get(rec.table)
             if cov_at is None or rec.run not in covs[cov_at].visible_runs or fk in covs[cov_at].retired:
                 continue
-            code_of[fk] = len(files)
+            code_of[u] = len(files)
             files.append((rec, self.layout(fk, rec)))
             table_of.append(cov_at)
-        n = len(read.fkeys)
-        # map() over bound methods: no Python frame per entry (a 1,000-id lookup has thousands)
-        codes = np.fromiter(map(code_of.get, read.fkeys, repeat(-1, n)), np.int64, n)
-        asked = np.fromiter(map(asked_at.__getitem__, read.ids), np.int64, n)
+        codes = code_of[per_entry.ravel()] if len(fkeys) else np.zeros(0, np.int64)
         owner = np.array(table_of + [-1], np.int64)[codes]  # codes of -1 (not visible) pick the -1
         asked_ids = list(map(id_of, keys))
         out: dict[str, TableEntries] = {}
         for cov_at, cov in enumerate(covs):
             sel = np.flatnonzero(owner == cov_at)
-            out[cov.table] = TableEntries(asked_ids, asked[sel], codes[sel], [read.values[i] for i in sel], files)
+            part = read.take(sel)
+            out[cov.table] = TableEntries(asked_ids, part.asked, codes[sel], part, files)
         return out
 
     def at(self, catalog: Any, state: FamilyState) -> "IndexView":

@@ -367,32 +367,39 @@ def decode_rows(rows: Sequence[tuple[Layout, bytes]], names: Sequence[str]) -> d
 
 def decode_columns(values: Sequence[bytes], skip: int, layouts: Sequence[Layout], codes: np.ndarray,
                    names: Sequence[str]) -> dict[str, pa.Array] | None:
-    """The leaves ``names`` of rows from files of many layouts, as whole-array work.
-
-    Row ``i``'s inline values are ``values[i][skip:]`` in layout ``layouts[codes[i]]``.
-    A 1,000-id lookup touches hundreds of files a row or two each: grouping rows by
-    layout left groups too small for array work, and :func:`decode_rows` paid Python per
-    row and field. Here the per-layout facts (slot, offset) become per-row arrays and
-    every leaf is one gather over the joined bytes. None when a leaf's kind differs
-    between the layouts (the caller decodes row by row instead).
-    """
+    """:func:`decode_column_arrays` of rows given as bytes: row ``i``'s inline values are ``values[i][skip:]``."""
     n = len(values)
     lengths = np.fromiter(map(len, values), np.int64, n)
     starts = np.zeros(n, np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    starts += skip
-    buf = np.frombuffer(b"".join(values), np.uint8)
-    used = distinct_small(codes, len(layouts))
+    return decode_column_arrays(np.frombuffer(b"".join(values), np.uint8), starts + skip, layouts, codes, names)
+
+
+def decode_column_arrays(buf: np.ndarray, starts: np.ndarray, layouts: Sequence[Layout], codes: np.ndarray,
+                         names: Sequence[str]) -> dict[str, pa.Array] | None:
+    """The leaves ``names`` of rows from files of many layouts, as whole-array work.
+
+    Row ``i``'s inline values start at ``buf[starts[i]]``, in layout ``layouts[codes[i]]``.
+    A 1,000-id lookup touches hundreds of files a row or two each: grouping rows by
+    layout left groups too small for array work, and :func:`decode_rows` paid Python per
+    row and field. Here the per-layout facts (slot, offset) become per-row arrays and
+    every leaf is one gather over the bytes. None when a leaf's kind differs between the
+    layouts (the caller decodes row by row instead).
+    """
+    used = distinct_small(codes, len(layouts)).tolist()
+    names = tuple(names)
+    # one reader per layout for all leaves (its slot, offset, kind, struct, width per leaf)
+    readers = [_reader(layouts[c], names) for c in used]
     out: dict[str, pa.Array] = {}
-    for name in names:
-        slots = {int(c): _reader(layouts[int(c)], (name,))[0] for c in used}  # (j, offset, kind, struct, width)
+    for i, name in enumerate(names):
+        slots = {c: r[i] for c, r in zip(used, readers)}
         kinds = {slot[2] for slot in slots.values()}
         if len(kinds) != 1:
             return None
         kind = kinds.pop()
         table = np.zeros((len(layouts), 2), np.int64)  # per layout: slot index, byte offset
-        for c, slot in slots.items():
-            table[c] = slot[0], slot[1]
+        if used:
+            table[used] = [(slot[0], slot[1]) for slot in slots.values()]
         j, at = table[codes, 0], table[codes, 1] + starts
         nulls = ((buf[starts + j // 8] >> (j % 8)) & 1).astype(bool)
         out[name] = _gather(buf, at, kind, nulls, slots)

@@ -7,25 +7,37 @@ database ``entries`` whose keys are ``id (16 bytes) + file key (8 bytes)``: all
 locations of one id are adjacent, so a lookup is one cursor ``set_range`` and a sorted
 batch of ids is one forward walk. Meta records live in a second database ``meta``.
 
+Entries are written to that B-tree (the *delta*) and :meth:`LmdbBackend.seal` merges
+them into an immutable sorted segment searched in bulk (:mod:`omni_iceberg.index.sealed`:
+why, and the layout). Meta records ``S`` (the segment in use) and ``T`` + key (an
+entry deleted while it may be in a segment) belong to that scheme.
+
 LMDB forbids opening one environment twice in a process, so environments are shared
 through :func:`_open_env` by real path.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import math
 import os
+import shutil
 import threading
+import time
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from omni_iceberg.index.backend import (Entry, EntryColumns, FileEntries, IndexBackend, Located, entry_value,
-                                        key_order, parse_value, rows_as_bytes)
+from omni_iceberg.index.backend import (Entry, EntryArrays, EntryColumns, FileEntries, IndexBackend, Located,
+                                        entry_value, fkey_bytes, key_order, parse_value, rows_as_bytes)
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
+from omni_iceberg.index.sealed import DeltaArrays, Segment, id_halves, merge_into
+from omni_iceberg.ui.progress import progress_bar
 
 #: Initial virtual size of the map, doubled whenever a write finds it full (up to
 #: MAX_MAP_SIZE). It is address space only - the file grows as written - but a process
@@ -36,6 +48,40 @@ DIRTY_PAGE_BUDGET = 8192
 MAX_MAP_SIZE = 1 << 42
 _ENVS: dict[str, tuple[object, "_TxnGuard"]] = {}
 _ENVS_LOCK = threading.Lock()
+#: meta key of the segment in use: {"generation", "entries", "tombstones"}
+SEALED_KEY = b"S"
+#: meta prefix of tombstones: ``T`` + id key + file key of an entry deleted while it may
+#: be in a segment (segments are immutable: the next seal leaves it out)
+TOMBSTONE_PREFIX = b"T"
+#: entries read from the delta per cursor chunk when sealing
+SEAL_READ_CHUNK = 65_536
+_SEGMENTS: dict[tuple[str, int], Segment] = {}
+_SEGMENTS_LOCK = threading.Lock()
+
+
+class _SegmentGone(Exception):
+    """The segment a transaction names was deleted by a newer seal: read again, in a new transaction."""
+
+
+@dataclass
+class SealReport:
+    """What :meth:`LmdbBackend.seal` did."""
+
+    location: str
+    generation: int  # the segment in use afterwards (0: none)
+    entries: int  # entries in it
+    added: int  # entries it took from the delta
+    seconds: float
+    delta_left: int = 0  # entries written while it ran, left in the delta
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        if not self.added:
+            return f"nothing to seal in {self.location}: segment {self.generation} holds {self.entries} entries"
+        return (f"sealed {self.added} entries into segment {self.generation} of {self.location} "
+                f"({self.entries} entries) in {self.seconds:.1f} s; {self.delta_left} written meanwhile stay unsealed")
 
 
 class _TxnGuard:
@@ -173,6 +219,8 @@ class LmdbBackend(IndexBackend):
         self.path = Path(path)
         self.location = str(self.path)
         self._env, self._guard, self._entries, self._meta = _open_env(self.path)
+        self._real = str(self.path.resolve())  # the segment cache's key (resolving costs syscalls)
+        self._sealed_seen: tuple[bytes, dict[str, int]] = (b"", {})
 
     def _write(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(txn)`` in one write transaction, growing the map when it is full."""
@@ -252,29 +300,208 @@ class LmdbBackend(IndexBackend):
         self._put_items(_runs(entries), {})
 
     def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[Located]]:
-        read = self.get_entry_columns(id_keys)
+        keys = list(dict.fromkeys(id_keys))
+        read = self.get_entry_arrays(keys)
         out: dict[bytes, list[Located]] = {}
-        for rid, fkey, value in zip(read.ids, read.fkeys, read.values):
-            out.setdefault(rid, []).append((fkey, *parse_value(value)))
+        for at, fkey, value in zip(read.asked.tolist(), read.fkeys.tolist(), read.values()):
+            out.setdefault(keys[at], []).append((fkey_bytes(fkey), *parse_value(value)))
         return out
 
-    def get_entry_columns(self, id_keys: Sequence[bytes]) -> EntryColumns:
-        def walk(txn):
-            out = EntryColumns()
-            ids, fkeys, values = out.ids, out.fkeys, out.values
-            cur = txn.cursor(db=self._entries)
-            for rid in sorted(set(id_keys)):
-                if not cur.set_range(rid):
-                    continue
-                for key, value in cur:
-                    if key[:ID_BYTES] != rid:
-                        break
-                    ids.append(rid)
-                    fkeys.append(key[ID_BYTES:])
-                    values.append(value)
-            return out
+    def get_entry_arrays(self, id_keys: Sequence[bytes]) -> EntryArrays:
+        keys = list(id_keys)
+        hi, lo = id_halves(keys)
 
-        return self._read(walk)
+        def read(txn) -> EntryArrays:
+            segment, tombstones = self._segment_of(txn)
+            sealed = EntryArrays()
+            if segment is not None:
+                owner, at = segment.find(hi, lo)
+                if len(at):
+                    sealed = EntryArrays(owner, *segment.arrays(owner, at))
+                    if tombstones:
+                        sealed = self._drop_tombstoned(txn, keys, sealed)
+            if not txn.stat(self._entries)["entries"]:
+                return sealed
+            delta = EntryArrays.from_columns(keys, self._walk_delta(txn, sorted(keys)))
+            if len(sealed) and len(delta):
+                # an entry both sealed and in the delta (re-written after the seal, or a seal
+                # interrupted between publishing its segment and emptying the delta): the
+                # delta's copy is the newer one
+                newer = set(zip(delta.asked.tolist(), delta.fkeys.tolist()))
+                keep = [k not in newer for k in zip(sealed.asked.tolist(), sealed.fkeys.tolist())]
+                sealed = sealed.take(np.flatnonzero(keep))
+            return EntryArrays.concat([sealed, delta])
+
+        for _ in range(3):
+            try:
+                return self._read(read)
+            except _SegmentGone:  # a seal replaced it after the transaction began: read again
+                continue
+        return self._read(read)
+
+    def _walk_delta(self, txn, keys: list[bytes]) -> EntryColumns:
+        """The delta's entries of the sorted ``keys`` (one forward cursor walk)."""
+        out = EntryColumns()
+        ids, fkeys, values = out.ids, out.fkeys, out.values
+        cur = txn.cursor(db=self._entries)
+        for rid in keys:
+            if not cur.set_range(rid):
+                break
+            for key, value in cur:
+                if key[:ID_BYTES] != rid:
+                    break
+                ids.append(rid)
+                fkeys.append(key[ID_BYTES:])
+                values.append(value)
+        return out
+
+    def _drop_tombstoned(self, txn, keys: list[bytes], read: EntryArrays) -> EntryArrays:
+        keep = [txn.get(TOMBSTONE_PREFIX + keys[at] + fkey_bytes(fk), db=self._meta) is None
+                for at, fk in zip(read.asked.tolist(), read.fkeys.tolist())]
+        return read.take(np.flatnonzero(keep))
+
+    # ---- sealed segments --------------------------------------------------------------
+    def _sealed_record(self, txn) -> dict[str, int]:
+        """The segment record ``txn`` sees (a copy: callers may change it)."""
+        raw = txn.get(SEALED_KEY, db=self._meta)
+        if raw is None:
+            return {"generation": 0, "entries": 0, "tombstones": 0}
+        seen_raw, seen = self._sealed_seen
+        if raw != seen_raw:  # parsed once per change, not per lookup
+            seen = json.loads(bytes(raw))
+            self._sealed_seen = (bytes(raw), seen)
+        return dict(seen)
+
+    def _segment_folder(self, generation: int) -> Path:
+        return self.path / "sealed" / f"{generation:08d}"
+
+    def _segment_of(self, txn) -> tuple[Segment | None, int]:
+        """The segment ``txn`` sees (None: none yet) and how many tombstones it has."""
+        rec = self._sealed_record(txn)
+        if not rec["generation"]:
+            return None, rec["tombstones"]
+        return self._segment(rec["generation"]), rec["tombstones"]
+
+    def _segment(self, generation: int) -> Segment:
+        key = (self._real, generation)
+        found = _SEGMENTS.get(key)
+        if found is None:
+            with _SEGMENTS_LOCK:
+                found = _SEGMENTS.get(key)
+                if found is None:
+                    try:
+                        found = Segment(self._segment_folder(generation))
+                    except FileNotFoundError:
+                        raise _SegmentGone() from None
+                    for old in [k for k in _SEGMENTS if k[0] == key[0]]:  # one generation per index
+                        del _SEGMENTS[old]
+                    _SEGMENTS[key] = found
+        return found
+
+    def sealing(self) -> tuple[int, int]:
+        return self._read(lambda txn: (txn.stat(self._entries)["entries"], self._sealed_record(txn)["entries"]))
+
+    def seal(self, progress: bool | None = None) -> SealReport:
+        """Merge the delta into a new segment and empty it (see :mod:`omni_iceberg.index.sealed`).
+
+        Readers are never blocked: they see the old segment and the full delta until the one
+        write transaction that names the new segment and empties the delta. Entries written
+        meanwhile stay in the delta (only what was read is removed). Sealers of one index
+        queue on a lock file. Memory: ~32 bytes per delta entry; the values are spooled to disk.
+        """
+        started = time.perf_counter()
+        folder = self.path / "sealed"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "seal.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            spool_path = folder / f"delta-{os.getpid()}.spool"
+            try:
+                return self._seal_locked(folder, spool_path, started, progress)
+            finally:
+                spool_path.unlink(missing_ok=True)
+
+    def _seal_locked(self, folder: Path, spool_path: Path, started: float, progress: bool | None) -> SealReport:
+        spool = DeltaArrays(spool_path)
+        with self._guard.txn(), self._env.begin() as txn:
+            rec = self._sealed_record(txn)
+            gen = rec["generation"]
+            count = txn.stat(self._entries)["entries"]
+            tombstones = [bytes(k) for k, _ in self._scan_meta_in(txn, TOMBSTONE_PREFIX)]
+            if not count and not tombstones:
+                spool.finish()
+                return SealReport(self.location, gen, rec["entries"], 0, time.perf_counter() - started)
+            bar = progress_bar(progress, f"sealing the index at {self.location}", "entry", total=count)
+            keys: list[bytes] = []
+            values: list[bytes] = []
+            for key, value in txn.cursor(db=self._entries).iternext():
+                keys.append(key)
+                values.append(value)
+                if len(keys) == SEAL_READ_CHUNK:
+                    spool.add(keys, values)
+                    if bar is not None:
+                        bar.update(len(keys))
+                    keys, values = [], []
+            spool.add(keys, values)
+            if bar is not None:
+                bar.update(len(keys))
+                bar.close()
+            old = self._segment(gen) if gen else None
+        delta = spool.finish()
+        removed = [t[len(TOMBSTONE_PREFIX):] for t in tombstones]
+        new_gen = gen + 1
+        total = merge_into(self._segment_folder(new_gen), old, delta, spool_path, removed=removed)
+
+        def publish(txn) -> bool:
+            now = self._sealed_record(txn)
+            if now["generation"] != gen:  # the index was dropped meanwhile (a fresh rebuild)
+                return False
+            for t in tombstones:  # applied: the new segment leaves those entries out
+                txn.delete(t, db=self._meta)
+            left = now["tombstones"] - len(tombstones)
+            txn.put(SEALED_KEY, json.dumps({"generation": new_gen, "entries": total, "tombstones": left}).encode(),
+                    db=self._meta)
+            # entries are only added (a delete leaves a tombstone): the same count and no
+            # new tombstone mean the delta is still exactly what was read, so drop it whole
+            if txn.stat(self._entries)["entries"] == count and left == 0:
+                txn.drop(self._entries, delete=False)
+                return True
+            return False
+
+        emptied = self._write(publish)
+        if self._sealed_now() != new_gen:
+            shutil.rmtree(self._segment_folder(new_gen), ignore_errors=True)
+            return SealReport(self.location, 0, 0, 0, time.perf_counter() - started)
+        if not emptied:  # writers added entries meanwhile: remove only what was sealed
+            self._delete_sealed_from_delta(delta)
+        if gen:
+            shutil.rmtree(self._segment_folder(gen), ignore_errors=True)
+        left = self._read(lambda txn: txn.stat(self._entries)["entries"])
+        return SealReport(self.location, new_gen, total, len(delta[0]), time.perf_counter() - started, left)
+
+    def _sealed_now(self) -> int:
+        return self._read(lambda txn: self._sealed_record(txn)["generation"])
+
+    def _delete_sealed_from_delta(self, delta: tuple[np.ndarray, ...]) -> None:
+        hi, lo, fk, _ = delta
+        ids = np.stack([hi, lo], axis=1).astype(">u8")
+        per = self._entries_per_txn() or len(hi) or 1
+        for a in range(0, len(hi), per):
+            chunk = [rid.tobytes() + f for rid, f in zip(ids[a:a + per], fk[a:a + per].tolist())]
+
+            def delete(txn, chunk=chunk):
+                for key in chunk:
+                    txn.delete(key, db=self._entries)
+
+            self._write(delete)
+
+    def _scan_meta_in(self, txn, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        cur = txn.cursor(db=self._meta)
+        if not cur.set_range(prefix):
+            return
+        for k, v in cur:
+            if not k.startswith(prefix):
+                break
+            yield k, v
 
     def write(self, entries: Sequence[Entry | FileEntries], meta: dict[bytes, bytes]) -> None:
         # the records naming the files land with their last entries (one transaction on a
@@ -285,15 +512,43 @@ class LmdbBackend(IndexBackend):
         keys = list(keys)
 
         def delete(txn):
+            # a sealed copy cannot be removed (segments are immutable), and a seal running
+            # now may have read the delta's copy already: a tombstone hides both from
+            # segment reads until the next seal leaves the entry out
+            rec = self._sealed_record(txn)
+            added = 0
             for rid, fkey in keys:
                 txn.delete(rid + fkey, db=self._entries)
+                if txn.put(TOMBSTONE_PREFIX + rid + fkey, b"", db=self._meta, overwrite=False):
+                    added += 1
+            rec["tombstones"] += added
+            txn.put(SEALED_KEY, json.dumps(rec).encode(), db=self._meta)
 
         self._write(delete)
 
     def scan_entries(self) -> Iterator[Entry]:
-        with self._guard.txn(), self._env.begin(db=self._entries) as txn:
-            for key, value in txn.cursor():
-                yield (key[:ID_BYTES], key[ID_BYTES:ID_BYTES + FILE_KEY_BYTES], *parse_value(value))
+        """Segment and delta entries merged in id order (an entry in both is given once)."""
+        import heapq
+
+        with self._guard.txn(), self._env.begin() as txn:
+            segment, tombstones = self._segment_of(txn)
+            delta = ((bytes(k[:ID_BYTES]), bytes(k[ID_BYTES:ID_BYTES + FILE_KEY_BYTES]), v)
+                     for k, v in txn.cursor(db=self._entries))
+            if segment is None:
+                merged = delta
+            else:
+                sealed = segment.entries()
+                if tombstones:
+                    sealed = (e for e in sealed if txn.get(TOMBSTONE_PREFIX + e[0] + e[1], db=self._meta) is None)
+                merged = heapq.merge(sealed, delta, key=lambda e: e[0])
+            last_id, seen = None, set()
+            for rid, fkey, value in merged:
+                if rid != last_id:
+                    last_id, seen = rid, set()
+                if fkey in seen:
+                    continue
+                seen.add(fkey)
+                yield (rid, fkey, *parse_value(value))
 
     # ---- meta -------------------------------------------------------------------------
     def put_meta(self, items: dict[bytes, bytes]) -> None:
@@ -315,13 +570,8 @@ class LmdbBackend(IndexBackend):
         return self._read(get)
 
     def scan_meta(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        with self._guard.txn(), self._env.begin(db=self._meta) as txn:
-            cur = txn.cursor()
-            if not cur.set_range(prefix):
-                return
-            for k, v in cur:
-                if not k.startswith(prefix):
-                    break
+        with self._guard.txn(), self._env.begin() as txn:
+            for k, v in self._scan_meta_in(txn, prefix):
                 yield bytes(k), bytes(v)
 
     def delete_meta(self, keys: Iterable[bytes]) -> None:
@@ -342,6 +592,12 @@ class LmdbBackend(IndexBackend):
     def drop(self) -> None:
         def drop(txn):
             txn.drop(self._entries, delete=False)
-            txn.drop(self._meta, delete=False)
+            txn.drop(self._meta, delete=False)  # the segment record too: readers stop using it
 
         self._write(drop)
+        with _SEGMENTS_LOCK:
+            for key in [k for k in _SEGMENTS if k[0] == self._real]:
+                del _SEGMENTS[key]
+        for old in (self.path / "sealed").glob("0*"):
+            shutil.rmtree(old, ignore_errors=True)
+

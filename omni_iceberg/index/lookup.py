@@ -24,7 +24,7 @@ from catalog_ext.family import FamilyState
 from catalog_ext.physical import arrow_type
 from omni_iceberg.index.backend import POSITION_BYTES
 from omni_iceberg.index.core import IdIndex, IndexView, TableEntries
-from omni_iceberg.index.inline import count_distinct, decode_columns, distinct_small
+from omni_iceberg.index.inline import count_distinct, decode_column_arrays, distinct_small
 from omni_iceberg.index.keys import check_ids
 from omni_iceberg.explore.reader import logical_of
 
@@ -128,7 +128,7 @@ def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[
     asked_ids = pa.array(next(iter(entries.values())).ids, pa.string()) if entries else None
     for key, cols in per_table.items():
         inline = None
-        if key in entries and len(entries[key].values) >= ARRAY_DECODE_MIN_ROWS:
+        if key in entries and len(entries[key].asked) >= ARRAY_DECODE_MIN_ROWS:
             inline = _inline_part(entries[key], cols, state, asked_ids)
         if inline is not None:
             part, asked = inline
@@ -271,7 +271,7 @@ def _inline_part(found: TableEntries, cols: list[tuple[str, str]], state: Family
     None when a row needs its data file (a column not inlined, no batch in the file's
     record) or an id has several rows: the caller then locates rows one by one.
     """
-    n = len(found.values)
+    n = len(found.asked)
     if count_distinct(found.asked, len(found.ids)) != n:
         return None
     need = list(dict.fromkeys(p for p, _ in cols))
@@ -288,9 +288,10 @@ def _inline_part(found: TableEntries, cols: list[tuple[str, str]], state: Family
     leaves = need + ([BATCH_COLUMN] if decode_batch else [])
     decoded: dict[str, pa.Array] | None = {}
     if n and leaves:
-        if not np.array_equal(np.fromiter(map(len, found.values), np.int64, n), expected[found.codes]):
+        if not np.array_equal(found.read.lengths, expected[found.codes]):
             return None  # an entry whose bytes do not fit its file's layout: the row reader checks it
-        decoded = decode_columns(found.values, POSITION_BYTES, [lay for _, lay in found.files], found.codes, leaves)
+        decoded = decode_column_arrays(found.read.buf, found.read.starts + POSITION_BYTES,
+                                       [lay for _, lay in found.files], found.codes, leaves)
         if decoded is None:
             return None
     codes = pa.array(found.codes, pa.int64())

@@ -1,4 +1,4 @@
-"""``omni index verify`` and ``omni index rebuild``: the index is derived state.
+"""``omni index verify``, ``rebuild`` and ``seal``: the index is derived state.
 
 ``rebuild`` indexes every data-changing snapshot in the history of each physical
 table's pinned snapshot, one run at a time (the run named in the snapshot summary, so
@@ -15,6 +15,10 @@ entries: a complete run is otherwise trusted).
 * dangling - entries no version can see: files of runs absent from every pinned
   history (a crashed or losing writer), or entries whose file record is gone.
 
+``seal`` (:func:`seal_if_due`) merges the LMDB backend's unsealed entries into the sorted
+segment that bulk lookups search (see :mod:`omni_iceberg.index.sealed`); ``maintain``
+runs it when due, and ``rebuild`` at its end.
+
 Entries of runs that retention left out of an expiry record (they owned no live file
 any more, see :func:`runs_that_matter`) are invisible too, but by design: they are
 counted as ``expired`` (reclaimable by ``rebuild --fresh``), not as a fault.
@@ -22,6 +26,7 @@ counted as ``expired`` (reclaimable by ``rebuild --fresh``), not as a fault.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +42,11 @@ from omni_iceberg.index.keys import file_key, id_key, id_of
 EXPIRED_MARK = "expired-at-snapshot"
 
 EXAMPLES = 5
+#: a seal is due when the unsealed entries reach this many AND this share of the sealed
+#: ones. The share makes the segment grow geometrically, so over its life each entry is
+#: rewritten a bounded number of times (1 / share + 1, ~5), however large the table grows
+SEAL_MIN_ENTRIES = int(os.environ.get("OMNI_INDEX_SEAL_MIN_ENTRIES", "100000"))
+SEAL_SHARE = 0.25
 
 
 
@@ -50,9 +60,28 @@ class RebuildReport:
     files: int = 0
     rows: int = 0
     dropped_first: bool = False
+    #: what sealing the rebuilt entries did (:meth:`LmdbBackend.seal`), None where the backend does not seal
+    sealed: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def seal_if_due(index: IdIndex, *, force: bool = False, dry_run: bool = False,
+                progress: bool | None = None) -> dict[str, Any] | None:
+    """Seal the index when due (see :data:`SEAL_MIN_ENTRIES`) or ``force``; None where the backend does not seal.
+
+    Returns ``{"due", "unsealed", "sealed"}`` plus, when it ran, the seal's report.
+    """
+    counts = index.backend.sealing()
+    if counts is None:
+        return None
+    unsealed, sealed = counts
+    due = unsealed > 0 and (force or unsealed >= max(SEAL_MIN_ENTRIES, SEAL_SHARE * sealed))
+    out: dict[str, Any] = {"due": due, "unsealed": unsealed, "sealed": sealed}
+    if due and not dry_run:
+        out["report"] = index.backend.seal(progress=progress).to_dict()
+    return out
 
 
 def rebuild(catalog: Any, state: FamilyState, index: IdIndex, *, fresh: bool = False,
@@ -103,6 +132,8 @@ def rebuild(catalog: Any, state: FamilyState, index: IdIndex, *, fresh: bool = F
     finally:
         if bar is not None:
             bar.close()
+    # a rebuild reads every row anyway: leave its entries sealed, ready for bulk lookups
+    report.sealed = seal_if_due(index, force=report.rows > 0, progress=progress)
     return report
 
 
