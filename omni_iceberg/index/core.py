@@ -70,6 +70,8 @@ class TableEntries:
     codes: np.ndarray
     read: EntryArrays
     files: list[tuple[FileRecord, Layout]]
+    #: ``files``' layouts alone (one list for all tables of a read)
+    layouts: list[Layout] = field(default_factory=list)
 
     @property
     def values(self) -> list[bytes]:
@@ -110,6 +112,8 @@ class IdIndex:
         self._files: dict[bytes, FileRecord] = {}  # immutable once written
         self._complete: dict[bytes, RunRecord] = {}  # a complete run never changes again
         self._layouts: dict[bytes, Layout] = {}  # parsed once per file record
+        #: file key as an int (how bulk reads return it) -> (file key, record, layout)
+        self._by_int: dict[int, tuple[bytes, FileRecord, Layout]] = {}
         self._authoritative: dict[tuple[str, int | None], Coverage] = {}  # see coverage()
 
     def __repr__(self) -> str:
@@ -146,6 +150,7 @@ class IdIndex:
         return found
 
     def forget_caches(self) -> None:
+        self._by_int.clear()
         self._files.clear()
         self._complete.clear()
         self._layouts.clear()
@@ -204,40 +209,51 @@ class IdIndex:
         sorting them out by file record costs a table count less than asking per table.
         Visibility is decided once per distinct file, not per entry.
         """
-        keys = list(dict.fromkeys(id_key(i) for i in ids))
+        keys = list(dict.fromkeys(map(id_key, ids)))
         read = self.backend.get_entry_arrays(keys)
         # visibility is decided per distinct file (a 1,000-id lookup reads hundreds), then
         # spread to the entries by array indexing
         if len(read) <= 64:  # a point lookup: a dict is cheaper than np.unique's sort set-up
             seen: dict[int, int] = {}
             per_entry = np.fromiter((seen.setdefault(k, len(seen)) for k in read.fkeys.tolist()), np.int64, len(read))
-            fkeys = [fkey_bytes(k) for k in seen]
+            distinct = list(seen)
         else:
-            distinct, per_entry = np.unique(read.fkeys, return_inverse=True)
-            fkeys = [fkey_bytes(k) for k in distinct.tolist()]
-        records = self.files(fkeys)
+            unique, per_entry = np.unique(read.fkeys, return_inverse=True)
+            distinct = unique.tolist()
+        known = self._by_int
+        if any(k not in known for k in distinct):
+            wanted = [fkey_bytes(k) for k in distinct if k not in known]
+            for fk, rec in self.files(wanted).items():
+                known[int.from_bytes(fk, "little")] = (fk, rec, self.layout(fk, rec))
         tables = {c.table: n for n, c in enumerate(covs)}
         files: list[tuple[FileRecord, Layout]] = []
         table_of: list[int] = []
-        code_of = np.full(len(fkeys), -1, np.int64)
-        for u, fk in enumerate(fkeys):
-            rec = records.get(fk)
-            if rec is None:
+        code_of = np.full(len(distinct), -1, np.int64)
+        for u, k in enumerate(distinct):
+            hit = known.get(k)
+            if hit is None:  # an entry without a file record: dangling, never visible
                 continue
+            fk, rec, layout = hit
             cov_at = tables.get(rec.table)
-            if cov_at is None or rec.run not in covs[cov_at].visible_runs or fk in covs[cov_at].retired:
+            if cov_at is None:
+                continue
+            cov = covs[cov_at]
+            if rec.run not in cov.visible_runs or fk in cov.retired:
                 continue
             code_of[u] = len(files)
-            files.append((rec, self.layout(fk, rec)))
+            files.append((rec, layout))
             table_of.append(cov_at)
+        fkeys = distinct
         codes = code_of[per_entry.ravel()] if len(fkeys) else np.zeros(0, np.int64)
         owner = np.array(table_of + [-1], np.int64)[codes]  # codes of -1 (not visible) pick the -1
-        asked_ids = list(map(id_of, keys))
+        # the asked ids as the callers pass them (checked, lower case) unless some were repeated
+        asked_ids = list(ids) if len(keys) == len(ids) else list(map(id_of, keys))
         out: dict[str, TableEntries] = {}
+        layouts = [layout for _, layout in files]
         for cov_at, cov in enumerate(covs):
             sel = np.flatnonzero(owner == cov_at)
             part = read.take(sel)
-            out[cov.table] = TableEntries(asked_ids, part.asked, codes[sel], part, files)
+            out[cov.table] = TableEntries(asked_ids, part.asked, codes[sel], part, files, layouts)
         return out
 
     def at(self, catalog: Any, state: FamilyState) -> "IndexView":

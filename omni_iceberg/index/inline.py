@@ -376,7 +376,7 @@ def decode_columns(values: Sequence[bytes], skip: int, layouts: Sequence[Layout]
 
 
 def decode_column_arrays(buf: np.ndarray, starts: np.ndarray, layouts: Sequence[Layout], codes: np.ndarray,
-                         names: Sequence[str]) -> dict[str, pa.Array] | None:
+                         names: Sequence[str], used: list[int] | None = None) -> dict[str, pa.Array] | None:
     """The leaves ``names`` of rows from files of many layouts, as whole-array work.
 
     Row ``i``'s inline values start at ``buf[starts[i]]``, in layout ``layouts[codes[i]]``.
@@ -386,28 +386,29 @@ def decode_column_arrays(buf: np.ndarray, starts: np.ndarray, layouts: Sequence[
     every leaf is one gather over the bytes. None when a leaf's kind differs between the
     layouts (the caller decodes row by row instead).
     """
-    used = distinct_small(codes, len(layouts)).tolist()
+    if used is None:  # the layouts ``codes`` uses (callers that know them pass them)
+        used = distinct_small(codes, len(layouts)).tolist()
     names = tuple(names)
-    # one reader per layout for all leaves (its slot, offset, kind, struct, width per leaf)
+    # one reader per layout for all leaves (its slot, offset, kind, struct, width per leaf),
+    # then per leaf one (slot, offset) table over the layouts
     readers = [_reader(layouts[c], names) for c in used]
+    places = np.zeros((len(layouts), len(names), 2), np.int64)
+    if used:
+        places[used] = [[(r[0], r[1]) for r in reader] for reader in readers]
     out: dict[str, pa.Array] = {}
     for i, name in enumerate(names):
-        slots = {c: r[i] for c, r in zip(used, readers)}
-        kinds = {slot[2] for slot in slots.values()}
+        kinds = {reader[i][2] for reader in readers}
         if len(kinds) != 1:
             return None
         kind = kinds.pop()
-        table = np.zeros((len(layouts), 2), np.int64)  # per layout: slot index, byte offset
-        if used:
-            table[used] = [(slot[0], slot[1]) for slot in slots.values()]
-        j, at = table[codes, 0], table[codes, 1] + starts
+        j, at = places[codes, i, 0], places[codes, i, 1] + starts
         nulls = ((buf[starts + j // 8] >> (j % 8)) & 1).astype(bool)
-        out[name] = _gather(buf, at, kind, nulls, slots)
+        out[name] = _gather(buf, at, kind, nulls, readers[0][i][4] if readers else 0)
     return out
 
 
-def _gather(buf: np.ndarray, at: np.ndarray, kind: str, nulls: np.ndarray, slots: dict) -> pa.Array:
-    """One leaf of every row: the bytes at ``at`` (per row) read as ``kind``."""
+def _gather(buf: np.ndarray, at: np.ndarray, kind: str, nulls: np.ndarray, width: int) -> pa.Array:
+    """One leaf of every row: the bytes at ``at`` (per row) read as ``kind`` (fixed kinds: ``width`` bytes)."""
     n = len(at)
     validity = pa.py_buffer(np.packbits(~nulls, bitorder="little").tobytes()) if nulls.any() else None
     null_count = int(nulls.sum())
@@ -421,7 +422,6 @@ def _gather(buf: np.ndarray, at: np.ndarray, kind: str, nulls: np.ndarray, slots
         return pa.Array.from_buffers(pa.string() if kind == "s" else pa.binary(), n,
                                      [validity, pa.py_buffer(offsets.tobytes()), pa.py_buffer(buf[source].tobytes())],
                                      null_count=null_count)
-    width = next(iter(slots.values()))[4]
     raw = buf[at[:, None] + np.arange(width)].reshape(-1).view(_FIXED[kind])
     data = raw.astype(np.uint8) if kind == "b1" else raw
     if kind == "b1":

@@ -275,13 +275,15 @@ def _inline_part(found: TableEntries, cols: list[tuple[str, str]], state: Family
     if count_distinct(found.asked, len(found.ids)) != n:
         return None
     need = list(dict.fromkeys(p for p, _ in cols))
+    need_set = frozenset(need)
     used = distinct_small(found.codes, len(found.files)).tolist()
     decode_batch = False
     expected = np.zeros(max(len(found.files), 1), np.int64)
+    files = found.files
     for c in used:
-        rec, layout = found.files[c]
+        rec, layout = files[c]
         names = layout.names
-        if not all(p in names for p in need) or (not rec.batch and BATCH_COLUMN not in names):
+        if not need_set <= names or (not rec.batch and BATCH_COLUMN not in names):
             return None
         decode_batch |= not rec.batch  # a compacted file holds several batches: its rows carry theirs
         expected[c] = POSITION_BYTES + layout.row_bytes
@@ -290,15 +292,17 @@ def _inline_part(found: TableEntries, cols: list[tuple[str, str]], state: Family
     if n and leaves:
         if not np.array_equal(found.read.lengths, expected[found.codes]):
             return None  # an entry whose bytes do not fit its file's layout: the row reader checks it
-        decoded = decode_column_arrays(found.read.buf, found.read.starts + POSITION_BYTES,
-                                       [lay for _, lay in found.files], found.codes, leaves)
+        decoded = decode_column_arrays(found.read.buf, found.read.starts + POSITION_BYTES, found.layouts,
+                                       found.codes, leaves, used)
         if decoded is None:
             return None
-    codes = pa.array(found.codes, pa.int64())
     if BATCH_COLUMN in decoded:
         batch = decoded[BATCH_COLUMN].cast(pa.string())
-    else:
-        batch = pa.array([rec.batch for rec, _ in found.files] or [""], pa.string()).take(codes)
+    else:  # each file's batch, for the files this table uses (the list holds every table's)
+        local = np.zeros(max(len(files), 1), np.int64)
+        local[used] = np.arange(len(used))
+        batch = pa.array([files[c][0].batch for c in used] or [""], pa.string()).take(
+            pa.array(local[found.codes], pa.int64()))
     if asked_ids is None:
         asked_ids = pa.array(found.ids, pa.string())
     arrays = [asked_ids.take(pa.array(found.asked, pa.int64())), batch]
