@@ -19,6 +19,7 @@ never wrong - and says why in its explain info.
 from __future__ import annotations
 
 import time
+from itertools import repeat
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, NamedTuple, Sequence
 
@@ -29,6 +30,7 @@ from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, EntryArrays, FileEntries, FileRecord, IndexBackend,
                                         RunRecord, fkey_bytes, parse_value)
 from omni_iceberg.index.errors import IndexCorruptError
+from omni_iceberg.index.file_table import FileTable
 from omni_iceberg.index.inline import IndexedRows, Layout, split_rows
 from omni_iceberg.index.keys import file_key, id_key, id_of
 
@@ -70,8 +72,10 @@ class TableEntries:
     codes: np.ndarray
     read: EntryArrays
     files: list[tuple[FileRecord, Layout]]
-    #: ``files``' layouts alone (one list for all tables of a read)
+    #: ``files``' layouts alone
     layouts: list[Layout] = field(default_factory=list)
+    #: the index's :class:`~omni_iceberg.index.file_table.FileTable` (codes are its fids)
+    file_table: Any = None
 
     @property
     def values(self) -> list[bytes]:
@@ -112,8 +116,8 @@ class IdIndex:
         self._files: dict[bytes, FileRecord] = {}  # immutable once written
         self._complete: dict[bytes, RunRecord] = {}  # a complete run never changes again
         self._layouts: dict[bytes, Layout] = {}  # parsed once per file record
-        #: file key as an int (how bulk reads return it) -> (file key, record, layout)
-        self._by_int: dict[int, tuple[bytes, FileRecord, Layout]] = {}
+        #: every file a bulk read met, numbered, with its facts as arrays (see index.file_table)
+        self._file_table = FileTable()
         self._authoritative: dict[tuple[str, int | None], Coverage] = {}  # see coverage()
 
     def __repr__(self) -> str:
@@ -150,7 +154,7 @@ class IdIndex:
         return found
 
     def forget_caches(self) -> None:
-        self._by_int.clear()
+        self._file_table = FileTable()
         self._files.clear()
         self._complete.clear()
         self._layouts.clear()
@@ -220,40 +224,28 @@ class IdIndex:
         else:
             unique, per_entry = np.unique(read.fkeys, return_inverse=True)
             distinct = unique.tolist()
-        known = self._by_int
-        if any(k not in known for k in distinct):
-            wanted = [fkey_bytes(k) for k in distinct if k not in known]
-            for fk, rec in self.files(wanted).items():
-                known[int.from_bytes(fk, "little")] = (fk, rec, self.layout(fk, rec))
-        tables = {c.table: n for n, c in enumerate(covs)}
-        files: list[tuple[FileRecord, Layout]] = []
-        table_of: list[int] = []
-        code_of = np.full(len(distinct), -1, np.int64)
-        for u, k in enumerate(distinct):
-            hit = known.get(k)
-            if hit is None:  # an entry without a file record: dangling, never visible
-                continue
-            fk, rec, layout = hit
-            cov_at = tables.get(rec.table)
-            if cov_at is None:
-                continue
-            cov = covs[cov_at]
-            if rec.run not in cov.visible_runs or fk in cov.retired:
-                continue
-            code_of[u] = len(files)
-            files.append((rec, layout))
-            table_of.append(cov_at)
-        fkeys = distinct
-        codes = code_of[per_entry.ravel()] if len(fkeys) else np.zeros(0, np.int64)
-        owner = np.array(table_of + [-1], np.int64)[codes]  # codes of -1 (not visible) pick the -1
+        table = self._file_table
+        fid_of = table.fid_of
+        missing = [k for k in distinct if k not in fid_of]
+        if missing:
+            for fk, rec in self.files([fkey_bytes(k) for k in missing]).items():
+                table.add(int.from_bytes(fk, "little"), fk, rec, self.layout(fk, rec))
+        # an entry whose file has no record is dangling: never visible (fid -1)
+        fids = np.fromiter(map(fid_of.get, distinct, repeat(-1)), np.int64, len(distinct))[per_entry.ravel()] \
+            if len(distinct) else np.zeros(0, np.int64)
+        owner = np.full(len(fids), -1, np.int64)
+        known = fids >= 0
+        safe = np.where(known, fids, 0)
+        for cov_at, cov in enumerate(covs):
+            owner[known & table.visible(cov)[safe] & (owner < 0)] = cov_at
+        codes = fids
         # the asked ids as the callers pass them (checked, lower case) unless some were repeated
         asked_ids = list(ids) if len(keys) == len(ids) else list(map(id_of, keys))
         out: dict[str, TableEntries] = {}
-        layouts = [layout for _, layout in files]
         for cov_at, cov in enumerate(covs):
             sel = np.flatnonzero(owner == cov_at)
             part = read.take(sel)
-            out[cov.table] = TableEntries(asked_ids, part.asked, codes[sel], part, files, layouts)
+            out[cov.table] = TableEntries(asked_ids, part.asked, codes[sel], part, table.files, table.layouts, table)
         return out
 
     def at(self, catalog: Any, state: FamilyState) -> "IndexView":

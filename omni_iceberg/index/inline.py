@@ -376,7 +376,8 @@ def decode_columns(values: Sequence[bytes], skip: int, layouts: Sequence[Layout]
 
 
 def decode_column_arrays(buf: np.ndarray, starts: np.ndarray, layouts: Sequence[Layout], codes: np.ndarray,
-                         names: Sequence[str], used: list[int] | None = None) -> dict[str, pa.Array] | None:
+                         names: Sequence[str], used: list[int] | None = None,
+                         table: Any = None) -> dict[str, pa.Array] | None:
     """The leaves ``names`` of rows from files of many layouts, as whole-array work.
 
     Row ``i``'s inline values start at ``buf[starts[i]]``, in layout ``layouts[codes[i]]``.
@@ -389,6 +390,8 @@ def decode_column_arrays(buf: np.ndarray, starts: np.ndarray, layouts: Sequence[
     if used is None:  # the layouts ``codes`` uses (callers that know them pass them)
         used = distinct_small(codes, len(layouts)).tolist()
     names = tuple(names)
+    if table is not None:  # an index's FileTable: the slots of every layout, as arrays
+        return _decode_with_table(buf, starts, codes, names, used, table)
     # one reader per layout for all leaves (its slot, offset, kind, struct, width per leaf),
     # then per leaf one (slot, offset) table over the layouts
     readers = [_reader(layouts[c], names) for c in used]
@@ -404,6 +407,25 @@ def decode_column_arrays(buf: np.ndarray, starts: np.ndarray, layouts: Sequence[
         j, at = places[codes, i, 0], places[codes, i, 1] + starts
         nulls = ((buf[starts + j // 8] >> (j % 8)) & 1).astype(bool)
         out[name] = _gather(buf, at, kind, nulls, readers[0][i][4] if readers else 0)
+    return out
+
+
+def _decode_with_table(buf: np.ndarray, starts: np.ndarray, codes: np.ndarray, names: tuple[str, ...],
+                       used: list[int], table: Any) -> dict[str, pa.Array] | None:
+    """:func:`decode_column_arrays` with the per-layout facts read from ``table`` (a
+    :class:`~omni_iceberg.index.file_table.FileTable`, ``codes`` its fids)."""
+    from omni_iceberg.index.file_table import kind_of
+
+    inlined, places, kinds, widths = table.leaves(names)
+    out: dict[str, pa.Array] = {}
+    for i, name in enumerate(names):
+        found = np.unique(kinds[used, i]) if used else np.zeros(0, np.int64)
+        if len(found) != 1 or found[0] < 0:
+            return None
+        kind = kind_of(int(found[0]))
+        j, at = places[codes, i, 0], places[codes, i, 1] + starts
+        nulls = ((buf[starts + j // 8] >> (j % 8)) & 1).astype(bool)
+        out[name] = _gather(buf, at, kind, nulls, int(widths[used[0], i]))
     return out
 
 

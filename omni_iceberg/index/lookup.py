@@ -275,34 +275,28 @@ def _inline_part(found: TableEntries, cols: list[tuple[str, str]], state: Family
     if count_distinct(found.asked, len(found.ids)) != n:
         return None
     need = list(dict.fromkeys(p for p, _ in cols))
-    need_set = frozenset(need)
-    used = distinct_small(found.codes, len(found.files)).tolist()
-    decode_batch = False
-    expected = np.zeros(max(len(found.files), 1), np.int64)
-    files = found.files
-    for c in used:
-        rec, layout = files[c]
-        names = layout.names
-        if not need_set <= names or (not rec.batch and BATCH_COLUMN not in names):
-            return None
-        decode_batch |= not rec.batch  # a compacted file holds several batches: its rows carry theirs
-        expected[c] = POSITION_BYTES + layout.row_bytes
+    table = found.file_table
+    used = distinct_small(found.codes, len(found.files))
+    # per-file facts come from the index's file table as arrays (no Python per file)
+    if not table.leaves(need)[0][used].all():
+        return None  # a file that does not inline a wanted leaf: its rows are read from it
+    batchless = table.batchless()[used]
+    decode_batch = bool(batchless.any())  # a compacted file holds several batches: its rows carry theirs
+    if decode_batch and not table.leaves([BATCH_COLUMN])[0][used[batchless]].all():
+        return None
     leaves = need + ([BATCH_COLUMN] if decode_batch else [])
     decoded: dict[str, pa.Array] | None = {}
     if n and leaves:
-        if not np.array_equal(found.read.lengths, expected[found.codes]):
+        if not np.array_equal(found.read.lengths, table.value_width()[found.codes]):
             return None  # an entry whose bytes do not fit its file's layout: the row reader checks it
         decoded = decode_column_arrays(found.read.buf, found.read.starts + POSITION_BYTES, found.layouts,
-                                       found.codes, leaves, used)
+                                       found.codes, leaves, used.tolist(), table)
         if decoded is None:
             return None
     if BATCH_COLUMN in decoded:
         batch = decoded[BATCH_COLUMN].cast(pa.string())
-    else:  # each file's batch, for the files this table uses (the list holds every table's)
-        local = np.zeros(max(len(files), 1), np.int64)
-        local[used] = np.arange(len(used))
-        batch = pa.array([files[c][0].batch for c in used] or [""], pa.string()).take(
-            pa.array(local[found.codes], pa.int64()))
+    else:
+        batch = table.batches().take(pa.array(found.codes, pa.int64()))
     if asked_ids is None:
         asked_ids = pa.array(found.ids, pa.string())
     arrays = [asked_ids.take(pa.array(found.asked, pa.int64())), batch]
