@@ -67,6 +67,34 @@ class RebuildReport:
         return dict(self.__dict__)
 
 
+def _files_below_cut(table: Any, chain: list[Any]) -> tuple[list[str], list[Any]] | None:
+    """(the runs of the cut, the files they stand for) when retention cut the history below ``chain``.
+
+    The snapshots that added the oldest kept snapshot's files are gone, so no snapshot
+    names their runs any more; retention recorded those runs, and a reader's history
+    includes all of them together (:func:`visibility.ancestry_runs`). The files are
+    therefore indexed under one of them - the newest - which makes them visible exactly
+    where the cut history is; the others get records with no files, since a reader's
+    coverage asks that every run it sees be indexed. Without a record (or with an empty one) they stay unindexed
+    and lookups keep falling back to the scan, which ``verify`` reports.
+    """
+    if not chain:
+        return None
+    oldest = chain[0]
+    parent = oldest.parent_snapshot_id
+    if parent is not None and table.snapshot_by_id(parent) is not None:
+        return None
+    cut = visibility.expired_runs(table).get(oldest.snapshot_id)
+    if not cut or not cut["runs"]:
+        return None
+    own = set()
+    if visibility.changes_data(oldest):
+        own = {df.file_path for df in snapshot_data_changes(table, oldest.snapshot_id)[0]}
+    files = [task.file for task in table.scan(snapshot_id=oldest.snapshot_id).plan_files()
+             if task.file.file_path not in own]
+    return (list(cut["runs"]), files) if files else None
+
+
 def seal_if_due(index: IdIndex, *, force: bool = False, dry_run: bool = False,
                 progress: bool | None = None) -> dict[str, Any] | None:
     """Seal the index when due (see :data:`SEAL_MIN_ENTRIES`) or ``force``; None where the backend does not seal.
@@ -98,8 +126,15 @@ def rebuild(catalog: Any, state: FamilyState, index: IdIndex, *, fresh: bool = F
         if meta.snapshot_id is None:
             continue
         table = catalog.load_table(meta.identifier)
+        chain = snapshots_between(table, None, meta.snapshot_id)
         runs: dict[str, tuple[list[Any], list[Any]]] = {}
-        for snap in snapshots_between(table, None, meta.snapshot_id):
+        below = _files_below_cut(table, chain)
+        if below is not None:  # every run of the cut gets a (complete) record; one holds the files
+            cut_runs, files = below
+            for run in cut_runs:
+                runs[run] = ([], [])
+            runs[cut_runs[-1]] = (files, [])
+        for snap in chain:
             if not visibility.changes_data(snap):
                 continue
             added, deleted = snapshot_data_changes(table, snap.snapshot_id)
