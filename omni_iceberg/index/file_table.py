@@ -22,14 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from omni_iceberg.index.backend import POSITION_BYTES, FileRecord
-from omni_iceberg.index.inline import Layout, _reader
-
-#: leaf kinds as small integers (for "is it one kind in every file" as an array test)
-_KIND_CODES: dict[str, int] = {}
-
-
-def _kind_code(kind: str) -> int:
-    return _KIND_CODES.setdefault(kind, len(_KIND_CODES))
+from omni_iceberg.index.inline import Layout, kind_code, leaf_reader
 
 
 class FileTable:
@@ -119,9 +112,9 @@ class FileTable:
             if not all(name in layout.names for name in names):
                 continue
             inlined[row] = True
-            for i, (j, at, kind, _, width) in enumerate(_reader(layout, names)):
+            for i, (j, at, kind, _, width) in enumerate(leaf_reader(layout, names)):
                 places[row, i] = j, at
-                kinds[row, i] = _kind_code(kind)
+                kinds[row, i] = kind_code(kind)
                 widths[row, i] = width
         if have is not None:
             inlined, places, kinds, widths = (np.concatenate([a, b]) for a, b in
@@ -130,10 +123,3 @@ class FileTable:
         self._leaves[names] = out
         return out
 
-
-def kind_of(code: int) -> str:
-    """The leaf kind (``i8``, ``s``, ...) of a code from :meth:`FileTable.leaves`."""
-    for kind, c in _KIND_CODES.items():
-        if c == code:
-            return kind
-    raise KeyError(code)

@@ -292,7 +292,7 @@ _STRUCT = {"i1": "<b", "i2": "<h", "i4": "<i", "i8": "<q", "u1": "<B", "u2": "<H
 _READERS: dict[tuple[int, tuple[str, ...]], tuple[Layout, list[tuple[int, int, str, Any, int]]]] = {}
 
 
-def _reader(layout: Layout, names: tuple[str, ...]) -> list[tuple[int, int, str, Any, int]]:
+def leaf_reader(layout: Layout, names: tuple[str, ...]) -> list[tuple[int, int, str, Any, int]]:
     """Per wanted leaf: (slot index, byte offset, kind, struct or None, width), cached per layout.
 
     Keyed by the layout object's identity (the index keeps one per file record), which
@@ -320,6 +320,23 @@ def _reader(layout: Layout, names: tuple[str, ...]) -> list[tuple[int, int, str,
     return found
 
 
+#: leaf kinds as small integers, for "one kind in every file" as an array test (FileTable)
+_KIND_CODES: dict[str, int] = {}
+
+
+def kind_code(kind: str) -> int:
+    """A small integer for a leaf kind (``i8``, ``s``, ...), stable for the process."""
+    return _KIND_CODES.setdefault(kind, len(_KIND_CODES))
+
+
+def kind_of(code: int) -> str:
+    """The leaf kind of a :func:`kind_code`."""
+    for kind, c in _KIND_CODES.items():
+        if c == code:
+            return kind
+    raise KeyError(code)
+
+
 def decode_row(layout: Layout, value: bytes, skip: int, names: Sequence[str]) -> dict[str, Any]:
     """The leaves ``names`` of one row as Python values; its inline values are ``value[skip:]``.
 
@@ -327,7 +344,7 @@ def decode_row(layout: Layout, value: bytes, skip: int, names: Sequence[str]) ->
     """
     nulls = int.from_bytes(value[skip:skip + _bitmap_bytes(len(layout.slots))], "little")
     out: dict[str, Any] = {}
-    for name, (j, at, kind, unpack, _) in zip(names, _reader(layout, tuple(names))):
+    for name, (j, at, kind, unpack, _) in zip(names, leaf_reader(layout, tuple(names))):
         at += skip
         if nulls >> j & 1:
             out[name] = None
@@ -351,7 +368,7 @@ def decode_rows(rows: Sequence[tuple[Layout, bytes]], names: Sequence[str]) -> d
     kinds: list[str | None] = [None] * len(names)
     for layout, value in rows:
         nulls = int.from_bytes(value[:_bitmap_bytes(len(layout.slots))], "little")
-        for i, (j, at, kind, unpack, width) in enumerate(_reader(layout, names)):
+        for i, (j, at, kind, unpack, width) in enumerate(leaf_reader(layout, names)):
             if kinds[i] is None:
                 kinds[i] = kind
             if nulls >> j & 1:
@@ -394,7 +411,7 @@ def decode_column_arrays(buf: np.ndarray, starts: np.ndarray, layouts: Sequence[
         return _decode_with_table(buf, starts, codes, names, used, table)
     # one reader per layout for all leaves (its slot, offset, kind, struct, width per leaf),
     # then per leaf one (slot, offset) table over the layouts
-    readers = [_reader(layouts[c], names) for c in used]
+    readers = [leaf_reader(layouts[c], names) for c in used]
     places = np.zeros((len(layouts), len(names), 2), np.int64)
     if used:
         places[used] = [[(r[0], r[1]) for r in reader] for reader in readers]
@@ -414,8 +431,6 @@ def _decode_with_table(buf: np.ndarray, starts: np.ndarray, codes: np.ndarray, n
                        used: list[int], table: Any) -> dict[str, pa.Array] | None:
     """:func:`decode_column_arrays` with the per-layout facts read from ``table`` (a
     :class:`~omni_iceberg.index.file_table.FileTable`, ``codes`` its fids)."""
-    from omni_iceberg.index.file_table import kind_of
-
     inlined, places, kinds, widths = table.leaves(names)
     out: dict[str, pa.Array] = {}
     for i, name in enumerate(names):
