@@ -200,3 +200,16 @@ def test_id_halves_keep_the_byte_order():
     hi, lo = sealed.id_halves(keys)
     pairs = list(zip(hi.tolist(), lo.tolist()))
     assert pairs == sorted(pairs) and np.all(np.diff(hi.astype(np.float64)) >= 0)
+
+
+def test_a_missing_segment_is_a_clear_error_naming_it(backend, tmp_path):
+    import shutil
+
+    from omni_iceberg.index.errors import IndexUnavailableError
+
+    backend.put_entries([(_id(n), FILES[0], n) for n in range(10)])
+    backend.seal(progress=False)
+    lmdb_backend._SEGMENTS.clear()  # a new process: nothing mapped yet
+    shutil.rmtree(tmp_path / "idx" / "sealed" / "00000001")
+    with pytest.raises(IndexUnavailableError, match="00000001.*rebuild"):
+        backend.get_entries([_id(1)])

@@ -134,9 +134,26 @@ class EntryArrays:
                    np.frombuffer(b"".join(cols.fkeys), "<u8").copy(),
                    np.frombuffer(b"".join(cols.values), np.uint8), starts, lengths)
 
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[int, int, bytes]]) -> "EntryArrays":
+        """(asked position, file key as uint64, stored value) per entry, as arrays."""
+        if not rows:
+            return cls()
+        asked, fkeys, values = zip(*rows)
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+        starts = np.zeros(len(values), np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        return cls(np.array(asked, np.int64), np.array(fkeys, np.uint64),
+                   np.frombuffer(b"".join(values), np.uint8), starts, lengths)
+
     def take(self, sel: np.ndarray) -> "EntryArrays":
         """The entries at positions ``sel`` (sharing ``buf``)."""
         return EntryArrays(self.asked[sel], self.fkeys[sel], self.buf, self.starts[sel], self.lengths[sel])
+
+    def slice(self, start: int, stop: int) -> "EntryArrays":
+        """Entries ``start`` to ``stop`` (views, no copy)."""
+        return EntryArrays(self.asked[start:stop], self.fkeys[start:stop], self.buf, self.starts[start:stop],
+                           self.lengths[start:stop])
 
     def values(self) -> list[bytes]:
         """Each stored value as bytes (for the paths that handle entries one by one)."""

@@ -233,19 +233,21 @@ class IdIndex:
         # an entry whose file has no record is dangling: never visible (fid -1)
         fids = np.fromiter(map(fid_of.get, distinct, repeat(-1)), np.int64, len(distinct))[per_entry.ravel()] \
             if len(distinct) else np.zeros(0, np.int64)
-        owner = np.full(len(fids), -1, np.int64)
-        known = fids >= 0
-        safe = np.where(known, fids, 0)
-        for cov_at, cov in enumerate(covs):
-            owner[known & table.visible(cov)[safe] & (owner < 0)] = cov_at
+        owner_of = table.owners(covs)
+        owner = np.where(fids >= 0, owner_of[np.maximum(fids, 0)], -1) if len(owner_of) else \
+            np.full(len(fids), -1, np.int64)
         codes = fids
         # the asked ids as the callers pass them (checked, lower case) unless some were repeated
         asked_ids = list(ids) if len(keys) == len(ids) else list(map(id_of, keys))
+        # one stable sort by table, then each table's entries are a slice (in read order)
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(len(covs) + 1), "left").tolist()
+        read, codes = read.take(order), codes[order]
         out: dict[str, TableEntries] = {}
         for cov_at, cov in enumerate(covs):
-            sel = np.flatnonzero(owner == cov_at)
-            part = read.take(sel)
-            out[cov.table] = TableEntries(asked_ids, part.asked, codes[sel], part, table.files, table.layouts, table)
+            part = read.slice(bounds[cov_at], bounds[cov_at + 1])
+            out[cov.table] = TableEntries(asked_ids, part.asked, codes[bounds[cov_at]:bounds[cov_at + 1]], part,
+                                          table.files, table.layouts, table)
         return out
 
     def at(self, catalog: Any, state: FamilyState) -> "IndexView":

@@ -35,6 +35,7 @@ class FileTable:
         self.files: list[tuple[FileRecord, Layout]] = []  # by fid
         self.layouts: list[Layout] = []
         self._visible: dict[tuple[str, int | None], tuple[Any, np.ndarray]] = {}
+        self._owners: dict[tuple[int, ...], tuple[tuple[Any, ...], np.ndarray]] = {}
         self._leaves: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._width: np.ndarray = np.zeros(0, np.int64)
         self._batches: pa.Array = pa.array([], pa.string())
@@ -76,6 +77,24 @@ class FileTable:
                 self._visible.clear()
             self._visible[key] = (cov, grown)
         return grown
+
+    def owners(self, covs: Sequence[Any]) -> np.ndarray:
+        """Per fid: the position in ``covs`` of the coverage that sees it, -1 for none.
+
+        Cached per tuple of coverage objects (the index keeps one per table and snapshot),
+        holding them so that their ids cannot be reused while cached.
+        """
+        key = tuple(map(id, covs))
+        hit = self._owners.get(key)
+        if hit is not None and len(hit[1]) >= len(self.files):
+            return hit[1]
+        owner = np.full(len(self.files), -1, np.int64)
+        for at, cov in enumerate(covs):
+            owner[(owner < 0) & self.visible(cov)[:len(owner)]] = at
+        if len(self._owners) > 256:
+            self._owners.clear()
+        self._owners[key] = (tuple(covs), owner)
+        return owner
 
     def value_width(self) -> np.ndarray:
         """Per fid: the bytes of each of its stored values (position + inline row)."""

@@ -36,7 +36,7 @@ from omni_iceberg.index.backend import (Entry, EntryArrays, EntryColumns, FileEn
                                         entry_value, fkey_bytes, key_order, parse_value, rows_as_bytes)
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
-from omni_iceberg.index.sealed import DeltaArrays, Segment, id_halves, merge_into
+from omni_iceberg.index.sealed import FEW_IDS, DeltaArrays, Segment, id_halves, merge_into
 from omni_iceberg.ui.progress import progress_bar
 
 #: Initial virtual size of the map, doubled whenever a write finds it full (up to
@@ -309,6 +309,8 @@ class LmdbBackend(IndexBackend):
 
     def get_entry_arrays(self, id_keys: Sequence[bytes]) -> EntryArrays:
         keys = list(id_keys)
+        if len(keys) <= FEW_IDS:
+            return self._with_segment(lambda txn: self._read_few(txn, keys))
         hi, lo = id_halves(keys)
 
         def read(txn) -> EntryArrays:
@@ -332,12 +334,36 @@ class LmdbBackend(IndexBackend):
                 sealed = sealed.take(np.flatnonzero(keep))
             return EntryArrays.concat([sealed, delta])
 
+        return self._with_segment(read)
+
+    def _with_segment(self, read: Callable[[Any], EntryArrays]) -> EntryArrays:
+        """``read`` in a read transaction, again in a new one if a seal replaced its segment."""
         for _ in range(3):
             try:
                 return self._read(read)
             except _SegmentGone:  # a seal replaced it after the transaction began: read again
                 continue
-        return self._read(read)
+        try:
+            return self._read(read)
+        except _SegmentGone as gone:  # not a race: the folder the index names is not there
+            raise IndexUnavailableError(
+                f"the LMDB index at {self.location} names sealed segment {gone} but it is missing or "
+                "unreadable; rebuild the index with `omni index rebuild NAME --fresh`") from None
+
+    def _read_few(self, txn, keys: list[bytes]) -> EntryArrays:
+        """:meth:`get_entry_arrays` of a few ids with scalar reads (a point lookup's path)."""
+        segment, tombstones = self._segment_of(txn)
+        rows = segment.probe(keys) if segment is not None else []
+        if tombstones and rows:
+            rows = [r for r in rows if txn.get(TOMBSTONE_PREFIX + keys[r[0]] + fkey_bytes(r[1]), db=self._meta) is None]
+        if txn.stat(self._entries)["entries"]:
+            at = {k: i for i, k in enumerate(keys)}
+            delta = self._walk_delta(txn, sorted(keys))
+            newer = {(at[rid], int.from_bytes(fk, "little")): value
+                     for rid, fk, value in zip(delta.ids, delta.fkeys, delta.values)}
+            rows = [r for r in rows if (r[0], r[1]) not in newer]  # the delta's copy is the newer one
+            rows += [(a, fk, bytes(v)) for (a, fk), v in newer.items()]
+        return EntryArrays.from_rows(rows)
 
     def _walk_delta(self, txn, keys: list[bytes]) -> EntryColumns:
         """The delta's entries of the sorted ``keys`` (one forward cursor walk)."""
@@ -389,10 +415,11 @@ class LmdbBackend(IndexBackend):
             with _SEGMENTS_LOCK:
                 found = _SEGMENTS.get(key)
                 if found is None:
+                    folder = self._segment_folder(generation)
                     try:
-                        found = Segment(self._segment_folder(generation))
-                    except FileNotFoundError:
-                        raise _SegmentGone() from None
+                        found = Segment(folder)
+                    except (FileNotFoundError, ValueError) as e:  # gone, or not a segment any more
+                        raise _SegmentGone(f"{folder} ({e})") from None
                     for old in [k for k in _SEGMENTS if k[0] == key[0]]:  # one generation per index
                         del _SEGMENTS[old]
                     _SEGMENTS[key] = found
@@ -486,7 +513,7 @@ class LmdbBackend(IndexBackend):
         ids = np.stack([hi, lo], axis=1).astype(">u8")
         per = self._entries_per_txn() or len(hi) or 1
         for a in range(0, len(hi), per):
-            chunk = [rid.tobytes() + f for rid, f in zip(ids[a:a + per], fk[a:a + per].tolist())]
+            chunk = [rid.tobytes() + fkey_bytes(f) for rid, f in zip(ids[a:a + per], fk[a:a + per].tolist())]
 
             def delete(txn, chunk=chunk):
                 for key in chunk:
