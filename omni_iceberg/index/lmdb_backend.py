@@ -434,7 +434,8 @@ class LmdbBackend(IndexBackend):
         Readers are never blocked: they see the old segment and the full delta until the one
         write transaction that names the new segment and empties the delta. Entries written
         meanwhile stay in the delta (only what was read is removed). Sealers of one index
-        queue on a lock file. Memory: ~32 bytes per delta entry; the values are spooled to disk.
+        queue on a lock file. Memory: ~60-70 bytes per delta entry (its keys, then the merge's
+        positions); the values are spooled to disk and the old segment is read from its map.
         """
         started = time.perf_counter()
         folder = self.path / "sealed"
@@ -448,11 +449,11 @@ class LmdbBackend(IndexBackend):
                 spool_path.unlink(missing_ok=True)
 
     def _seal_locked(self, folder: Path, spool_path: Path, started: float, progress: bool | None) -> SealReport:
-        spool = DeltaArrays(spool_path)
         with self._guard.txn(), self._env.begin() as txn:
             rec = self._sealed_record(txn)
             gen = rec["generation"]
             count = txn.stat(self._entries)["entries"]
+            spool = DeltaArrays(spool_path, count)
             tombstones = [bytes(k) for k, _ in self._scan_meta_in(txn, TOMBSTONE_PREFIX)]
             if not count and not tombstones:
                 spool.finish()

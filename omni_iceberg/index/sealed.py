@@ -219,32 +219,45 @@ def _load(path: Path) -> np.ndarray:
 class DeltaArrays:
     """Entries read out of the delta (in key order) as arrays; values spooled to a file.
 
-    Memory: ~32 bytes per entry (keys and offsets); the values go to ``spool`` on disk.
+    ``capacity`` (the delta's entry count, known before reading) sizes the arrays once:
+    each chunk's keys are split into them as it arrives, so memory is 32 bytes per entry
+    (id halves, file key, value length) with no per-chunk copies held at the end.
     """
 
-    def __init__(self, spool: Path):
+    def __init__(self, spool: Path, capacity: int):
         self.spool = spool
-        self._keys: list[np.ndarray] = []
-        self._lengths: list[np.ndarray] = []
+        self.hi = np.empty(capacity, np.uint64)
+        self.lo = np.empty(capacity, np.uint64)
+        self.fk = np.empty(capacity, np.uint64)
+        self.lengths = np.empty(capacity, np.int64)
+        self.n = 0
         self._file = open(spool, "wb")
 
     def add(self, keys: list[bytes], values: list[bytes]) -> None:
         if not keys:
             return
-        self._keys.append(np.frombuffer(b"".join(keys), np.uint8).reshape(-1, ID_BYTES + FILE_KEY_BYTES))
-        self._lengths.append(np.fromiter(map(len, values), np.int64, len(values)))
+        at, m = self.n, len(keys)
+        if at + m > len(self.hi):  # more than counted (the caller's snapshot should not allow it)
+            for name in ("hi", "lo", "fk", "lengths"):
+                grown = getattr(self, name)
+                setattr(self, name, np.concatenate([grown, np.empty(at + m - len(grown), grown.dtype)]))
+        mat = np.frombuffer(b"".join(keys), np.uint8).reshape(m, ID_BYTES + FILE_KEY_BYTES)
+        words = mat.view(">u8")  # three big-endian words per key: hi, lo, file key bytes
+        self.hi[at:at + m] = words[:, 0]
+        self.lo[at:at + m] = words[:, 1]
+        self.fk[at:at + m] = mat[:, ID_BYTES:].copy().view("<u8").ravel()
+        self.lengths[at:at + m] = np.fromiter(map(len, values), np.int64, m)
         self._file.write(b"".join(values))
+        self.n = at + m
 
     def finish(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(hi, lo, file keys as uint64, offsets) of everything added."""
         self._file.close()
-        keys = np.concatenate(self._keys) if self._keys else np.zeros((0, ID_BYTES + FILE_KEY_BYTES), np.uint8)
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-        hi, lo = id_halves(keys)
-        fk = np.ascontiguousarray(keys[:, ID_BYTES:]).view("<u8").ravel()
-        off = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=off[1:])
-        return hi, lo, fk, off
+        n = self.n
+        off = np.zeros(n + 1, np.int64)
+        np.cumsum(self.lengths[:n], out=off[1:])
+        self.lengths = None  # the offsets replace them
+        return self.hi[:n], self.lo[:n], self.fk[:n], off
 
 
 def merge_into(folder: Path, old: "Segment | _Kept | None", delta: tuple[np.ndarray, ...], spool: Path,
@@ -274,14 +287,16 @@ def merge_into(folder: Path, old: "Segment | _Kept | None", delta: tuple[np.ndar
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     # where each entry's value comes from (old segment's bytes or the spool) and how long it is
-    lengths = np.zeros(n, np.int64)
-    sources = np.zeros(n, np.int64)
     if n_old:
+        lengths = np.zeros(n, np.int64)
+        sources = np.zeros(n, np.int64)
         lengths[o_at] = old.end - old.start
         sources[o_at] = old.start
-    if n_new:
-        lengths[d_at] = d_len
-        sources[d_at] = d_start
+        if n_new:
+            lengths[d_at] = d_len
+            sources[d_at] = d_start
+    else:  # the first seal: the delta alone, already in order
+        lengths, sources = d_len, d_start
     if not n:
         np.save(tmp / "hi.npy", np.zeros(0, np.uint64))
         np.save(tmp / "rec.npy", np.zeros(0, RECORD))
@@ -294,9 +309,9 @@ def merge_into(folder: Path, old: "Segment | _Kept | None", delta: tuple[np.ndar
             hi[at] = src.hi if src is not None else d_hi
             rec["lo"][at] = src.lo if src is not None else d_lo
             rec["fk"][at] = src.fk_u64 if src is not None else d_fk
-        ends = np.cumsum(lengths)
-        rec["end"] = ends
-        rec["start"] = ends - lengths
+        np.cumsum(lengths, out=rec["end"])
+        rec["start"] = rec["end"]
+        rec["start"] -= lengths
         hi.flush()
         rec.flush()
         del hi, rec
