@@ -213,3 +213,32 @@ def test_a_missing_segment_is_a_clear_error_naming_it(backend, tmp_path):
     shutil.rmtree(tmp_path / "idx" / "sealed" / "00000001")
     with pytest.raises(IndexUnavailableError, match="00000001.*rebuild"):
         backend.get_entries([_id(1)])
+
+
+def test_bulk_search_agrees_with_searchsorted_at_block_edges_and_long_runs(tmp_path):
+    """The fence search and the candidate window against numpy's own search, with ids at
+    block boundaries, past the last element, and one id with more entries than the window."""
+    from pathlib import Path
+
+    rnd = np.random.default_rng(3)
+    n = sealed.FENCE * 5 + 37  # a partial last block
+    hi = np.sort(rnd.integers(0, 2 ** 63, n, dtype=np.uint64))
+    hi[100:100 + sealed.RUN_WINDOW + 5] = hi[100]  # one id's many entries
+    rec = np.zeros(n, sealed.RECORD)
+    rec["lo"] = 7
+    rec["end"] = np.arange(1, n + 1)
+    rec["start"] = rec["end"] - 1
+    folder = Path(tmp_path / "seg")
+    folder.mkdir()
+    np.save(folder / "hi.npy", hi)
+    np.save(folder / "rec.npy", rec)
+    (folder / "values.bin").write_bytes(bytes(n))
+    seg = sealed.Segment(folder)
+    edges = hi[[0, sealed.FENCE - 1, sealed.FENCE, 2 * sealed.FENCE, n - 1]]
+    queries = np.concatenate([edges, edges - 1, edges + 1, hi[rnd.integers(0, n, 200)], [hi[100]],
+                              np.array([0, 2 ** 64 - 1], np.uint64)]).astype(np.uint64)
+    assert seg._first_at_least(queries).tolist() == np.searchsorted(hi, queries, "left").tolist()
+    owner, at = seg.find(queries, np.full(len(queries), 7, np.uint64))
+    expected = sorted((int(i), int(p)) for i, q in enumerate(queries) for p in np.flatnonzero(hi == q))
+    assert sorted(zip(owner.tolist(), at.tolist())) == expected
+    assert at.tolist() == sorted(at.tolist())

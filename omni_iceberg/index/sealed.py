@@ -52,6 +52,10 @@ RECORD = np.dtype([("lo", "<u8"), ("fk", "<u8"), ("start", "<i8"), ("end", "<i8"
 FENCE = 256
 #: up to this many ids, :meth:`Segment.find` goes id by id (see there)
 FEW_IDS = 16
+#: positions after an id's first candidate that :meth:`Segment.find` reads at once: one
+#: entry per physical table holding the id (a compaction adds one more while old
+#: versions keep theirs); ids with more step on one position at a time
+RUN_WINDOW = 8
 _NO_INT = np.zeros(0, np.int64)
 
 
@@ -107,18 +111,33 @@ class Segment:
         if len(hi) <= FEW_IDS:
             return self._find_few(hi, lo)
         at = self._first_at_least(hi)
-        who = np.arange(len(hi))
+        # the candidates of every id at once: a window of RUN_WINDOW positions from its first
+        # (adjacent: the same cache lines); an id with more entries than that steps on below
+        window = at[:, None] + np.arange(RUN_WINDOW)
+        inside = window < n
+        same = (self.hi[np.minimum(window, n - 1)] == hi[:, None]) & inside
+        count = same.sum(axis=1)
         owners, found = [], []
-        while len(who):
+        total = int(count.sum())
+        if total:
+            owner = np.repeat(np.arange(len(hi)), count)
+            where = np.repeat(at - (np.cumsum(count) - count), count) + np.arange(total)
+            match = self.lo[where] == lo[owner]  # a 64-bit prefix shared by two ids: the rest decides
+            owners.append(owner[match])
+            found.append(where[match])
+        who = np.flatnonzero(count == RUN_WINDOW)
+        at = at[who] + RUN_WINDOW
+        while len(who):  # ids with more entries than the window (many files of one id): step on
             inside = at < n
-            if not inside.all():
-                who, at = who[inside], at[inside]
+            who, at = who[inside], at[inside]
             same = self.hi[at] == hi[who]
             who, at = who[same], at[same]
-            match = self.lo[at] == lo[who]  # a 64-bit prefix shared by two ids: the rest decides
+            match = self.lo[at] == lo[who]
             owners.append(who[match])
             found.append(at[match])
             at = at + 1
+        if not owners:
+            return _NO_INT, _NO_INT
         owner, where = np.concatenate(owners), np.concatenate(found)
         order = np.argsort(where, kind="stable")
         return owner[order], where[order]
@@ -164,18 +183,19 @@ class Segment:
         """
         n = len(self.hi)
         block = np.searchsorted(self.fence, hi, "left")  # fence[block - 1] < hi <= fence[block]
-        lo = np.maximum(block - 1, 0) * FENCE  # the answer lies in [lo, lo + FENCE]
-        hi_end = np.minimum(lo + FENCE, n)
-        while True:
-            open_ = lo < hi_end
-            if not open_.any():
-                return lo
-            mid = (lo + hi_end) >> 1
-            probe = self.hi[np.minimum(mid, n - 1)]
-            go_right = open_ & (probe < hi)
-            go_left = open_ & ~go_right
-            lo = np.where(go_right, mid + 1, lo)
-            hi_end = np.where(go_left, mid, hi_end)
+        pos = np.maximum(block - 1, 0) * FENCE  # the answer lies in [pos, pos + FENCE]
+        # a branchless binary search of all blocks at once: each halving is one gather, a
+        # compare and a conditional add (every element before ``pos`` stays < hi)
+        clamp = int(pos.max(initial=0)) + FENCE > n  # only the last block can run past the end
+        step = FENCE // 2
+        while step:
+            probe = pos + (step - 1)
+            if clamp:
+                np.minimum(probe, n - 1, out=probe)
+            np.add(pos, step, out=pos, where=self.hi[probe] < hi)
+            step //= 2
+        np.add(pos, 1, out=pos, where=self.hi[np.minimum(pos, n - 1)] < hi)
+        return np.minimum(pos, n)
 
     def arrays(self, owner: np.ndarray, at: np.ndarray) -> "tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]":
         """(file keys as uint64, value bytes back to back, starts, lengths) of the entries ``at``."""
