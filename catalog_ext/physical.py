@@ -189,6 +189,11 @@ class StagedWriteInvariantError(OmniError):
     """A staged write that would publish rows twice (see :meth:`StagedWrite.check_counts_rows_once`)."""
 
 
+#: how long a writer that finds another run's snapshot on top of its own waits for that run
+#: to withdraw it before stopping (see StagedWrite._withdrawn_meanwhile)
+WITHDRAW_WAIT_S = 5.0
+
+
 class StagingBranchTakenError(OmniError):
     """Another process wrote this run's staging branch (see :meth:`StagedWrite.checkpoint`).
 
@@ -437,15 +442,46 @@ class StagedWrite:
             pass
 
     def _check_branch_is_ours(self, table: Any) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
         ref = table.metadata.refs.get(self.branch)
         head = ref.snapshot_id if ref is not None else None
         expected = {self.staged_snapshot_id} if self.staged_snapshot_id is not None else {None, self.base_snapshot_id}
         if head not in expected:
+            if self._withdrawn_meanwhile(table, head):
+                # the other writer's append had landed on ours and it took it back (see
+                # checkpoint): the branch is ours again, so commit on a fresh load
+                raise CommitFailedException(f"branch {self.branch} was restored by the other writer; retrying")
             raise StagingBranchTakenError(
                 f"another process is running the same plan (run {self.run_id}): branch {self.branch} of "
                 f"{self.identifier} is at snapshot {head}, not at {self.staged_snapshot_id} where this run left it. "
                 "This run stops without committing and leaves the branch to the other; once that one finishes, "
                 "rerun the command (it finds the work done, or resumes it)")
+
+    def _withdrawn_meanwhile(self, table: Any, head: int | None) -> bool:
+        """Whether a snapshot found on top of this writer's own is taken back within
+        :data:`WITHDRAW_WAIT_S`.
+
+        Two runs of one plan can append to the branch in the same instant: the one whose
+        append lands on the other's snapshot withdraws it (:meth:`checkpoint`). Seen from the
+        other side, the branch briefly holds a snapshot on top of its own; stopping there made
+        both runs stop and neither finish. Waiting for the withdrawal lets exactly one go on.
+        """
+        if self.staged_snapshot_id is None or head is None:
+            return False
+        snap = table.snapshot_by_id(head)
+        if snap is None or snap.parent_snapshot_id != self.staged_snapshot_id:
+            return False  # not an append on top of ours: the branch really is the other's
+        deadline = time.monotonic() + WITHDRAW_WAIT_S
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            ref = self.catalog.load_table(self.identifier).metadata.refs.get(self.branch)
+            now = ref.snapshot_id if ref is not None else None
+            if now == self.staged_snapshot_id:
+                return True
+            if now != head:
+                return False  # the other built on it instead: the branch is its
+        return False
 
     def ensure_branch(self) -> None:
         """Create the staging branch at the base snapshot if it does not exist yet.

@@ -123,6 +123,31 @@ def test_a_writer_that_adopted_a_live_branch_stops_when_its_owner_moves_it(omni)
         b.checkpoint({"omni.unit": "f/c"})
 
 
+def test_a_writer_waits_while_the_other_withdraws_its_append_from_on_top_of_its_own(omni):
+    """Both runs of one plan append at the same instant: the one whose snapshot landed on
+    the other's takes it back. The other, meanwhile seeing a snapshot on top of its own,
+    waits for that withdrawal and goes on, instead of stopping too (then neither finished)."""
+    import threading
+
+    _, base, a = _staged_copy(omni, "bf-same-plan", checkpoint=False)
+    a.checkpoint({"omni.unit": "f/b"})
+    _, _, b = _staged_copy(omni, "bf-same-plan", checkpoint=False)
+    b.attach("omni.unit")
+    table = omni.catalog.load_table(a.identifier)
+    moved = commit_data_files(table, a.branch_files, a.branch, {**a.properties, "omni.unit": "f/c"}, a.spec_id)
+    misplaced = moved.snapshot_by_id(moved.metadata.refs[a.branch].snapshot_id)
+    assert misplaced.parent_snapshot_id == a.staged_snapshot_id  # B's append landed on A's snapshot
+    withdraw = threading.Timer(0.3, lambda: b.withdraw_misplaced(omni.catalog.load_table(a.identifier), misplaced))
+    withdraw.start()
+    try:
+        before = a.staged_snapshot_id
+        a.checkpoint({"omni.unit": "f/c"})  # waits for the withdrawal, then appends on its own
+    finally:
+        withdraw.join()
+    head = omni.catalog.load_table(a.identifier).snapshot_by_id(a.staged_snapshot_id)
+    assert head.parent_snapshot_id == before and head.snapshot_id != misplaced.snapshot_id
+
+
 def test_a_branch_holding_one_unit_twice_is_refused(omni):
     """If both processes' copies of a unit ever end up on the branch, publishing would count
     that unit's rows twice: the commit-time check refuses it."""
