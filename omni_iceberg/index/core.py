@@ -63,7 +63,8 @@ class TableEntries:
     """The visible entries of asked ids in one physical table, as parallel arrays.
 
     Entry ``k`` is a row of id ``ids[asked[k]]`` (``ids``: the asked ids, distinct, lower
-    case) in file ``files[codes[k]]`` (its record and inline layout); ``read`` holds its
+    case) in file ``files[codes[k]]`` (its record and inline layout, by fid of the
+    index's file table); ``read`` holds its
     stored value (position, then inline values) as bytes in one buffer.
     """
 
@@ -71,11 +72,17 @@ class TableEntries:
     asked: np.ndarray
     codes: np.ndarray
     read: EntryArrays
-    files: list[tuple[FileRecord, Layout]]
-    #: ``files``' layouts alone
-    layouts: list[Layout] = field(default_factory=list)
     #: the index's :class:`~omni_iceberg.index.file_table.FileTable` (codes are its fids)
-    file_table: Any = None
+    file_table: FileTable
+
+    @property
+    def files(self) -> list[tuple[FileRecord, Layout]]:
+        """(record, inline layout) by fid."""
+        return self.file_table.files
+
+    @property
+    def layouts(self) -> list[Layout]:
+        return self.file_table.layouts
 
     @property
     def values(self) -> list[bytes]:
@@ -246,8 +253,7 @@ class IdIndex:
         out: dict[str, TableEntries] = {}
         for cov_at, cov in enumerate(covs):
             part = read.slice(bounds[cov_at], bounds[cov_at + 1])
-            out[cov.table] = TableEntries(asked_ids, part.asked, codes[bounds[cov_at]:bounds[cov_at + 1]], part,
-                                          table.files, table.layouts, table)
+            out[cov.table] = TableEntries(asked_ids, part.asked, codes[bounds[cov_at]:bounds[cov_at + 1]], part, table)
         return out
 
     def at(self, catalog: Any, state: FamilyState) -> "IndexView":

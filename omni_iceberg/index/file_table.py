@@ -38,6 +38,7 @@ class FileTable:
         self._owners: dict[tuple[int, ...], tuple[tuple[Any, ...], np.ndarray]] = {}
         self._leaves: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._width: np.ndarray = np.zeros(0, np.int64)
+        self._no_batch: np.ndarray = np.zeros(0, np.bool_)
         self._batches: pa.Array = pa.array([], pa.string())
 
     def __len__(self) -> int:
@@ -103,8 +104,7 @@ class FileTable:
 
     def batchless(self) -> np.ndarray:
         """Per fid: whether its record names no batch (a compacted file: rows carry theirs)."""
-        self._no_batch = self._extend(getattr(self, "_no_batch", np.zeros(0, np.bool_)),
-                                      lambda fid: not self.files[fid][0].batch, np.bool_)
+        self._no_batch = self._extend(self._no_batch, lambda fid: not self.files[fid][0].batch, np.bool_)
         return self._no_batch
 
     def batches(self) -> pa.Array:

@@ -338,24 +338,22 @@ class LmdbBackend(IndexBackend):
 
     def _with_segment(self, read: Callable[[Any], EntryArrays]) -> EntryArrays:
         """``read`` in a read transaction, again in a new one if a seal replaced its segment."""
-        for _ in range(3):
+        for attempt in range(4):
             try:
                 return self._read(read)
-            except _SegmentGone:  # a seal replaced it after the transaction began: read again
-                continue
-        try:
-            return self._read(read)
-        except _SegmentGone as gone:  # not a race: the folder the index names is not there
-            raise IndexUnavailableError(
-                f"the LMDB index at {self.location} names sealed segment {gone} but it is missing or "
-                "unreadable; rebuild the index with `omni index rebuild NAME --fresh`") from None
+            except _SegmentGone as gone:  # a seal replaced it after the transaction began: read again
+                if attempt == 3:  # not a race: the folder the index names is not there
+                    raise IndexUnavailableError(
+                        f"the LMDB index at {self.location} names sealed segment {gone} but it is missing or "
+                        "unreadable; rebuild the index with `omni index rebuild NAME --fresh`") from None
+        raise AssertionError("unreachable")
 
     def _read_few(self, txn, keys: list[bytes]) -> EntryArrays:
         """:meth:`get_entry_arrays` of a few ids with scalar reads (a point lookup's path)."""
         segment, tombstones = self._segment_of(txn)
         rows = segment.probe(keys) if segment is not None else []
         if tombstones and rows:
-            rows = [r for r in rows if txn.get(TOMBSTONE_PREFIX + keys[r[0]] + fkey_bytes(r[1]), db=self._meta) is None]
+            rows = [r for r in rows if not self._tombstoned(txn, keys[r[0]], r[1])]
         if txn.stat(self._entries)["entries"]:
             at = {k: i for i, k in enumerate(keys)}
             delta = self._walk_delta(txn, sorted(keys))
@@ -381,9 +379,11 @@ class LmdbBackend(IndexBackend):
                 values.append(value)
         return out
 
+    def _tombstoned(self, txn, key: bytes, fkey: int) -> bool:
+        return txn.get(TOMBSTONE_PREFIX + key + fkey_bytes(fkey), db=self._meta) is not None
+
     def _drop_tombstoned(self, txn, keys: list[bytes], read: EntryArrays) -> EntryArrays:
-        keep = [txn.get(TOMBSTONE_PREFIX + keys[at] + fkey_bytes(fk), db=self._meta) is None
-                for at, fk in zip(read.asked.tolist(), read.fkeys.tolist())]
+        keep = [not self._tombstoned(txn, keys[at], fk) for at, fk in zip(read.asked.tolist(), read.fkeys.tolist())]
         return read.take(np.flatnonzero(keep))
 
     # ---- sealed segments --------------------------------------------------------------

@@ -50,7 +50,8 @@ RECORD = np.dtype([("lo", "<u8"), ("fk", "<u8"), ("start", "<i8"), ("end", "<i8"
 #: every FENCE-th id prefix is kept in memory: a search first finds its block there (1.25 MB
 #: at 40M entries, so it stays in the CPU caches), then searches only that block (2 KB)
 FENCE = 256
-#: up to this many ids, :meth:`Segment.find` goes id by id (see there)
+#: up to this many ids, a lookup probes id by id (:meth:`Segment.probe`): array set-up
+#: costs more than a few scalar searches
 FEW_IDS = 16
 #: positions after an id's first candidate that :meth:`Segment.find` reads at once: one
 #: entry per physical table holding the id (a compaction adds one more while old
@@ -108,8 +109,6 @@ class Segment:
         n = len(self.hi)
         if not n or not len(hi):
             return _NO_INT, _NO_INT
-        if len(hi) <= FEW_IDS:
-            return self._find_few(hi, lo)
         at = self._first_at_least(hi)
         # the candidates of every id at once: a window of RUN_WINDOW positions from its first
         # (adjacent: the same cache lines); an id with more entries than that steps on below
@@ -141,21 +140,6 @@ class Segment:
         owner, where = np.concatenate(owners), np.concatenate(found)
         order = np.argsort(where, kind="stable")
         return owner[order], where[order]
-
-    def _find_few(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`find` id by id: for a few ids, array steps cost more than the search."""
-        owner: list[int] = []
-        found: list[int] = []
-        n = len(self.hi)
-        for i, (a, h, low) in enumerate(zip(np.searchsorted(self.hi, hi, "left").tolist(), hi.tolist(), lo.tolist())):
-            while a < n and int(self.hi[a]) == h:
-                if int(self.lo[a]) == low:
-                    owner.append(i)
-                    found.append(a)
-                a += 1
-        where = np.array(found, np.int64)
-        order = np.argsort(where, kind="stable")
-        return np.array(owner, np.int64)[order], where[order]
 
     def probe(self, keys: Sequence[bytes]) -> list[tuple[int, int, bytes]]:
         """(index in ``keys``, file key as uint64, stored value) of every entry of a few ids.
@@ -256,11 +240,7 @@ class DeltaArrays:
     def add(self, keys: list[bytes], values: list[bytes]) -> None:
         if not keys:
             return
-        at, m = self.n, len(keys)
-        if at + m > len(self.hi):  # more than counted (the caller's snapshot should not allow it)
-            for name in ("hi", "lo", "fk", "lengths"):
-                grown = getattr(self, name)
-                setattr(self, name, np.concatenate([grown, np.empty(at + m - len(grown), grown.dtype)]))
+        at, m = self.n, len(keys)  # the count was read in the same transaction: it fits
         mat = np.frombuffer(b"".join(keys), np.uint8).reshape(m, ID_BYTES + FILE_KEY_BYTES)
         words = mat.view(">u8")  # three big-endian words per key: hi, lo, file key bytes
         self.hi[at:at + m] = words[:, 0]
