@@ -356,28 +356,46 @@ def test_array_and_row_decoding_of_a_large_lookup_agree_with_the_scan(omni, name
     omni.register_features(name, [U.t_parse, U.t_len])
     omni.backfill(name, ["t_len"], isolation="inline")
     omni.submit(name, [_jsonl(tmp_path, "c", 40)], batch="c")  # no feature values: nulls
-    compact(omni.store, name, min_files=1)  # base files now hold rows of several batches
-    state = omni.state(name)
     idx = _index(omni, name, spec)
+    cols = ["_ai_append_name_", "RawData.url", "RawData.lang", "t_len"]
+    join_parts, by_position = L._join_parts, L._inline_by_position
+
+    def agree_with_scan(state, ask, columns, paths):
+        monkeypatch.setattr(L, "_join_parts", join_parts)  # the scan joins its parts
+        scan = lookup_rows(omni.catalog, state, idx, ask, columns, force_scan=True).rows
+        for path in paths:
+            # by position: every table's values placed straight into the answer (no join);
+            # arrays / rows per table: parts joined; whole rows: Python rows, one table made
+            threshold, rowwise, fused = {"by position": (1, 0, True), "arrays": (1, 0, False),
+                                         "rows per table": (10 ** 9, 0, False), "whole rows": (1, 10 ** 9, False)}[path]
+            monkeypatch.setattr(L, "ARRAY_DECODE_MIN_ROWS", threshold)
+            monkeypatch.setattr(L, "ROWWISE_MAX_IDS", rowwise)
+            monkeypatch.setattr(L, "_inline_by_position", by_position if fused else lambda *a: None)
+
+            def no_join(*args, path=path):  # these paths must not fall back to the per-table path
+                assert path not in ("whole rows", "by position"), f"the {path} lookup fell back to joining parts"
+                return join_parts(*args)
+
+            monkeypatch.setattr(L, "_join_parts", no_join)
+            got = lookup_rows(omni.catalog, state, idx, ask, columns)
+            assert [t.method for t in got.tables] == ["index"] * len(got.tables) and \
+                all(t.files_read == 0 for t in got.tables)
+            assert got.rows.schema == scan.schema and got.rows.to_pylist() == scan.to_pylist(), path
+            assert got.not_found == ["1" * 32, "0" * 32]
+            assert got.rows.column("_ai_unique_id_").to_pylist() == ask
+        return scan
+
     known = _ids(omni, name)[::2]
     ask = known[:5] + ["1" * 32] + known[5:] + ["0" * 32]  # unknown ids inside and at the end: asked order holds
-    cols = ["_ai_append_name_", "RawData.url", "RawData.lang", "t_len"]
-    scan = lookup_rows(omni.catalog, state, idx, ask, cols, force_scan=True).rows
-    join_parts = L._join_parts
-    for threshold, rowwise in ((1, 0), (10 ** 9, 0), (1, 10 ** 9)):  # arrays / rows per table / whole rows
-        monkeypatch.setattr(L, "ARRAY_DECODE_MIN_ROWS", threshold)
-        monkeypatch.setattr(L, "ROWWISE_MAX_IDS", rowwise)
-
-        def no_join(*args, rowwise=rowwise):  # whole rows must not fall back to the per-table path
-            assert not rowwise, "the row-wise lookup fell back to the per-table path"
-            return join_parts(*args)
-
-        monkeypatch.setattr(L, "_join_parts", no_join)
-        got = lookup_rows(omni.catalog, state, idx, ask, cols)
-        assert [t.method for t in got.tables] == ["index"] * 2 and all(t.files_read == 0 for t in got.tables)
-        assert got.rows.schema == scan.schema and got.rows.to_pylist() == scan.to_pylist()
-        assert got.not_found == ["1" * 32, "0" * 32]
-        assert got.rows.column("_ai_unique_id_").to_pylist() == ask
+    agree_with_scan(omni.state(name), ask, cols, ["by position", "arrays", "rows per table", "whole rows"])
+    # a stage as a struct (null for an id not found; its one field inlined), features of batches a and b only
+    agree_with_scan(omni.state(name), ask, ["ProcessedData", "t_len"], ["by position", "arrays", "whole rows"])
+    compact(omni.store, name, min_files=1)  # base files now hold rows of several batches
+    state = omni.state(name)
+    known = _ids(omni, name)[::2]
+    ask = known[:5] + ["1" * 32] + known[5:] + ["0" * 32]
+    # rows that carry their own batch are joined as parts: "by position" compares batches by file
+    scan = agree_with_scan(state, ask, cols, ["arrays", "rows per table", "whole rows"])
     in_c = set(_ids(omni, name, batch="c"))
     assert sum(r["t_len"] is None for r in scan.to_pylist()) == len(in_c & set(ask)) + 2 > 2
     base = omni.catalog.load_table(state.base_table.identifier)

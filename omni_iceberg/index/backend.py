@@ -25,6 +25,8 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from omni_iceberg.index.keys import key_list
+
 FILE_PREFIX = b"F"
 RUN_PREFIX = b"R"
 
@@ -260,9 +262,12 @@ class IndexBackend(ABC):
     def get_entries(self, id_keys: Sequence[bytes]) -> dict[bytes, list[Located]]:
         """id key -> [(file key, position, inline values)] for the ids that have entries."""
 
-    def get_entry_arrays(self, id_keys: Sequence[bytes]) -> EntryArrays:
-        """:meth:`get_entries` of the distinct ``id_keys`` as :class:`EntryArrays` (backends
-        may read them so directly: the LMDB one does)."""
+    def get_entry_arrays(self, id_keys: Sequence[bytes] | np.ndarray) -> EntryArrays:
+        """:meth:`get_entries` of the distinct ``id_keys`` (``bytes``, or the rows of an
+        ``n x 16`` uint8 matrix: :func:`~omni_iceberg.index.keys.id_matrix`) as
+        :class:`EntryArrays` (backends may read them so directly: the LMDB one does)."""
+        if isinstance(id_keys, np.ndarray):
+            id_keys = key_list(id_keys)
         out = EntryColumns()
         for rid, located in self.get_entries(id_keys).items():
             for fkey, position, inline in located:

@@ -19,7 +19,6 @@ never wrong - and says why in its explain info.
 from __future__ import annotations
 
 import time
-from itertools import repeat
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, NamedTuple, Sequence
 
@@ -32,7 +31,7 @@ from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, EntryArrays, Fi
 from omni_iceberg.index.errors import IndexCorruptError
 from omni_iceberg.index.file_table import FileTable
 from omni_iceberg.index.inline import IndexedRows, Layout, split_rows
-from omni_iceberg.index.keys import file_key, id_key, id_of
+from omni_iceberg.index.keys import file_key, id_matrix
 
 #: entries per backend write: bounds a writer's memory (~200 B an entry while it is built)
 #: and one LMDB transaction / HBase batch; large, since random ids make every transaction
@@ -40,6 +39,9 @@ from omni_iceberg.index.keys import file_key, id_key, id_of
 PUT_BATCH = 200_000
 #: ids per backend read in bulk lookups (contains_many): memory follows the chunk
 GET_BATCH = 10_000
+#: up to this many entries read, a lookup sorts them out with Python and small sorts (a point
+#: lookup's ~4); past it, with whole-array passes whose set-up a few entries do not repay
+SMALL_READ = 64
 
 
 def run_key(table: str, run: str) -> bytes:
@@ -220,41 +222,48 @@ class IdIndex:
         sorting them out by file record costs a table count less than asking per table.
         Visibility is decided once per distinct file, not per entry.
         """
-        keys = list(dict.fromkeys(map(id_key, ids)))
-        read = self.backend.get_entry_arrays(keys)
-        # visibility is decided per distinct file (a 1,000-id lookup reads hundreds), then
-        # spread to the entries by array indexing
-        if len(read) <= 64:  # a point lookup: a dict is cheaper than np.unique's sort set-up
-            seen: dict[int, int] = {}
-            per_entry = np.fromiter((seen.setdefault(k, len(seen)) for k in read.fkeys.tolist()), np.int64, len(read))
-            distinct = list(seen)
-        else:
-            unique, per_entry = np.unique(read.fkeys, return_inverse=True)
-            distinct = unique.tolist()
+        # the asked ids as the callers pass them (checked, lower case), unless some repeat
+        asked_ids = list(ids)
+        if len(set(asked_ids)) != len(asked_ids):
+            asked_ids = list(dict.fromkeys(i.lower() for i in asked_ids))
+        read = self.backend.get_entry_arrays(id_matrix(asked_ids))
+        # file keys -> fids through the file table's hash (no Python per entry or per file);
+        # files this process has not seen yet get their records read and a fid first
         table = self._file_table
-        fid_of = table.fid_of
-        missing = [k for k in distinct if k not in fid_of]
-        if missing:
+        small = len(read) <= SMALL_READ
+        fids = self._fids(table, read.fkeys, small)
+        unknown = fids < 0
+        if unknown.any():
+            missing = np.unique(read.fkeys[unknown]).tolist()
             for fk, rec in self.files([fkey_bytes(k) for k in missing]).items():
                 table.add(int.from_bytes(fk, "little"), fk, rec, self.layout(fk, rec))
-        # an entry whose file has no record is dangling: never visible (fid -1)
-        fids = np.fromiter(map(fid_of.get, distinct, repeat(-1)), np.int64, len(distinct))[per_entry.ravel()] \
-            if len(distinct) else np.zeros(0, np.int64)
+            fids[unknown] = self._fids(table, read.fkeys[unknown], small)  # still -1: no record, dangling
         owner_of = table.owners(covs)
         owner = np.where(fids >= 0, owner_of[np.maximum(fids, 0)], -1) if len(owner_of) else \
             np.full(len(fids), -1, np.int64)
-        codes = fids
-        # the asked ids as the callers pass them (checked, lower case) unless some were repeated
-        asked_ids = list(ids) if len(keys) == len(ids) else list(map(id_of, keys))
-        # one stable sort by table, then each table's entries are a slice (in read order)
-        order = np.argsort(owner, kind="stable")
-        bounds = np.searchsorted(owner[order], np.arange(len(covs) + 1), "left").tolist()
-        read, codes = read.take(order), codes[order]
+        # each table's entries in read order (a stable split; the entries of no table are dropped)
+        if small:  # one sort of a few entries costs less than a pass per table
+            order = np.argsort(owner, kind="stable")
+            bounds = np.searchsorted(owner[order], np.arange(len(covs) + 1), "left").tolist()
+        else:
+            parts = [np.flatnonzero(owner == at) for at in range(len(covs))]
+            bounds = np.cumsum([0] + [len(p) for p in parts]).tolist()
+            order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        read, codes = read.take(order), fids[order]
         out: dict[str, TableEntries] = {}
         for cov_at, cov in enumerate(covs):
             part = read.slice(bounds[cov_at], bounds[cov_at + 1])
             out[cov.table] = TableEntries(asked_ids, part.asked, codes[bounds[cov_at]:bounds[cov_at + 1]], part, table)
         return out
+
+    @staticmethod
+    def _fids(table: FileTable, fkeys: np.ndarray, small: bool) -> np.ndarray:
+        """The fid of each file key, -1 for a file the table has not seen: for a few entries
+        by dict (the array hash's set-up costs more), else by :meth:`FileTable.fids_of`."""
+        if small:
+            fid_of = table.fid_of
+            return np.array([fid_of.get(k, -1) for k in fkeys.tolist()], np.int64)
+        return table.fids_of(fkeys)
 
     def at(self, catalog: Any, state: FamilyState) -> "IndexView":
         """This index as seen by a reader at ``state``'s logical version."""

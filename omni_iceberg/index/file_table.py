@@ -10,7 +10,12 @@ indexed by fid, extended as new files appear and otherwise reused by every looku
 * per coverage (one physical table at one snapshot), which fids it may see;
 * per set of leaves, whether each file's layout inlines them, and where (slot, offset)
   and as what each leaf sits in it;
-* each file's stored-value width and batch name.
+* each file's stored-value width and batch name (also as an integer code).
+
+Entries name their file by its 8-byte key; turning thousands of keys into fids goes
+through an open-addressing hash table held as two arrays (:meth:`FileTable.fids_of`):
+one multiply, shift and gather per probe for all entries at once (``np.unique`` over the
+keys, the way before, was a sort: ~0.13 ms of a 1,000-id lookup).
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ class FileTable:
         self._width: np.ndarray = np.zeros(0, np.int64)
         self._no_batch: np.ndarray = np.zeros(0, np.bool_)
         self._batches: pa.Array = pa.array([], pa.string())
+        self._batch_codes: np.ndarray = np.zeros(0, np.int64)
+        self._batch_names: dict[str, int] = {}
+        self._batch_name_array: pa.Array = pa.array([], pa.string())
+        # the hash table of fids_of: slot -> file key, slot -> fid (-1: empty)
+        self._slot_keys = np.zeros(16, np.uint64)
+        self._slot_fids = np.full(16, -1, np.int64)
+        self._hashed = 0  # fids below this are in the hash table
 
     def __len__(self) -> int:
         return len(self.files)
@@ -53,6 +65,41 @@ class FileTable:
                 self.files.append((rec, layout))
                 self.layouts.append(layout)
             return fid
+
+    # ---- file keys -> fids ------------------------------------------------------------------
+    def fids_of(self, fkeys: np.ndarray) -> np.ndarray:
+        """The fid of each file key (little-endian uint64), -1 for a file not added yet."""
+        with self._lock:
+            if self._hashed < len(self.files):
+                self._hash_new()
+            keys, fids = self._slot_keys, self._slot_fids
+        out = np.full(len(fkeys), -1, np.int64)
+        todo = np.arange(len(fkeys))
+        slot = _slot_of(fkeys, len(keys))
+        while len(todo):  # linear probing: each round, the keys still sitting on another key's slot step on
+            fid = fids[slot]
+            hit = (fid >= 0) & (keys[slot] == fkeys[todo])
+            out[todo[hit]] = fid[hit]
+            on = (fid >= 0) & ~hit
+            todo, slot = todo[on], (slot[on] + 1) & (len(keys) - 1)
+        return out
+
+    def _hash_new(self) -> None:
+        """Add the fids not hashed yet; at half full, rehash everything into twice the slots."""
+        n = len(self.files)
+        size = len(self._slot_keys)
+        if 2 * n > size:
+            while 2 * n > size:
+                size *= 2
+            self._slot_keys, self._slot_fids, self._hashed = np.zeros(size, np.uint64), np.full(size, -1, np.int64), 0
+        keys, fids, mask = self._slot_keys, self._slot_fids, size - 1
+        ints = [int.from_bytes(k, "little") for k in self.fkeys[self._hashed:n]]
+        for fid, (key, slot) in enumerate(zip(ints, _slot_of(np.array(ints, np.uint64), size).tolist()),
+                                          self._hashed):
+            while fids[slot] >= 0:
+                slot = (slot + 1) & mask
+            keys[slot], fids[slot] = key, fid
+        self._hashed = n
 
     # ---- per-fid arrays, extended to the files seen so far --------------------------------
     def _extend(self, have: np.ndarray, fill: Callable[[int], Any], dtype: Any) -> np.ndarray:
@@ -107,6 +154,24 @@ class FileTable:
         self._no_batch = self._extend(self._no_batch, lambda fid: not self.files[fid][0].batch, np.bool_)
         return self._no_batch
 
+    def batch_codes(self) -> np.ndarray:
+        """Per fid: its record's batch as a small integer (equal names, equal codes; -1 for a
+        file of several batches), so that rows of two tables compare batches as integers."""
+        if len(self._batch_codes) < len(self.files):
+            names = self._batch_names
+            with self._lock:  # "the next code" must not be handed out twice
+                self._batch_codes = self._extend(
+                    self._batch_codes, lambda fid: names.setdefault(self.files[fid][0].batch, len(names))
+                    if self.files[fid][0].batch else -1, np.int64)
+        return self._batch_codes
+
+    def batch_names(self) -> pa.Array:
+        """The batch names by :meth:`batch_codes` code."""
+        if len(self._batch_name_array) < len(self._batch_names):
+            with self._lock:
+                self._batch_name_array = pa.array(list(self._batch_names), pa.string())  # insertion order = codes
+        return self._batch_name_array
+
     def batches(self) -> pa.Array:
         """Per fid: the batch its record names ("" for a file of several batches)."""
         if len(self._batches) < len(self.files):
@@ -142,3 +207,12 @@ class FileTable:
         self._leaves[names] = out
         return out
 
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: file keys are md5 bytes already, this spreads any
+
+
+def _slot_of(fkeys: np.ndarray, size: int) -> np.ndarray:
+    """Home slots of file keys in a table of ``size`` (a power of two) slots."""
+    bits = np.uint64(64 - (size.bit_length() - 1))
+    with np.errstate(over="ignore"):
+        return ((fkeys.astype(np.uint64, copy=False) * _GOLDEN) >> bits).astype(np.int64)

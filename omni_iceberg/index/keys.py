@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Iterable
+from typing import Iterable, Sequence
+
+import numpy as np
 
 from omni_iceberg.index.errors import MalformedIdError
 
@@ -34,26 +36,40 @@ def check_id(rid: object) -> str:
     return rid.lower()
 
 
-_HEX_RUN = re.compile(r"[0-9a-f]*")
-
-
 def check_ids(ids: Iterable[object]) -> list[str]:
     """Every id checked (the first bad one is named), duplicates removed, order kept.
 
-    All ids are checked at once - lengths, then one match over their lower-cased
-    concatenation - and one by one only to name the bad one: a thousand regex
-    matches were a tenth of a 1,000-id lookup.
+    All ids are checked at once - every length 32, then one ``bytes.fromhex`` over their
+    concatenation (it refuses a non-hex character; the spaces it allows between bytes
+    would shorten the result, so its length is checked too) - and one by one only to
+    name the bad one: a regex over the concatenation was a twentieth of a 1,000-id lookup.
     """
     ids = list(ids)
     try:
         given = "".join(ids)
     except TypeError:  # a non-string: named below
         given = None
-    if given is not None and len(given) == ID_BYTES * 2 * len(ids) and all(len(i) == ID_BYTES * 2 for i in ids):
-        joined = given.lower()
-        if _HEX_RUN.fullmatch(joined):
+    if given is not None and set(map(len, ids)) <= {ID_BYTES * 2}:
+        try:
+            valid = len(bytes.fromhex(given)) == ID_BYTES * len(ids)
+        except ValueError:
+            valid = False
+        if valid:
+            joined = given.lower()
             return list(dict.fromkeys(ids if joined == given else [i.lower() for i in ids]))
     return list(dict.fromkeys(check_id(i) for i in ids))
+
+
+def id_matrix(ids: Sequence[str]) -> np.ndarray:
+    """Checked ids (see :func:`check_ids`) as an ``n x 16`` uint8 matrix of their keys, made
+    by one ``bytes.fromhex`` for all (a ``bytes`` object per id cost ~0.3 ms per 1,000)."""
+    return np.frombuffer(bytes.fromhex("".join(ids)), np.uint8).reshape(len(ids), ID_BYTES)
+
+
+def key_list(matrix: np.ndarray) -> list[bytes]:
+    """The rows of an :func:`id_matrix` as ``bytes`` keys."""
+    raw = matrix.tobytes()
+    return [raw[i:i + ID_BYTES] for i in range(0, len(raw), ID_BYTES)]
 
 
 def id_key(rid: str) -> bytes:

@@ -35,7 +35,7 @@ import numpy as np
 from omni_iceberg.index.backend import (Entry, EntryArrays, EntryColumns, FileEntries, IndexBackend, Located,
                                         entry_value, fkey_bytes, key_order, parse_value, rows_as_bytes)
 from omni_iceberg.index.errors import IndexUnavailableError
-from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
+from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES, key_list
 from omni_iceberg.index.sealed import FEW_IDS, DeltaArrays, Segment, id_halves, merge_into
 from omni_iceberg.ui.progress import progress_bar
 
@@ -307,11 +307,18 @@ class LmdbBackend(IndexBackend):
             out.setdefault(keys[at], []).append((fkey_bytes(fkey), *parse_value(value)))
         return out
 
-    def get_entry_arrays(self, id_keys: Sequence[bytes]) -> EntryArrays:
-        keys = list(id_keys)
-        if len(keys) <= FEW_IDS:
+    def get_entry_arrays(self, id_keys: Sequence[bytes] | np.ndarray) -> EntryArrays:
+        # a bulk lookup passes its ids as one matrix: the list of bytes keys is made only
+        # when the delta or tombstones need it
+        matrix = id_keys if isinstance(id_keys, np.ndarray) else None
+        listed = None if matrix is not None else list(id_keys)
+        if len(id_keys) <= FEW_IDS:
+            keys = listed if listed is not None else key_list(matrix)
             return self._with_segment(lambda txn: self._read_few(txn, keys))
-        hi, lo = id_halves(keys)
+        hi, lo = id_halves(matrix if matrix is not None else listed)
+
+        def key_bytes() -> list[bytes]:
+            return listed if listed is not None else key_list(matrix)
 
         def read(txn) -> EntryArrays:
             segment, tombstones = self._segment_of(txn)
@@ -321,9 +328,10 @@ class LmdbBackend(IndexBackend):
                 if len(at):
                     sealed = EntryArrays(owner, *segment.arrays(owner, at))
                     if tombstones:
-                        sealed = self._drop_tombstoned(txn, keys, sealed)
+                        sealed = self._drop_tombstoned(txn, key_bytes(), sealed)
             if not txn.stat(self._entries)["entries"]:
                 return sealed
+            keys = key_bytes()
             delta = EntryArrays.from_columns(keys, self._walk_delta(txn, sorted(keys)))
             if len(sealed) and len(delta):
                 # an entry both sealed and in the delta (re-written after the seal, or a seal

@@ -57,6 +57,9 @@ FEW_IDS = 16
 #: entry per physical table holding the id (a compaction adds one more while old
 #: versions keep theirs); ids with more step on one position at a time
 RUN_WINDOW = 8
+#: bulk reads copy values into rows as wide as the longest one (see :meth:`Segment.arrays`)
+#: while that is at most this many bytes (inline values are small); longer, back to back
+PADDED_MAX = 512
 _NO_INT = np.zeros(0, np.int64)
 
 
@@ -100,7 +103,7 @@ class Segment:
 
     def find(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(owner, at) of every entry of the ids (``hi``, ``lo``): ``at`` its position here,
-        ``owner`` the index of its id in the query; ordered by position.
+        ``owner`` the index of its id in the query; in no particular order.
 
         One ``searchsorted`` finds each id's first candidate; the entries of an id are
         adjacent, so the rest are found by stepping every id forward at once, as many
@@ -137,9 +140,9 @@ class Segment:
             at = at + 1
         if not owners:
             return _NO_INT, _NO_INT
-        owner, where = np.concatenate(owners), np.concatenate(found)
-        order = np.argsort(where, kind="stable")
-        return owner[order], where[order]
+        # grouped by asked id, not sorted by position: gathering the records in position
+        # order measured no faster, and the sort was a tenth of the search
+        return np.concatenate(owners), np.concatenate(found)
 
     def probe(self, keys: Sequence[bytes]) -> list[tuple[int, int, bytes]]:
         """(index in ``keys``, file key as uint64, stored value) of every entry of a few ids.
@@ -182,7 +185,8 @@ class Segment:
         return np.minimum(pos, n)
 
     def arrays(self, owner: np.ndarray, at: np.ndarray) -> "tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]":
-        """(file keys as uint64, value bytes back to back, starts, lengths) of the entries ``at``."""
+        """(file keys as uint64, value bytes, starts, lengths) of the entries ``at``: entry k's value
+        is ``buf[starts[k]:starts[k] + lengths[k]]`` (back to back, or padded to one width)."""
         rec = self.rec[at]  # one gather: the entries' records, each one cache line or less
         begin, lengths = rec["start"], rec["end"] - rec["start"]
         starts = np.zeros(len(at), np.int64)
@@ -192,9 +196,23 @@ class Segment:
             buf = np.frombuffer(b"".join(self.values[b:b + n] for b, n in zip(begin.tolist(), lengths.tolist())),
                                 np.uint8)
         else:
-            total = int(lengths.sum())
-            buf = self.value_bytes[np.repeat(begin - starts, lengths) + np.arange(total)] if total else \
-                np.zeros(0, np.uint8)
+            width = int(lengths.max(initial=0))
+            size = len(self.value_bytes)
+            if 0 < width <= PADDED_MAX and width <= size:
+                # every value copied as one row of ``width`` bytes through a strided view of
+                # the file (row k = bytes k .. k + width - 1): one memcpy-like copy per entry,
+                # where a byte-index array cost ~1.6x as much; the values then sit ``width``
+                # apart, which is all ``starts`` promises. A value near the end of the file
+                # is read from an earlier row, at an offset into it.
+                rows = np.lib.stride_tricks.as_strided(self.value_bytes, shape=(size - width + 1, width),
+                                                       strides=(1, 1), writeable=False)
+                row_at = np.minimum(begin, size - width)
+                buf = rows[row_at].reshape(-1)
+                starts = np.arange(len(at), dtype=np.int64) * width + (begin - row_at)
+            else:
+                total = int(lengths.sum())
+                buf = self.value_bytes[np.repeat(begin - starts, lengths) + np.arange(total)] if total else \
+                    np.zeros(0, np.uint8)
         return np.ascontiguousarray(rec["fk"]), buf, starts, lengths
 
     def entries(self, chunk: int = 65_536) -> Iterator[tuple[bytes, bytes, bytes]]:
