@@ -25,7 +25,6 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from omni_iceberg.index.keys import key_list
 
 FILE_PREFIX = b"F"
 RUN_PREFIX = b"R"
@@ -267,7 +266,7 @@ class IndexBackend(ABC):
         ``n x 16`` uint8 matrix: :func:`~omni_iceberg.index.keys.id_matrix`) as
         :class:`EntryArrays` (backends may read them so directly: the LMDB one does)."""
         if isinstance(id_keys, np.ndarray):
-            id_keys = key_list(id_keys)
+            id_keys = rows_as_bytes(id_keys)
         out = EntryColumns()
         for rid, located in self.get_entries(id_keys).items():
             for fkey, position, inline in located:

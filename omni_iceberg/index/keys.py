@@ -66,12 +66,6 @@ def id_matrix(ids: Sequence[str]) -> np.ndarray:
     return np.frombuffer(bytes.fromhex("".join(ids)), np.uint8).reshape(len(ids), ID_BYTES)
 
 
-def key_list(matrix: np.ndarray) -> list[bytes]:
-    """The rows of an :func:`id_matrix` as ``bytes`` keys."""
-    raw = matrix.tobytes()
-    return [raw[i:i + ID_BYTES] for i in range(0, len(raw), ID_BYTES)]
-
-
 def id_key(rid: str) -> bytes:
     return bytes.fromhex(rid)
 

@@ -35,7 +35,7 @@ import numpy as np
 from omni_iceberg.index.backend import (Entry, EntryArrays, EntryColumns, FileEntries, IndexBackend, Located,
                                         entry_value, fkey_bytes, key_order, parse_value, rows_as_bytes)
 from omni_iceberg.index.errors import IndexUnavailableError
-from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES, key_list
+from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 from omni_iceberg.index.sealed import FEW_IDS, DeltaArrays, Segment, id_halves, merge_into
 from omni_iceberg.ui.progress import progress_bar
 
@@ -312,13 +312,14 @@ class LmdbBackend(IndexBackend):
         # when the delta or tombstones need it
         matrix = id_keys if isinstance(id_keys, np.ndarray) else None
         listed = None if matrix is not None else list(id_keys)
-        if len(id_keys) <= FEW_IDS:
-            keys = listed if listed is not None else key_list(matrix)
-            return self._with_segment(lambda txn: self._read_few(txn, keys))
-        hi, lo = id_halves(matrix if matrix is not None else listed)
 
         def key_bytes() -> list[bytes]:
-            return listed if listed is not None else key_list(matrix)
+            return listed if listed is not None else rows_as_bytes(matrix)
+
+        if len(id_keys) <= FEW_IDS:
+            keys = key_bytes()
+            return self._with_segment(lambda txn: self._read_few(txn, keys))
+        hi, lo = id_halves(matrix if matrix is not None else listed)
 
         def read(txn) -> EntryArrays:
             segment, tombstones = self._segment_of(txn)
