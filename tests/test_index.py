@@ -141,6 +141,39 @@ def test_a_crash_before_the_logical_commit_leaves_no_visible_entry(omni, name, s
     assert report.dangling == 10 and report.missing == 0 and report.stale == 0
 
 
+def test_a_point_read_and_a_bulk_read_keep_the_same_entries(omni, name, spec, indexed_writes, tmp_path):
+    """Up to ``FEW_IDS`` ids are read as Python tuples (a point lookup), more as arrays:
+    both must keep exactly the visible entries - none of a crashed run, none dangling (no
+    file record) - and the tuple form must convert to the same arrays."""
+    from omni_iceberg.index.core import FEW_IDS
+    from omni_iceberg.ingest.identity import content_id
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 10)], batch="a")
+    indexed_writes["crash"] = True
+    with pytest.raises(CrashBeforeCommit):
+        omni.submit(name, [_jsonl(tmp_path, "b", 10)], batch="b")
+    idx = _index(omni, name, spec)
+    known = _ids(omni, name)
+    lost = [content_id(f"<p>page {i} of b: the text {i * 7}</p>") for i in range(3)]
+    idx.backend.put_entries([(bytes.fromhex(known[1]), b"\xee" * 8, 5, b"")])  # a file nobody registered
+    ask = known[:3] + lost + ["f" * 32]
+    assert len(ask) <= FEW_IDS
+    cov = idx.at(omni.catalog, omni.state(name)).coverage("base")
+    few = idx.entry_rows_in([cov], ask)
+    padded = ask + [f"{i:032x}" for i in range(FEW_IDS)]  # unknown ids past the point-read size
+
+    def kept(entries):
+        return sorted((entries.ids[a], int(c), v) for a, c, v in zip(entries.asked.tolist(), entries.codes,
+                                                                       entries.values))
+
+    as_arrays = few.as_entries(ask)[cov.table]
+    bulk = idx.entries_in([cov], padded)[cov.table]
+    assert kept(as_arrays) == kept(bulk)
+    assert sorted(rid for rid, _, _ in kept(bulk)) == sorted(known[:3])  # one row each, nothing else
+    assert sorted((ask[a], fid, v) for a, fid, v in few.by_table[cov.table]) == kept(bulk)
+
+
 def test_a_reader_at_an_older_version_sees_only_that_version(omni, name, spec, indexed_writes, tmp_path):
     omni.create_table(name)
     omni.submit(name, [_jsonl(tmp_path, "a", 8)], batch="a")

@@ -102,6 +102,10 @@ class EntryColumns:
 
 _NO_INT = np.zeros(0, np.int64)
 
+#: one entry of a read: (position of its id among the ids asked, file key as a little-endian
+#: uint64, stored value) - the tuple form of an :class:`EntryArrays` row
+EntryRow = tuple[int, int, bytes]
+
 
 @dataclass
 class EntryArrays:
@@ -136,7 +140,7 @@ class EntryArrays:
                    np.frombuffer(b"".join(cols.values), np.uint8), starts, lengths)
 
     @classmethod
-    def from_rows(cls, rows: Sequence[tuple[int, int, bytes]]) -> "EntryArrays":
+    def from_rows(cls, rows: Sequence[EntryRow]) -> "EntryArrays":
         """(asked position, file key as uint64, stored value) per entry, as arrays."""
         if not rows:
             return cls()
@@ -267,13 +271,15 @@ class IndexBackend(ABC):
         :class:`EntryArrays` (backends may read them so directly: the LMDB one does)."""
         if isinstance(id_keys, np.ndarray):
             id_keys = rows_as_bytes(id_keys)
-        out = EntryColumns()
-        for rid, located in self.get_entries(id_keys).items():
-            for fkey, position, inline in located:
-                out.ids.append(rid)
-                out.fkeys.append(fkey)
-                out.values.append(entry_value((rid, fkey, position, inline)))
-        return EntryArrays.from_columns(id_keys, out)
+        return EntryArrays.from_rows(self.get_entry_rows(id_keys))
+
+    def get_entry_rows(self, id_keys: Sequence[bytes]) -> list[EntryRow]:
+        """:meth:`get_entries` of the distinct ``id_keys`` as :data:`EntryRow` tuples: what a
+        point lookup decodes entry by entry, with no array set-up (which costs more than a
+        few entries' work; the LMDB backend reads them so directly)."""
+        at = {k: i for i, k in enumerate(id_keys)}
+        return [(at[rid], int.from_bytes(fkey, "little"), entry_value((rid, fkey, position, inline)))
+                for rid, located in self.get_entries(id_keys).items() for fkey, position, inline in located]
 
     @abstractmethod
     def delete_entries(self, keys: Sequence[tuple[bytes, bytes]]) -> None:

@@ -26,8 +26,8 @@ import numpy as np
 
 from catalog_ext.family import FamilyState
 from omni_iceberg.index import visibility
-from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, EntryArrays, FileEntries, FileRecord, IndexBackend,
-                                        RunRecord, fkey_bytes, parse_value)
+from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, EntryArrays, EntryRow, FileEntries, FileRecord,
+                                        IndexBackend, RunRecord, fkey_bytes, parse_value)
 from omni_iceberg.index.errors import IndexCorruptError
 from omni_iceberg.index.file_table import FileTable
 from omni_iceberg.index.inline import IndexedRows, Layout, split_rows
@@ -39,9 +39,15 @@ from omni_iceberg.index.keys import file_key, id_matrix
 PUT_BATCH = 200_000
 #: ids per backend read in bulk lookups (contains_many): memory follows the chunk
 GET_BATCH = 10_000
-#: up to this many entries read, a lookup sorts them out with Python and small sorts (a point
-#: lookup's ~4); past it, with whole-array passes whose set-up a few entries do not repay
-SMALL_READ = 64
+#: up to this many ids, a read sorts its entries out in Python (:meth:`IdIndex.entry_rows_in`);
+#: past it, with whole-array passes whose set-up a few entries do not repay
+FEW_IDS = 16
+
+
+def _distinct(ids: Sequence[str]) -> list[str]:
+    """The asked ids as the callers pass them (checked, lower case), unless some repeat."""
+    asked = list(ids)
+    return asked if len(set(asked)) == len(asked) else list(dict.fromkeys(i.lower() for i in asked))
 
 
 def run_key(table: str, run: str) -> bytes:
@@ -91,6 +97,13 @@ class TableEntries:
         """Each entry's stored value as bytes (for the paths that go entry by entry)."""
         return self.read.values()
 
+    @classmethod
+    def from_rows(cls, ids: list[str], rows: Sequence[EntryRow], file_table: FileTable) -> "TableEntries":
+        """A few entries of :meth:`IdIndex.entry_rows_in` (each ``(asked, fid, value)``) as arrays."""
+        fkeys = file_table.fkeys
+        read = EntryArrays.from_rows([(at, int.from_bytes(fkeys[fid], "little"), value) for at, fid, value in rows])
+        return cls(ids, read.asked, np.array([fid for _, fid, _ in rows], np.int64), read, file_table)
+
     def locations(self) -> dict[str, list[Location]]:
         """id -> its locations (one per entry), for callers that read rows by position."""
         out: dict[str, list[Location]] = {}
@@ -99,6 +112,19 @@ class TableEntries:
             position, inline = parse_value(value)
             out.setdefault(self.ids[at], []).append(Location(rec.path, position, rec.batch, rec.run, inline, layout))
         return out
+
+
+class EntryRows(NamedTuple):
+    """A few ids' visible entries as tuples (:meth:`IdIndex.entry_rows_in`)."""
+
+    #: per physical table: ``(position among the asked ids, fid, stored value)`` of each entry
+    by_table: dict[str, list[EntryRow]]
+    #: the file table the fids refer to
+    file_table: FileTable
+
+    def as_entries(self, ids: list[str]) -> dict[str, TableEntries]:
+        """The same entries as arrays, per table (for the paths that decode arrays)."""
+        return {t: TableEntries.from_rows(ids, rows, self.file_table) for t, rows in self.by_table.items()}
 
 
 @dataclass
@@ -222,33 +248,25 @@ class IdIndex:
         sorting them out by file record costs a table count less than asking per table.
         Visibility is decided once per distinct file, not per entry.
         """
-        # the asked ids as the callers pass them (checked, lower case), unless some repeat
-        asked_ids = list(ids)
-        if len(set(asked_ids)) != len(asked_ids):
-            asked_ids = list(dict.fromkeys(i.lower() for i in asked_ids))
+        asked_ids = _distinct(ids)
+        table = self._file_table
+        if len(asked_ids) <= FEW_IDS:
+            return self.entry_rows_in(covs, asked_ids).as_entries(asked_ids)
         read = self.backend.get_entry_arrays(id_matrix(asked_ids))
         # file keys -> fids through the file table's hash (no Python per entry or per file);
         # files this process has not seen yet get their records read and a fid first
-        table = self._file_table
-        small = len(read) <= SMALL_READ
-        fids = self._fids(table, read.fkeys, small)
+        fids = table.fids_of(read.fkeys)
         unknown = fids < 0
         if unknown.any():
-            missing = np.unique(read.fkeys[unknown]).tolist()
-            for fk, rec in self.files([fkey_bytes(k) for k in missing]).items():
-                table.add(int.from_bytes(fk, "little"), fk, rec, self.layout(fk, rec))
-            fids[unknown] = self._fids(table, read.fkeys[unknown], small)  # still -1: no record, dangling
+            self._learn_files(table, np.unique(read.fkeys[unknown]).tolist())
+            fids[unknown] = table.fids_of(read.fkeys[unknown])  # still -1: no record, dangling
         owner_of = table.owners(covs)
         owner = np.where(fids >= 0, owner_of[np.maximum(fids, 0)], -1) if len(owner_of) else \
             np.full(len(fids), -1, np.int64)
         # each table's entries in read order (a stable split; the entries of no table are dropped)
-        if small:  # one sort of a few entries costs less than a pass per table
-            order = np.argsort(owner, kind="stable")
-            bounds = np.searchsorted(owner[order], np.arange(len(covs) + 1), "left").tolist()
-        else:
-            parts = [np.flatnonzero(owner == at) for at in range(len(covs))]
-            bounds = np.cumsum([0] + [len(p) for p in parts]).tolist()
-            order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        parts = [np.flatnonzero(owner == at) for at in range(len(covs))]
+        bounds = np.cumsum([0] + [len(p) for p in parts]).tolist()
+        order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         read, codes = read.take(order), fids[order]
         out: dict[str, TableEntries] = {}
         for cov_at, cov in enumerate(covs):
@@ -256,14 +274,32 @@ class IdIndex:
             out[cov.table] = TableEntries(asked_ids, part.asked, codes[bounds[cov_at]:bounds[cov_at + 1]], part, table)
         return out
 
-    @staticmethod
-    def _fids(table: FileTable, fkeys: np.ndarray, small: bool) -> np.ndarray:
-        """The fid of each file key, -1 for a file the table has not seen: for a few entries
-        by dict (the array hash's set-up costs more), else by :meth:`FileTable.fids_of`."""
-        if small:
-            fid_of = table.fid_of
-            return np.array([fid_of.get(k, -1) for k in fkeys.tolist()], np.int64)
-        return table.fids_of(fkeys)
+    def entry_rows_in(self, covs: Sequence[Coverage], ids: Sequence[str]) -> "EntryRows":
+        """:meth:`entries_in` of a few ids as Python tuples: per physical table of ``covs``,
+        ``(position in ids, fid, stored value)`` of each visible entry, in read order.
+
+        A point lookup's path: for the ~4 entries of one id, the whole-array passes of
+        :meth:`entries_in` (hash, split, slices) cost more than a dict and a loop.
+        """
+        rows = self.backend.get_entry_rows([bytes.fromhex(i) for i in ids])
+        table = self._file_table
+        fid_of = table.fid_of
+        if any(fk not in fid_of for _, fk, _ in rows):  # files this process has not seen yet
+            self._learn_files(table, {fk for _, fk, _ in rows if fk not in fid_of})
+        owner_of = table.owners(covs)
+        out: dict[str, list[EntryRow]] = {cov.table: [] for cov in covs}
+        tables = [cov.table for cov in covs]
+        for at, fk, value in rows:
+            fid = fid_of.get(fk)  # None: no record (a dangling entry)
+            if fid is not None and fid < len(owner_of) and owner_of[fid] >= 0:
+                out[tables[owner_of[fid]]].append((at, fid, value))
+        return EntryRows(out, table)
+
+    def _learn_files(self, table: FileTable, fkeys: Iterable[int]) -> None:
+        """Give the files of ``fkeys`` (uint64 file keys) a fid in ``table``, reading their
+        records; a key with no record (a dangling entry) gets none."""
+        for fk, rec in self.files([fkey_bytes(k) for k in fkeys]).items():
+            table.add(int.from_bytes(fk, "little"), fk, rec, self.layout(fk, rec))
 
     def at(self, catalog: Any, state: FamilyState) -> "IndexView":
         """This index as seen by a reader at ``state``'s logical version."""
@@ -438,6 +474,12 @@ class IndexView:
         covs = {key: self.coverage(key) for key in table_keys}
         found = self.index.entries_in(list(covs.values()), ids)
         return {key: found[cov.table] for key, cov in covs.items()}
+
+    def entry_rows_of(self, table_keys: Sequence[str], ids: Sequence[str]) -> "EntryRows":
+        """:meth:`entries_of` of a few checked, distinct ids as tuples (:meth:`IdIndex.entry_rows_in`)."""
+        covs = {key: self.coverage(key) for key in table_keys}
+        found = self.index.entry_rows_in(list(covs.values()), ids)
+        return EntryRows({key: found.by_table[cov.table] for key, cov in covs.items()}, found.file_table)
 
     def contains_many(self, table_key: str, sorted_ids: Sequence[str]) -> set[str]:
         """The ids among ``sorted_ids`` that have a row in ``table_key`` at this version (dedup).

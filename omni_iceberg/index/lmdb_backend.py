@@ -28,12 +28,12 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from omni_iceberg.index.backend import (Entry, EntryArrays, EntryColumns, FileEntries, IndexBackend, Located,
-                                        entry_value, fkey_bytes, key_order, parse_value, rows_as_bytes)
+from omni_iceberg.index.backend import (Entry, EntryArrays, EntryColumns, EntryRow, FileEntries, IndexBackend,
+                                        Located, entry_value, fkey_bytes, key_order, parse_value, rows_as_bytes)
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 from omni_iceberg.index.sealed import FEW_IDS, DeltaArrays, Segment, id_halves, merge_into
@@ -57,6 +57,7 @@ TOMBSTONE_PREFIX = b"T"
 SEAL_READ_CHUNK = 65_536
 _SEGMENTS: dict[tuple[str, int], Segment] = {}
 _SEGMENTS_LOCK = threading.Lock()
+_R = TypeVar("_R")
 
 
 class _SegmentGone(Exception):
@@ -317,8 +318,7 @@ class LmdbBackend(IndexBackend):
             return listed if listed is not None else rows_as_bytes(matrix)
 
         if len(id_keys) <= FEW_IDS:
-            keys = key_bytes()
-            return self._with_segment(lambda txn: self._read_few(txn, keys))
+            return EntryArrays.from_rows(self.get_entry_rows(key_bytes()))
         hi, lo = id_halves(matrix if matrix is not None else listed)
 
         def read(txn) -> EntryArrays:
@@ -345,7 +345,7 @@ class LmdbBackend(IndexBackend):
 
         return self._with_segment(read)
 
-    def _with_segment(self, read: Callable[[Any], EntryArrays]) -> EntryArrays:
+    def _with_segment(self, read: Callable[[Any], _R]) -> _R:
         """``read`` in a read transaction, again in a new one if a seal replaced its segment."""
         for attempt in range(4):
             try:
@@ -357,8 +357,12 @@ class LmdbBackend(IndexBackend):
                         "unreadable; rebuild the index with `omni index rebuild NAME --fresh`") from None
         raise AssertionError("unreachable")
 
-    def _read_few(self, txn, keys: list[bytes]) -> EntryArrays:
-        """:meth:`get_entry_arrays` of a few ids with scalar reads (a point lookup's path)."""
+    def get_entry_rows(self, id_keys: Sequence[bytes]) -> list[EntryRow]:
+        keys = list(id_keys)
+        return self._with_segment(lambda txn: self._read_few(txn, keys))
+
+    def _read_few(self, txn, keys: list[bytes]) -> list[EntryRow]:
+        """:meth:`get_entry_rows`: scalar reads, for a few ids (a point lookup's path)."""
         segment, tombstones = self._segment_of(txn)
         rows = segment.probe(keys) if segment is not None else []
         if tombstones and rows:
@@ -370,7 +374,7 @@ class LmdbBackend(IndexBackend):
                      for rid, fk, value in zip(delta.ids, delta.fkeys, delta.values)}
             rows = [r for r in rows if (r[0], r[1]) not in newer]  # the delta's copy is the newer one
             rows += [(a, fk, bytes(v)) for (a, fk), v in newer.items()]
-        return EntryArrays.from_rows(rows)
+        return rows
 
     def _walk_delta(self, txn, keys: list[bytes]) -> EntryColumns:
         """The delta's entries of the sorted ``keys`` (one forward cursor walk)."""
