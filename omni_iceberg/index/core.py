@@ -249,12 +249,12 @@ class IdIndex:
         Visibility is decided once per distinct file, not per entry.
         """
         asked_ids = _distinct(ids)
-        table = self._file_table
         if len(asked_ids) <= FEW_IDS:
             return self.entry_rows_in(covs, asked_ids).as_entries(asked_ids)
         read = self.backend.get_entry_arrays(id_matrix(asked_ids))
         # file keys -> fids through the file table's hash (no Python per entry or per file);
         # files this process has not seen yet get their records read and a fid first
+        table = self._file_table
         fids = table.fids_of(read.fkeys)
         unknown = fids < 0
         if unknown.any():
