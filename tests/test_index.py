@@ -120,17 +120,22 @@ def test_unknown_ids_are_not_found_rows_and_malformed_ids_are_named(omni, name, 
         get_rows(omni, name, [known, "not-an-id"], index=spec)
 
 
-def test_a_crash_before_the_logical_commit_leaves_no_visible_entry(omni, name, spec, indexed_writes, tmp_path):
+def _crash_second_batch(omni, name, tmp_path, indexed_writes) -> list[str]:
+    """Batch a committed, then batch b indexed but crashed before its logical commit: b's ids."""
+    from omni_iceberg.ingest.identity import content_id
+
     omni.create_table(name)
     omni.submit(name, [_jsonl(tmp_path, "a", 10)], batch="a")
     indexed_writes["crash"] = True
     with pytest.raises(CrashBeforeCommit):
         omni.submit(name, [_jsonl(tmp_path, "b", 10)], batch="b")
+    return [content_id(f"<p>page {i} of b: the text {i * 7}</p>") for i in range(10)]
+
+
+def test_a_crash_before_the_logical_commit_leaves_no_visible_entry(omni, name, spec, indexed_writes, tmp_path):
+    lost = _crash_second_batch(omni, name, tmp_path, indexed_writes)
     idx = _index(omni, name, spec)
     assert [r.complete for r in idx.all_runs()] == [True, True]  # both indexed fully before committing
-    from omni_iceberg.ingest.identity import content_id
-
-    lost = [content_id(f"<p>page {i} of b: the text {i * 7}</p>") for i in range(10)]
     assert idx.backend.get_entries([bytes.fromhex(i) for i in lost])  # the entries are there...
     lookup = get_rows(omni, name, lost, columns=["RawData.url"], explain=True, index=spec)
     assert not any(lookup.rows.column(FOUND_COLUMN).to_pylist())  # ...and nobody can see them
@@ -146,16 +151,10 @@ def test_a_point_read_and_a_bulk_read_keep_the_same_entries(omni, name, spec, in
     both must keep exactly the visible entries - none of a crashed run, none dangling (no
     file record) - and the tuple form must convert to the same arrays."""
     from omni_iceberg.index.core import FEW_IDS
-    from omni_iceberg.ingest.identity import content_id
 
-    omni.create_table(name)
-    omni.submit(name, [_jsonl(tmp_path, "a", 10)], batch="a")
-    indexed_writes["crash"] = True
-    with pytest.raises(CrashBeforeCommit):
-        omni.submit(name, [_jsonl(tmp_path, "b", 10)], batch="b")
+    lost = _crash_second_batch(omni, name, tmp_path, indexed_writes)[:3]
     idx = _index(omni, name, spec)
     known = _ids(omni, name)
-    lost = [content_id(f"<p>page {i} of b: the text {i * 7}</p>") for i in range(3)]
     idx.backend.put_entries([(bytes.fromhex(known[1]), b"\xee" * 8, 5, b"")])  # a file nobody registered
     ask = known[:3] + lost + ["f" * 32]
     assert len(ask) <= FEW_IDS

@@ -25,7 +25,6 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-
 FILE_PREFIX = b"F"
 RUN_PREFIX = b"R"
 

@@ -31,7 +31,7 @@ from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, EntryArrays, En
 from omni_iceberg.index.errors import IndexCorruptError
 from omni_iceberg.index.file_table import FileTable
 from omni_iceberg.index.inline import IndexedRows, Layout, split_rows
-from omni_iceberg.index.keys import file_key, id_matrix
+from omni_iceberg.index.keys import file_key, id_key, id_matrix
 
 #: entries per backend write: bounds a writer's memory (~200 B an entry while it is built)
 #: and one LMDB transaction / HBase batch; large, since random ids make every transaction
@@ -281,7 +281,7 @@ class IdIndex:
         A point lookup's path: for the ~4 entries of one id, the whole-array passes of
         :meth:`entries_in` (hash, split, slices) cost more than a dict and a loop.
         """
-        rows = self.backend.get_entry_rows([bytes.fromhex(i) for i in ids])
+        rows = self.backend.get_entry_rows(list(map(id_key, ids)))
         table = self._file_table
         fid_of = table.fid_of
         if any(fk not in fid_of for _, fk, _ in rows):  # files this process has not seen yet

@@ -259,8 +259,8 @@ def _rowwise(state: FamilyState, plan: _LookupPlan, few: EntryRows, wanted: list
                 row = per_id[at]
                 if row is None or row[BATCH_COLUMN] != batch:
                     continue  # a LEFT JOIN on (id, batch): no base row, or another batch's row
-            for phys, path in cols:
-                path = logical_of(path)
+            for phys, logical in cols:
+                path = logical_of(logical)
                 if row.get(path) is None:  # a column's later parts fill what earlier ones left null
                     row[path] = got[phys]
         identifier, snapshot_id = plan.snapshots[key]
