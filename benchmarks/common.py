@@ -334,10 +334,16 @@ def _json_default(obj: Any) -> Any:
 
 
 def headline(metric: str, value: float, unit: str = "", target: str = "", meets: bool | None = None,
-             note: str = "") -> dict[str, Any]:
-    """One headline figure: a ratio, with the target it is checked against (when any)."""
-    return {"metric": metric, "value": round(value, 4), "unit": unit, "target": target, "meets_target": meets,
-            "note": note}
+             note: str = "", peer: bool = False) -> dict[str, Any]:
+    """One headline figure: a ratio, with the target it is checked against (when any).
+
+    ``peer`` marks the figure against the strongest peer a user would pick for the job
+    (DuckDB on the same files, ClickHouse against the best Iceberg path): README's table
+    always shows it, target or not.
+    """
+    out = {"metric": metric, "value": round(value, 4), "unit": unit, "target": target, "meets_target": meets,
+           "note": note}
+    return out | {"peer": True} if peer else out
 
 
 def log(msg: str) -> None:

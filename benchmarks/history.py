@@ -207,14 +207,16 @@ def main(argv: list[str] | None = None) -> None:
     paired_growth = old_ms / young_ms
     heads = [
         C.headline(f"commit latency at version ~{n} / at version ~{early_at}, retention on (metadata-only commit, "
-                   "interleaved)", paired_growth, "x", "<= 1.2x", paired_growth <= 1.2,
+                   "interleaved)", paired_growth, "x", "", None,
                    f"{old_ms:.1f} ms at v{min(paired['old_versions'])}-{max(paired['old_versions'])} vs "
                    f"{young_ms:.1f} ms at v{min(paired['young_versions'])}-{max(paired['young_versions'])}, "
                    f"{len(paired['old'])} pairs; keep last {args.keep_last}, maintain every "
                    f"{args.maintain_every} versions"),
         C.headline(f"the same, timed as the run went (v{early_w[0]}-{early_w[1]} at its start, "
-                   f"v{late_w[0]}-{late_w[1]} minutes later)", growth["metadata commit"], "x", "", None,
-                   "includes the machine's and the process's drift over the run; see notes"),
+                   f"v{late_w[0]}-{late_w[1]} minutes later)", growth["metadata commit"], "x", "<= 1.2x",
+                   growth["metadata commit"] <= 1.2,
+                   "the method the target was set on; includes the machine's and the process's drift over "
+                   "the run (the interleaved row above was added after this one missed and carries no verdict)"),
         C.headline(f"small-append (submit) latency at version ~{n} / at ~{early_at}, retention on",
                    growth["submit"], "x", "", None,
                    "grows with the data (files and batches), not with history: see notes"),

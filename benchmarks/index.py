@@ -121,29 +121,29 @@ def add_headlines(payload: dict) -> dict:
     how = " (sealed: one sorted segment)" if payload.get("index_sealed") else ""
     payload["title"] = (f"Point lookups by id through the {backend} index{how} vs the bucket-pruned scan, "
                         f"{payload['rows']:,} synthetic short rows with 3 feature columns")
-    # the targets are judged on the steady state, each variant timed back to back as a
-    # service answering calls runs it; right after a scan every lookup pays for the CPU
-    # caches the scan evicted (measured: even a plain Python dict loop ran ~2x slower
-    # there), which is reported beside it without a target
+    # the targets stay on the method they were set on: the variants alternated 1:1, each
+    # lookup right after a scan. The back-to-back blocks (a service's steady state) were
+    # added after that missed, so they are reported beside it without a verdict of their own
     steady, steady_many = res.get("1_ids_back_to_back"), res.get("1000_ids_back_to_back")
     payload["headline"] = []
     for label, block in (("1 id", steady), ("1,000 ids", steady_many)):
         if block:
             payload["headline"].append(C.headline(
                 f"{label}: scan / index (P50), each variant back to back in blocks (steady state)",
-                block["scan_over_index_p50"], "x", ">= 1000", block["scan_over_index_p50"] >= 1000,
-                f"index {block['index']['p50_ms']:.2f} ms, scan {block['scan']['p50_ms']:.0f} ms"))
+                block["scan_over_index_p50"], "x", "", None,
+                f"index {block['index']['p50_ms']:.2f} ms, scan {block['scan']['p50_ms']:.0f} ms; "
+                "method added after the alternated one missed, no verdict"))
     payload["headline"].insert(1, C.headline(
         f"1 id: index P50 ({backend})", one["index"]["p50_ms"], "ms", "<= 5 ms" if backend == "lmdb" else "",
         one["index"]["p50_ms"] <= 5 if backend == "lmdb" else None, "right after a scan; back to back "
         f"{steady['index']['p50_ms']:.2f} ms" if steady else "right after a scan"))
-    for label, block, judged in (("1 id", one, steady), ("1,000 ids", many, steady_many)):
+    for label, block in (("1 id", one), ("1,000 ids", many)):
         ratio = block["scan_over_index_p50"]
         payload["headline"].append(C.headline(
             f"{label}: scan / index (P50), the variants alternated 1:1 (each lookup right after a scan)",
-            ratio, "x", "" if judged else ">= 1000", None if judged else ratio >= 1000,
+            ratio, "x", ">= 1000", ratio >= 1000,
             f"index {block['index']['p50_ms']:.2f} ms" + (": the scan evicts the CPU caches the lookup then refills"
-                                                          if judged and backend == "lmdb" else "")))
+                                                          if backend == "lmdb" else "")))
     seal_s = payload.get("setup_seconds", {}).get("seal_s")
     if seal_s is not None:
         setup = payload["setup_seconds"]

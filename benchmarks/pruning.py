@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         C.headline("wall time: read 2 columns / omni.query (with the query-log commit)", vs_read, "x", "", None,
                    "omni.query = plan + execute + one Iceberg append to omni_sys.query_log"),
         C.headline("wall time: DuckDB on the needed files / omni.query (honest peer)", vs_files, "x", "", None,
-                   "DuckDB's Parquet reader on the 2 feature tables' files, file list known in advance"),
+                   "DuckDB's Parquet reader on the 2 feature tables' files, file list known in advance", peer=True),
         C.headline("wall time: DuckDB on the needed files / plan + execute", med["DuckDB on files"] / planner, "x"),
         C.headline("CPU time: full view / omni.query",
                    C.median(vals("full view", "cpu_s")) / C.median(vals("omni.query", "cpu_s")), "x"),
