@@ -44,12 +44,14 @@ class OmniConfig:
         catalog_name: str | None = None,
     ) -> "OmniConfig":
         """Build a config from arguments, falling back to environment and defaults."""
-        home_path = Path(home or os.environ.get("OMNI_HOME") or ".omni").resolve()
-        uri = catalog or os.environ.get("OMNI_CATALOG") or f"sqlite:///{home_path / 'catalog.db'}"
-        wh = warehouse or os.environ.get("OMNI_WAREHOUSE") or (home_path / "warehouse").as_uri()
+        from catalog_ext import settings
+
+        home_path = Path(home or settings.value("OMNI_HOME")).resolve()
+        uri = catalog or settings.value("OMNI_CATALOG") or f"sqlite:///{home_path / 'catalog.db'}"
+        wh = warehouse or settings.value("OMNI_WAREHOUSE") or (home_path / "warehouse").as_uri()
         if "://" not in wh:
             wh = Path(wh).resolve().as_uri()
-        name = catalog_name or os.environ.get("OMNI_CATALOG_NAME") or DEFAULT_CATALOG_NAME
+        name = catalog_name or settings.value("OMNI_CATALOG_NAME") or DEFAULT_CATALOG_NAME
         extra = storage_properties(wh, name, rest=uri.startswith(("http://", "https://"))) \
             if "://" in uri or uri.startswith("sqlite:") else {}
         return cls(home=home_path, catalog_uri=uri, warehouse=wh, catalog_name=name, extra_properties=extra)

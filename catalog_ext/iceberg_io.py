@@ -404,15 +404,9 @@ class _FooterCache(_WeightedLru):
         self._fs: Any = None
 
     def _limit(self) -> int:
-        import os
+        from catalog_ext import settings
 
-        value = os.environ.get("OMNI_FOOTER_CACHE_MB", "64")
-        try:
-            return int(float(value) * (1 << 20))
-        except ValueError:
-            from catalog_ext.errors import ConfigError
-
-            raise ConfigError(f"OMNI_FOOTER_CACHE_MB must be a number of MiB, got {value!r}") from None
+        return int(settings.value("OMNI_FOOTER_CACHE_MB") * (1 << 20))
 
     def fragments(self, files: list[tuple[str, int]]) -> tuple[Any, Any, list[Any]]:
         """(format, filesystem, one fragment with its footer parsed per file)."""
@@ -457,9 +451,9 @@ def _read_by_name(scan: Any, tasks: list[Any]) -> Any | None:
     written before a column existed lack it: the dataset reads it as nulls, as the
     Iceberg spec asks. ``OMNI_READ_BY_NAME=0`` turns this off.
     """
-    import os
+    from catalog_ext import settings
 
-    if not tasks or os.environ.get("OMNI_READ_BY_NAME", "1") == "0":
+    if not tasks or not settings.value("OMNI_READ_BY_NAME"):
         return None
     from pyiceberg.manifest import FileFormat
 

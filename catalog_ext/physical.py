@@ -21,7 +21,6 @@ top of the winner's snapshot: nothing is recomputed or rewritten.
 from __future__ import annotations
 
 import itertools
-import os
 import time
 import uuid
 from typing import Any, Iterable, NamedTuple, Protocol
@@ -29,7 +28,7 @@ from typing import Any, Iterable, NamedTuple, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog_ext import iceberg_io, staging, types
+from catalog_ext import iceberg_io, settings, staging, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.errors import OmniError
 from catalog_ext.staging import STAGING_BRANCH_PREFIX
@@ -43,7 +42,7 @@ BUCKET_FIELD = "_ai_id_bucket"
 #: 1M-row batch into 800 files of ~1,250 rows per table (and its backfill into 128 per
 #: feature table): every later scan opened them all, and a 1,000-id lookup touched a file
 #: per id. Held rows are bounded by this, not by the batch; ``0`` writes every chunk at once.
-WRITE_BUFFER_BYTES = int(os.environ.get("OMNI_WRITE_BUFFER_BYTES", str(128 << 20)))
+WRITE_BUFFER_BYTES = settings.value("OMNI_WRITE_BUFFER_BYTES")
 
 
 def file_batch(table: Any, data_file: Any) -> str | None:

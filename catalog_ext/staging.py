@@ -34,12 +34,11 @@ those by listing storage.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from catalog_ext import iceberg_io
+from catalog_ext import iceberg_io, settings
 from catalog_ext.family import FamilyState
 
 STAGING_BRANCH_PREFIX = "omni-stage-"
@@ -47,19 +46,19 @@ STAGING_BRANCH_PREFIX = "omni-stage-"
 RESUMABLE_RUN_PREFIXES = ("bf-", "rt-")
 
 
-def _env_seconds(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
+def _env_seconds(name: str) -> float:
+    return float(settings.value(name))
 
 
 @dataclass(frozen=True)
 class StagingPolicy:
     """When a staging branch counts as abandoned."""
 
-    grace_s: float = field(default_factory=lambda: _env_seconds("OMNI_STAGE_GRACE_S", 2 * 3600))
+    grace_s: float = field(default_factory=lambda: _env_seconds("OMNI_STAGE_GRACE_S"))
     #: an ingest stages its branch only right before its logical commit, so its branch
     #: lives seconds; a shorter grace lets the next submit clean up after a killed one
-    ingest_grace_s: float = field(default_factory=lambda: _env_seconds("OMNI_STAGE_INGEST_GRACE_S", 600))
-    ttl_s: float = field(default_factory=lambda: _env_seconds("OMNI_STAGE_TTL_S", 7 * 24 * 3600))
+    ingest_grace_s: float = field(default_factory=lambda: _env_seconds("OMNI_STAGE_INGEST_GRACE_S"))
+    ttl_s: float = field(default_factory=lambda: _env_seconds("OMNI_STAGE_TTL_S"))
 
 
 @dataclass
@@ -247,7 +246,7 @@ def sweep_stale_branches(catalog: Any, state: FamilyState, *, table_keys: Iterab
 
 def orphan_grace_s(given: float | None = None) -> float:
     """The orphan sweep's grace period: ``given``, else ``OMNI_ORPHAN_GRACE_S`` (default 3 days)."""
-    return _env_seconds("OMNI_ORPHAN_GRACE_S", 3 * 24 * 3600) if given is None else given
+    return _env_seconds("OMNI_ORPHAN_GRACE_S") if given is None else given
 
 
 def sweep_orphan_files(catalog: Any, state: FamilyState, *, older_than_s: float | None = None,

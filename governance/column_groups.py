@@ -36,7 +36,6 @@ logical versions keep their pins, so they keep reading the old layout.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -45,6 +44,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from catalog_ext import settings
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, PHYSICAL_SEPARATOR, split_qualified
 from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState, PhysicalColumn, PhysicalTable, PhysicalTableGroup
@@ -61,7 +61,7 @@ NARROW_BYTES_PER_ROW = 96
 #: a column group holds at most this many columns (the paper: 200-300 per physical table)
 MAX_GROUP_COLUMNS = 256
 #: ``omni maintain`` regroups once this many feature tables would move (each one is a join saved)
-GROUP_DUE_TABLES = int(os.environ.get("OMNI_GROUP_DUE_TABLES", "8"))
+GROUP_DUE_TABLES = settings.value("OMNI_GROUP_DUE_TABLES")
 
 
 class ColumnGroupError(OmniError):

@@ -34,23 +34,23 @@ one more table, which is what the cost model weighs.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from catalog_ext import settings
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES, split_qualified
 from catalog_ext.family import FamilyState
 
 #: a read "joins" when its columns live in at least this many physical tables
 MIN_TABLES_JOINED = 3
 #: ``omni maintain`` moves columns once this many logged reads would join fewer tables
-MIN_READS = int(os.environ.get("OMNI_COREAD_MIN_READS", "3"))
+MIN_READS = settings.value("OMNI_COREAD_MIN_READS")
 #: at most this many columns move in one plan (a bigger co-read set is rarely one workload)
 MAX_COLUMNS = 64
 #: only reads logged within this many days count: the workload of now, and a bounded scan
-WINDOW_DAYS = float(os.environ.get("OMNI_COREAD_WINDOW_DAYS", "7"))
+WINDOW_DAYS = float(settings.value("OMNI_COREAD_WINDOW_DAYS"))
 NEW_TABLE = "<co-read group>"
 
 

@@ -8,11 +8,11 @@ Iceberg's ``remove_orphan_files`` on Spark for a big family).
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from catalog_ext import settings
 from catalog_ext.contract import split_qualified
 from catalog_ext.errors import ConfigError
 from catalog_ext.staging import SweepReport, sweep_orphan_files, sweep_stale_branches
@@ -21,9 +21,9 @@ from governance.leftovers import CleanupReport
 
 
 #: ``omni maintain`` keeps this many logical versions unless told otherwise
-DEFAULT_KEEP_LAST = int(os.environ.get("OMNI_RETENTION_KEEP_LAST", "100"))
+DEFAULT_KEEP_LAST = settings.value("OMNI_RETENTION_KEEP_LAST")
 #: ``omni maintain`` compacts a partition once it holds this many small files
-DEFAULT_COMPACT_MIN_FILES = int(os.environ.get("OMNI_COMPACT_MIN_FILES", "4"))
+DEFAULT_COMPACT_MIN_FILES = settings.value("OMNI_COMPACT_MIN_FILES")
 
 
 @dataclass
@@ -123,9 +123,9 @@ def declare_unique_keys(catalog: Any, state: Any, *, dry_run: bool = False) -> l
 
 
 #: after a commit, ``maintain`` runs when the new version is a multiple of this (0: never)
-AUTO_MAINTAIN_EVERY = int(os.environ.get("OMNI_AUTO_MAINTAIN_EVERY", "0"))
+AUTO_MAINTAIN_EVERY = settings.value("OMNI_AUTO_MAINTAIN_EVERY")
 #: seconds an automatic maintenance may start tasks in (a task started runs to its end)
-AUTO_MAINTAIN_BUDGET_S = float(os.environ.get("OMNI_AUTO_MAINTAIN_BUDGET_S", "60"))
+AUTO_MAINTAIN_BUDGET_S = float(settings.value("OMNI_AUTO_MAINTAIN_BUDGET_S"))
 
 
 def maintain_if_due(store: FamilyStore, name: str, version: int, *, every: int | None = None,

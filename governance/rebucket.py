@@ -37,11 +37,11 @@ default spec is at that moment.
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from catalog_ext import settings
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.errors import ConfigError, OmniError
 from catalog_ext.family import FamilyState
@@ -52,7 +52,7 @@ from catalog_ext.updates import PinSnapshot, SetBucketCount
 from governance.attempt import staged_attempt
 
 #: a bucket of the largest table should hold at most this many bytes (OMNI_BUCKET_TARGET_MB)
-TARGET_BUCKET_BYTES = int(float(os.environ.get("OMNI_BUCKET_TARGET_MB", "256")) * 2**20)
+TARGET_BUCKET_BYTES = int(settings.value("OMNI_BUCKET_TARGET_MB") * 2**20)
 #: one rewrite unit (files read together, then written out) is cut at this many input bytes
 UNIT_BYTES = 128 * 2**20
 MAX_BUCKETS = 1024

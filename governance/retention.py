@@ -49,12 +49,11 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from catalog_ext import iceberg_io
+from catalog_ext import iceberg_io, settings
 from catalog_ext.contract import split_qualified
 from catalog_ext.errors import CommitConflictError, OmniError
 from catalog_ext.family import FamilyState
@@ -91,7 +90,7 @@ class RetentionPolicy:
     keep_last: int
     keep_tagged: bool = True
     keep_pinned_by_manifests: bool = True
-    min_age_s: float = field(default_factory=lambda: float(os.environ.get(MIN_AGE_ENV, 3600)))
+    min_age_s: float = field(default_factory=lambda: float(settings.value(MIN_AGE_ENV)))
     keep_metadata_files: int = 10
 
     def __post_init__(self) -> None:
@@ -572,7 +571,7 @@ def _expire_table(catalog: Any, identifier: str, pinned: set[int], started_s: fl
     # manifests and manifest lists of snapshots expired by a run that died before deleting them
     # (its data files are found by the orphan sweep of ``omni maintain``): same grace as that sweep,
     # since a writer's manifests exist a moment before the snapshot that names them
-    grace_s = float(os.environ.get("OMNI_ORPHAN_GRACE_S", 3 * 24 * 3600))
+    grace_s = float(settings.value("OMNI_ORPHAN_GRACE_S"))
     listed = {p.removeprefix("file://") for p in live["manifests"]}
     orphans = {uri: size for uri, (size, mtime) in _list(f"{ice.location().rstrip('/')}/metadata").items()
                if uri.endswith(".avro") and uri.removeprefix("file://") not in listed

@@ -860,6 +860,13 @@ class Omni:
         return engine_config.render_spark_defaults(engine_config.spark_properties(self.config), mask_secrets=True)
 
     @staticmethod
+    def settings() -> list[dict[str, Any]]:
+        """Every setting: its value, where it came from (environment, .pyiceberg.yaml, default), unit and meaning."""
+        from catalog_ext import settings
+
+        return [s.as_dict() for s in settings.current()]
+
+    @staticmethod
     def fetch_corpora(names: list[str] | None = None) -> dict[str, str]:
         """Download (once, cached) the real corpora the demo uses; name -> local path."""
         from omni_iceberg.demo import corpora

@@ -30,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+from catalog_ext import settings
 from catalog_ext.redact import redact
 
 import contextlib
@@ -66,7 +67,7 @@ if TYPE_CHECKING:  # pragma: no cover - pyspark stays an optional extra
 
 ENGINE = "spark"
 #: seconds to wait for a cluster's first executor before giving up with a ConfigError
-EXECUTOR_WAIT_S = float(os.environ.get("OMNI_SPARK_EXECUTOR_WAIT_S", "120"))
+EXECUTOR_WAIT_S = float(settings.value("OMNI_SPARK_EXECUTOR_WAIT_S"))
 #: Spark settings while a unit's inputs are read. Partially clustered distribution replicates one
 #: side's partitions, which breaks the key grouping the NEXT join needs: a unit reading three physical
 #: tables then shuffled twice; without it the whole family join has no Exchange (measured, Spark 3.5.9).
@@ -221,7 +222,7 @@ def gpus_per_task(spark: SparkSession) -> float | None:
     amount = float(conf.get("spark.executor.resource.gpu.amount") or 0)
     if amount <= 0:
         return None
-    return min(amount, float(os.environ.get("OMNI_SPARK_GPUS_PER_TASK", "1")))
+    return min(amount, float(settings.value("OMNI_SPARK_GPUS_PER_TASK")))
 
 
 def _first_line(e: BaseException) -> str:

@@ -71,7 +71,9 @@ _COMPILE_TIMEOUT_S = 300
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+    from catalog_ext import settings
+
+    return bool(settings.value(SWITCH))
 
 
 def _sources() -> list[Path]:

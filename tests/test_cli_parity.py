@@ -21,6 +21,7 @@ RENAMED = {
     ("index", "rebuild"): "rebuild_index",
     ("index", "seal"): "seal_index",
     ("flush-log",): "flush_query_log",
+    ("config",): "settings",
 }
 
 

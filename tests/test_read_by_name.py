@@ -138,7 +138,7 @@ def test_footers_are_parsed_once_and_the_cache_stays_within_its_bytes(catalog, m
     from catalog_ext.errors import ConfigError
 
     monkeypatch.setenv("OMNI_FOOTER_CACHE_MB", "lots")
-    with pytest.raises(ConfigError, match="OMNI_FOOTER_CACHE_MB must be a number of MiB, got 'lots'"):
+    with pytest.raises(ConfigError, match=r"OMNI_FOOTER_CACHE_MB='lots' \(environment\): expected a number of MiB"):
         _both(table)
 
 

@@ -34,6 +34,12 @@ def split_list(text: str | None, what: str) -> list[str] | None:
 
 
 def dispatch(args: Any, command_line: str) -> int:
+    if args.command == "config":
+        from omni_iceberg.api import Omni
+
+        rows = Omni.settings()
+        emit(args, rows, lambda: render.settings_text(rows))
+        return 0
     if args.command == "corpus":
         from omni_iceberg.api import Omni
 

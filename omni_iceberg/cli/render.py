@@ -77,3 +77,18 @@ def drop_text(r: dict) -> str:
     how = f"purged ({r['files_deleted']} metadata files deleted, data files removed)" if r["purged"] else (
         "data files kept on storage (use --purge to delete them)")
     return f"dropped {r['logical_table']} and {len(r['physical_tables'])} physical tables; {how}{gone}"
+
+
+def settings_text(rows: list[dict]) -> str:
+    """``omni config``: one line per setting, grouped by area; values that are not the default are marked."""
+    width = max(len(r["name"]) for r in rows)
+    lines, area = [], None
+    for r in rows:
+        if r["area"] != area:
+            area = r["area"]
+            lines += ([""] if lines else []) + [f"[{area}]"]
+        value = "(empty)" if r["value"] == "" else str(r["value"])
+        unit = f" {r['unit']}" if r["unit"] and r["value"] != "" else ""
+        where = "" if r["source"] == "default" else f"   <- {r['source']}"
+        lines.append(f"  {r['name']:<{width}}  {value}{unit}{where}")
+    return "\n".join(lines)

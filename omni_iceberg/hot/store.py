@@ -17,7 +17,6 @@ values (see :mod:`omni_iceberg.hot.route`).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog_ext import types
+from catalog_ext import settings, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.errors import OmniError
 
@@ -64,7 +63,7 @@ def clickhouse_type(logical: str) -> str:
 
 
 def default_dsn(home: Path | str) -> str:
-    return os.environ.get("OMNI_HOT") or f"chdb://{Path(home).resolve() / 'hot'}"
+    return settings.value("OMNI_HOT") or f"chdb://{Path(home).resolve() / 'hot'}"
 
 
 def store_for(omni: Any) -> "HotStore":

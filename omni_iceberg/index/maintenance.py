@@ -26,10 +26,10 @@ counted as ``expired`` (reclaimable by ``rebuild --fresh``), not as a fault.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from catalog_ext import settings
 from catalog_ext.family import FamilyState
 from catalog_ext.iceberg_io import snapshot_data_changes, snapshots_between
 from catalog_ext.physical import file_batch
@@ -45,7 +45,7 @@ EXAMPLES = 5
 #: a seal is due when the unsealed entries reach this many AND this share of the sealed
 #: ones. The share makes the segment grow geometrically, so over its life each entry is
 #: rewritten a bounded number of times (1 / share + 1, ~5), however large the table grows
-SEAL_MIN_ENTRIES = int(os.environ.get("OMNI_INDEX_SEAL_MIN_ENTRIES", "100000"))
+SEAL_MIN_ENTRIES = settings.value("OMNI_INDEX_SEAL_MIN_ENTRIES")
 SEAL_SHARE = 0.25
 
 

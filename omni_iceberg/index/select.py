@@ -25,18 +25,17 @@ caches of immutable records and, for HBase, a connection.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+from catalog_ext import settings
 from catalog_ext.config import OmniConfig
 from catalog_ext.errors import ConfigError
 from omni_iceberg.index.core import IdIndex
 
-DEFAULT_TIMEOUT_MS = 5000
 #: opened indexes, least recently used first; beyond MAX_OPEN the oldest is closed (an LMDB
 #: environment holds file descriptors and address space; a process touching many tables -
 #: a service, the test suite - would otherwise keep every one it ever opened)
@@ -45,31 +44,14 @@ MAX_OPEN = 64
 _LOCK = threading.Lock()
 
 
-def _yaml_setting(key: str) -> str | None:
-    """``omni: {key: ...}`` from ``.pyiceberg.yaml`` (found the way pyiceberg finds it)."""
-    try:
-        from pyiceberg.utils.config import Config
-
-        section = Config().config.get("omni") or {}
-    except Exception as e:  # noqa: BLE001 - a malformed yaml
-        raise ConfigError(f"cannot read .pyiceberg.yaml for omni.{key}: {e}") from e
-    value = section.get(key) if isinstance(section, dict) else None
-    return None if value is None else str(value)
-
-
 def index_spec(spec: str | None = None) -> str:
-    """Argument, else ``OMNI_INDEX``, else ``omni.index`` in ``.pyiceberg.yaml``, else ``lmdb``."""
-    return (spec or os.environ.get("OMNI_INDEX") or _yaml_setting("index") or "lmdb").strip()
+    """Argument, else the ``OMNI_INDEX`` setting (environment, ``omni.index`` in ``.pyiceberg.yaml``), else lmdb."""
+    return (spec or settings.value("OMNI_INDEX")).strip()
 
 
 def index_timeout_ms(timeout_ms: int | None = None) -> int:
-    """Argument, else ``OMNI_INDEX_TIMEOUT_MS``, else ``omni.index-timeout-ms`` in ``.pyiceberg.yaml``, else 5000."""
-    raw = (timeout_ms if timeout_ms is not None else os.environ.get("OMNI_INDEX_TIMEOUT_MS")
-           or _yaml_setting("index-timeout-ms") or DEFAULT_TIMEOUT_MS)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"OMNI_INDEX_TIMEOUT_MS={raw!r} is not a whole number of milliseconds") from None
+    """Argument, else the ``OMNI_INDEX_TIMEOUT_MS`` setting (default 5000)."""
+    value = int(timeout_ms) if timeout_ms is not None else settings.value("OMNI_INDEX_TIMEOUT_MS")
     if value <= 0:
         raise ConfigError(f"index timeout must be positive, got {value} ms")
     return value
@@ -129,7 +111,7 @@ def forget(index: IdIndex) -> None:
 
 
 def _presplit_from_env() -> Callable[[str, str, int], None] | None:
-    conf = os.environ.get("OMNI_HBASE_CONF")
+    conf = settings.value("OMNI_HBASE_CONF")
     if not conf:
         return None
     if not (Path(conf) / "hbase-site.xml").is_file():
