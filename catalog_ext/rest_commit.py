@@ -118,11 +118,6 @@ class RestLoadedView(LoadedView):
 
     pointer: Any = None
 
-    @property
-    def pointer_snapshot_id(self) -> int | None:
-        ref = self.pointer.metadata.refs.get("main")
-        return ref.snapshot_id if ref is not None else None
-
 
 class RestViewCatalog:
     """The view operations :class:`~catalog_ext.store.FamilyStore` needs, on a REST catalog."""

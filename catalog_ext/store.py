@@ -13,7 +13,6 @@ physical snapshots if both touched the same table), and tries again.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -454,10 +453,6 @@ class FamilyStore:
 
 class _LostRace(Exception):
     """Another writer won this attempt (view CAS lost, or a staged table rebased): try again."""
-
-
-def describe_updates(updates: Iterable[Update]) -> str:
-    return json.dumps([type(u).__name__ for u in updates])
 
 
 __all__ = ["FamilyStore", "VersionInfo", "PreconditionFailed"]

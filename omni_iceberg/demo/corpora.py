@@ -131,11 +131,6 @@ def fetch(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return dest
 
 
-def fetch_all(cache_dir: str | os.PathLike[str] | None = None) -> dict[str, Path]:
-    """Fetch every corpus of :data:`CORPORA`; returns name -> folder."""
-    return {name: fetch(name, cache_dir) for name in CORPORA}
-
-
 def corpus_info(folder: str | os.PathLike[str]) -> dict[str, object]:
     """The marker of a fetched corpus: origin, file count, bytes, fetch time."""
     return json.loads((Path(folder) / MARKER).read_text())
