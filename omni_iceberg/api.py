@@ -486,16 +486,18 @@ class Omni:
                                 isolation=isolation, progress=progress, max_error_ratio=None,
                                 command=command or f"backfill {name} --features {','.join(features)} --retry-failed")
 
-    def errors(self, name: str, run_id: str | None = None) -> pa.Table:
-        """Failed records of ``name`` from ``omni_sys.errors`` (optionally one run)."""
-        from catalog_ext import system_tables
-        from catalog_ext.contract import check_identifier
+    def errors(self, name: str, run_id: str | None = None, *, all_attempts: bool = False) -> pa.Table:
+        """Failed records of ``name`` from ``omni_sys.errors`` (optionally one run).
 
-        flt = f"logical_table == '{self.state(name).table.identifier}'"
+        A rerun of the same command is another attempt of the same run: only each run's
+        latest attempt is returned unless ``all_attempts`` (each row has its ``attempt``).
+        """
+        from catalog_ext.contract import check_identifier
+        from omni_iceberg.backfill.engine import errors_of
+
         if run_id:
             check_identifier(run_id.replace("-", "_"), "run id")
-            flt += f" and run_id == '{run_id}'"
-        return system_tables.read_rows(self.catalog, system_tables.ERRORS, flt)
+        return errors_of(self.catalog, self.state(name).table.identifier, run_id or None, all_attempts=all_attempts)
 
     def lineage(self, name: str, column: str):
         """The upstream tree of a logical column (features, versions, inputs, runs)."""

@@ -341,8 +341,9 @@ def test_failed_budget_keeps_its_records_readable_with_the_runs_status(tmp_path,
     # a failed run's records are not "unresolved failures" of a computed unit: retry finds nothing
     assert o.retry_failed("web", ["t_flaky"], isolation="inline").status == "nothing to do"
     ok = o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.2, progress=False)
-    statuses = {(r["run_id"], r["run_status"]) for r in run_errors(o, "web").to_pylist()}
+    statuses = {(r["run_id"], r["run_status"]) for r in run_errors(o, "web", all_attempts=True).to_pylist()}
     assert statuses == {(run_id, "failed"), (ok.run_id, "succeeded")}
+    assert {r["run_status"] for r in run_errors(o, "web").to_pylist()} == {"succeeded"}  # the latest attempt
 
 
 @feature(outputs={"p_words": "long"}, inputs=["RawData.raw_data"], name="p_words", form="pandas", batch_size=16)
@@ -615,3 +616,31 @@ def test_runs_stats_count_first_submit_success_and_failure_causes(tmp_path, monk
     assert "first-submit success 50%" in capsys.readouterr().out
     assert main(["--home", str(tmp_path / "h"), "runs", "web", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 5
+
+
+def test_a_rerun_is_a_new_attempt_with_its_own_errors_and_counts(tmp_path, monkeypatch, capsys):
+    """Issue #36: a run that failed on its budget and its successful rerun share one run id;
+    each error row belongs to one numbered attempt, the default view shows the latest
+    attempt's, and each attempt's row in omni_sys.runs says what that attempt did."""
+    from omni_iceberg.cli import main
+
+    marker, o = _flaky_table(tmp_path, monkeypatch)
+    with pytest.raises(ErrorBudgetExceededError):
+        o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.05, progress=False)
+    ok = o.backfill("web", ["t_flaky"], isolation="inline", max_error_ratio=0.2, progress=False)
+    latest = o.errors("web").to_pylist()
+    assert len(latest) == 5 and {(e["run_id"], e["attempt"]) for e in latest} == {(ok.run_id, 2)}
+    every = o.errors("web", all_attempts=True).to_pylist()
+    assert sorted(e["attempt"] for e in every) == [1] * 5 + [2] * 5
+    assert len({e["_ai_unique_id_"] for e in every}) == 5  # the same 5 records, once per attempt
+    runs = [(r["attempt"], r["status"], r["rows"], r["errors"]) for r in o.runs("web")]
+    assert runs == [(1, "failed", 45, 5), (2, "succeeded", 45, 5)]
+    home = str(tmp_path / "h")
+    assert main(["--home", home, "errors", "web"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 5 and all("attempt 2" in line for line in lines)
+    assert main(["--home", home, "errors", "web", "--all-attempts", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 10
+    assert main(["--home", home, "runs", "web"]) == 0
+    text = capsys.readouterr().out
+    assert "attempt 1 failed" in text and "rows=45 errors=5" in text.splitlines()[0]

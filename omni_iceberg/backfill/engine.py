@@ -40,7 +40,7 @@ from omni_iceberg.backfill.phases import PhaseClock
 from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, plan_backfill
 from omni_iceberg.backfill.protocol import Unit, UnitExecutor
 from omni_iceberg.backfill.reuse import ReuseIndex
-from omni_iceberg.backfill.run_stats import RERUN_MARK
+from omni_iceberg.backfill.run_stats import ATTEMPT_KEY, RERUN_MARK, latest_attempts, next_attempt, recorded_attempt
 from omni_iceberg.backfill.tuning import tune_run
 from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult, WorkerCrashedError, holds_models
 from omni_iceberg.features.registry import physical_column_name
@@ -111,11 +111,14 @@ def _ts(ms: int) -> datetime:
 
 def unresolved_errors(omni: Any, state: FamilyState, features: list[str], error_classes: list[str] | None = None
                       ) -> tuple[dict[tuple[str, str], set[str]], int]:
-    """Failed records of the current feature versions that still have no value; and the next attempt number.
+    """Failed records of the current feature versions that still have no value; and the retry's round.
 
     Only records of computed units count: a failed run's records (kept in
     ``omni_sys.errors`` for reading) belong to units no commit made, which the next
     plain backfill computes whole - retrying them alone would add a second copy later.
+    The round (``BackfillPlan.attempt``) is one more than the runs that recorded these
+    failures, so a retry of records an earlier retry left failing is a new run, not
+    that committed run again.
     """
     errors = system_tables.read_rows(omni.catalog, system_tables.ERRORS,
                                      f"logical_table == '{state.table.identifier}'").to_pylist()
@@ -130,7 +133,7 @@ def unresolved_errors(omni: Any, state: FamilyState, features: list[str], error_
                 and r["batch"] in computed and (not error_classes or r["exception_class"] in error_classes)]
         if not rows:
             continue
-        attempt = max(attempt, max(r["attempt"] for r in rows) + 1)
+        attempt = max(attempt, len({r["run_id"] for r in rows}) + 1)
         table = state.physical_table(binding.table_key)
         have = set(omni.catalog.load_table(table.identifier).scan(
             snapshot_id=table.snapshot_id, selected_fields=(ID_COLUMN,)).to_arrow().column(0).to_pylist())
@@ -175,29 +178,56 @@ def failed_run_hint(logical_table: str, run_id: str) -> str:
     return f"omni errors {logical_table} --run {run_id}"
 
 
-def run_errors(omni: Any, name: str, run_id: str | None = None) -> pa.Table:
-    """Failed records of ``name`` (optionally one run) with the status of the run that recorded them.
+def run_errors(omni: Any, name: str, run_id: str | None = None, *, all_attempts: bool = False) -> pa.Table:
+    """Failed records of ``name`` (optionally one run) with the status of the attempt that recorded them.
 
-    Failed runs keep their records in ``omni_sys.errors`` too: ``run_status`` tells
-    them apart (``succeeded``, ``failed``, or ``running`` while a run has no outcome yet).
+    Failed attempts keep their records in ``omni_sys.errors`` too: ``run_status`` tells
+    them apart (``succeeded``, ``failed``, or ``running`` while an attempt has no outcome
+    yet). By default only each run's latest attempt is shown (see :func:`errors_of`).
     """
-    errors = omni.errors(name, run_id)
+    errors = omni.errors(name, run_id, all_attempts=all_attempts)
     ns, table = split_qualified(name)
     runs = system_tables.read_rows(omni.catalog, system_tables.RUNS, f"logical_table == '{ns}.{table}'")
-    # a rerun of the same plan has the same run id (that is how it resumes): the attempt an
-    # error row belongs to is the run row whose time span holds the moment it failed
+    rows = runs.select(["run_id", "started_at", "finished_at", "status", "plan"]).to_pylist()
+    by_attempt = {(r["run_id"], n): r["status"] for r in rows if (n := recorded_attempt(r)) is not None}
+    # rows written before attempts were recorded: the attempt an error row belongs to is
+    # the run row whose time span holds the moment it failed
     spans: dict[str, list[tuple[Any, Any, str]]] = {}
-    for r in runs.select(["run_id", "started_at", "finished_at", "status"]).to_pylist():
+    for r in rows:
         spans.setdefault(r["run_id"], []).append((r["started_at"], r["finished_at"], r["status"]))
 
-    def status_of(rid: str, failed_at: Any) -> str:
+    def status_of(rid: str, attempt: int, failed_at: Any) -> str:
+        if (rid, attempt) in by_attempt:
+            return by_attempt[(rid, attempt)]
+        if any(k[0] == rid for k in by_attempt):
+            return "running"  # this run numbers its attempts: one without a row has no outcome yet
         for started, finished, status in spans.get(rid, ()):
             if started <= failed_at <= finished:
                 return status
         return "running"
 
-    status = [status_of(r["run_id"], r["failed_at"]) for r in errors.select(["run_id", "failed_at"]).to_pylist()]
+    status = [status_of(r["run_id"], r["attempt"], r["failed_at"])
+              for r in errors.select(["run_id", "attempt", "failed_at"]).to_pylist()]
     return errors.append_column("run_status", pa.array(status, pa.string()))
+
+
+def errors_of(catalog: Any, logical_table: str, run_id: str | None = None, *, all_attempts: bool = False
+              ) -> pa.Table:
+    """Rows of ``omni_sys.errors`` for ``logical_table`` (optionally one run).
+
+    A rerun of the same plan is another attempt of the same run (same run id): by
+    default only each run's latest attempt's records are returned, so a record that
+    failed in a failed attempt and again in its rerun is listed once. ``all_attempts``
+    returns every attempt's rows (each with its ``attempt`` number).
+    """
+    where = f"logical_table == '{logical_table}'" + (f" and run_id == '{run_id}'" if run_id else "")
+    errors = system_tables.read_rows(catalog, system_tables.ERRORS, where)
+    if all_attempts or errors.num_rows == 0:
+        return errors
+    runs = system_tables.read_rows(catalog, system_tables.RUNS, where).select(["run_id", "plan"]).to_pylist()
+    pairs = list(zip(errors.column("run_id").to_pylist(), errors.column("attempt").to_pylist()))
+    latest = latest_attempts(runs, pairs)
+    return errors.filter(pa.array([latest[rid] == n for rid, n in pairs], pa.bool_()))
 
 
 class BackfillRun:
@@ -239,6 +269,10 @@ class BackfillRun:
         self.tuning: dict[str, Any] = {}
         #: units a concurrent run committed first: this run's copies were dropped at commit
         self.raced: set[tuple[str, str]] = set()
+        #: the unit being finished: a failed attempt's runs row counts it too
+        self.unfinished: dict[str, UnitStats] = {}
+        #: this attempt of the run (a rerun of the same plan is the next one); its error rows carry it
+        self.attempt = next_attempt(self.store.catalog, state.table.identifier, report.run_id) if report.run_id else 1
         # branches of killed or superseded runs on these tables go first (metadata only;
         # a branch this same plan can resume is kept)
         sweep_stale_branches(self.store.catalog, state, table_keys=[b.table_key for b in self.bindings.values()])
@@ -353,6 +387,7 @@ class BackfillRun:
         """
         if error_rows:
             self._append_system_rows(system_tables.ERRORS, error_rows, "errors_append_s")
+        self.unfinished = stats
         self.check_budget(stats)
         for f in unit.features:
             s = stats[f]
@@ -365,6 +400,7 @@ class BackfillRun:
                     checkpoint(f, props)
             self.stats[(f, unit.batch)] = s
             self.done.add(unit_label(f, unit.batch))
+        self.unfinished = {}
 
     def error_row(self, feature: str, record_id: str, batch: str, exception_class: str, message: str,
                   traceback_digest: str, failed_at: datetime | None = None) -> dict[str, Any]:
@@ -372,7 +408,7 @@ class BackfillRun:
         return error_row(
             run_id=self.report.run_id, logical_table=self.state.table.identifier, feature=feature,
             version=self.defs[feature].version, record_id=record_id, batch=batch, exception_class=exception_class,
-            message=message, traceback_digest=traceback_digest, attempt=self.plan.attempt,
+            message=message, traceback_digest=traceback_digest, attempt=self.attempt,
             failed_at=failed_at or datetime.now(timezone.utc))
 
     def append(self, f: str, data: pa.Table) -> None:
@@ -519,14 +555,20 @@ class BackfillRun:
         return {**self.tuning, **({"compute_s": round(compute, 3)} if compute else {})}
 
     def _record_run(self, status: str, version: int | None, message: str) -> None:
-        kept = [s for k, s in self.stats.items() if k not in self.raced]
+        # what this attempt computed: not the units it resumed from an earlier attempt's
+        # checkpoints, and, when it failed, the unit it failed in too
+        kept = [s for k, s in self.stats.items() if k not in self.raced and not s.resumed]
+        if status != "succeeded":
+            kept += list(self.unfinished.values())
+        plan = {**self.report.plan, ATTEMPT_KEY: self.attempt}
+        if self.tuning:
+            plan["tuning"] = self._tuning_record()
         try:
             self._append_system_rows(system_tables.RUNS, [{
                 "run_id": self.report.run_id, "logical_table": self.state.table.identifier,
                 "features": ",".join(sorted(self.bindings)), "batches": ",".join(self.plan.batches),
                 "engine": self.report.engine, "status": status,
-                "plan": json.dumps({**self.report.plan, "tuning": self._tuning_record()} if self.tuning
-                                   else self.report.plan, default=str),
+                "plan": json.dumps(plan, default=str),
                 "rows": sum(s.rows for s in kept), "errors": sum(s.errors for s in kept),
                 "reused": sum(s.reused for s in kept), "logical_version": version,
                 "started_at": _ts(self.started_ms), "finished_at": datetime.now(timezone.utc),

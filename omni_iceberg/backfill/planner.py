@@ -73,6 +73,8 @@ class BackfillPlan:
     warnings: list[str] = field(default_factory=list)
     #: retry runs only: (feature, batch) -> ids to recompute
     only_ids: dict[tuple[str, str], set[str]] = field(default_factory=dict, repr=False)
+    #: retry runs: the round (1 for a first computation), part of the fingerprint; not the
+    #: attempt of a run (a rerun of the same plan), which omni_sys.runs and .errors number
     attempt: int = 1
 
     @property

@@ -1,8 +1,14 @@
 """``omni runs``: a table's backfill runs from ``omni_sys.runs``, and what they say about tuning.
 
 Every attempt of a run writes one row (a run's id is a hash of its plan, so rerunning a
-command after a failure is another attempt of the same run). ``--stats`` answers, per
-feature set and overall:
+command after a failure is another attempt of the same run). Attempts are numbered per
+run from 1 (:func:`next_attempt`); the number is kept in the row's ``plan`` JSON under
+:data:`ATTEMPT_KEY` (the table has no column for it, and existing catalogs keep their
+schema) and in every ``omni_sys.errors`` row the attempt wrote, so ``omni errors`` can
+show the latest attempt's records instead of every attempt's. A row's ``rows`` and
+``errors`` count what that attempt computed itself: units resumed from an earlier
+attempt's checkpoints are not counted again, and a failed attempt counts the unit it
+failed in. ``--stats`` answers, per feature set and overall:
 
 - **first-submit success**: the share of runs whose first attempt succeeded - the figure
   the paper tracks for newcomers (~60% -> >90% with adaptive tuning). An attempt the
@@ -23,13 +29,68 @@ from typing import Any
 RERUN_MARK = "[rerun with smaller batches] "
 
 
+#: key of the attempt number in the ``plan`` JSON of an ``omni_sys.runs`` row
+ATTEMPT_KEY = "run_attempt"
+
+
+def recorded_attempt(row: dict[str, Any]) -> int | None:
+    """The attempt number a runs row recorded, or None for a row written before attempts were numbered."""
+    import json
+
+    try:
+        plan = json.loads(row["plan"] or "{}")
+    except ValueError:
+        return None
+    value = plan.get(ATTEMPT_KEY) if isinstance(plan, dict) else None
+    return value if isinstance(value, int) else None
+
+
 def runs_of(omni: Any, logical_table: str) -> list[dict[str, Any]]:
-    """Every attempt of every backfill run of ``logical_table``, oldest first."""
+    """Every attempt of every backfill run of ``logical_table``, oldest first, each with its ``attempt``.
+
+    Rows from before attempts were recorded are numbered by their place among their run's rows.
+    """
     from catalog_ext import system_tables
 
     rows = system_tables.read_rows(omni.catalog, system_tables.RUNS,
                                    f"logical_table == '{logical_table}'").to_pylist()
-    return sorted(rows, key=lambda r: (r["started_at"], r["finished_at"]))
+    rows.sort(key=lambda r: (r["started_at"], r["finished_at"]))
+    seen: dict[str, int] = defaultdict(int)
+    for r in rows:
+        seen[r["run_id"]] += 1
+        r["attempt"] = recorded_attempt(r) or seen[r["run_id"]]
+    return rows
+
+
+def next_attempt(catalog: Any, logical_table: str, run_id: str) -> int:
+    """The number of the attempt of ``run_id`` about to start: one past every attempt seen so far.
+
+    An attempt killed before it wrote its runs row may still have written error rows,
+    so those count too: its number is never given to the next attempt.
+    """
+    from catalog_ext import system_tables
+
+    where = f"logical_table == '{logical_table}' and run_id == '{run_id}'"
+    runs = system_tables.read_rows(catalog, system_tables.RUNS, where).select(["plan"]).to_pylist()
+    errors = system_tables.read_rows(catalog, system_tables.ERRORS, where).column("attempt").to_pylist()
+    seen = [recorded_attempt(r) or 0 for r in runs] + [len(runs)] + errors
+    return max(seen, default=0) + 1
+
+
+def latest_attempts(runs: list[dict[str, Any]], error_attempts: list[tuple[str, int]]) -> dict[str, int]:
+    """Run id -> its latest attempt, from recorded runs rows and the errors' own attempt numbers.
+
+    Runs rows from before attempts were recorded are left out: their errors were all
+    written as attempt 1, and numbering those rows by position would hide them all.
+    """
+    latest: dict[str, int] = {}
+    for r in runs:
+        n = recorded_attempt(r)
+        if n is not None:
+            latest[r["run_id"]] = max(latest.get(r["run_id"], 0), n)
+    for run_id, n in error_attempts:
+        latest[run_id] = max(latest.get(run_id, 0), n)
+    return latest
 
 
 def failure_cause(row: dict[str, Any]) -> str:

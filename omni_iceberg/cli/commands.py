@@ -176,9 +176,9 @@ def export(args, omni, command_line: str) -> int:
 
 
 def errors(args, omni, command_line: str) -> int:
-    rows = omni.errors(args.name, args.run).to_pylist()
+    rows = omni.errors(args.name, args.run, all_attempts=args.all_attempts).to_pylist()
     emit(args, rows, lambda: "\n".join(
-        f"{r['run_id']}  {r['feature']}@{r['version']}  {r['batch']}  {r['_ai_unique_id_']}  "
+        f"{r['run_id']} attempt {r['attempt']}  {r['feature']}@{r['version']}  {r['batch']}  {r['_ai_unique_id_']}  "
         f"{r['exception_class']}: {r['message'][:80]}" for r in rows) or "(no failed records)")
     return 0
 
@@ -315,7 +315,8 @@ def runs(args, omni, command_line: str) -> int:
     def text() -> str:
         if not rows:
             return f"{name}: no backfill run yet"
-        return "\n".join(f"{r['started_at']:%Y-%m-%d %H:%M:%S} {r['run_id']} {r['status']:9s} {r['features']} "
+        return "\n".join(f"{r['started_at']:%Y-%m-%d %H:%M:%S} {r['run_id']} attempt {r['attempt']} {r['status']:9s} "
+                         f"{r['features']} "
                          f"rows={r['rows']} errors={r['errors']}" + (f" - {r['message'][:120]}" if r["message"] else "")
                          for r in rows)
 

@@ -330,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     er = command(sub, "errors", "records that features failed on", "omni errors web --run r-20240101-abc")
     er.add_argument("name", help="logical table")
     er.add_argument("--run", help="only this backfill run id")
+    er.add_argument("--all-attempts", action="store_true",
+                    help="every attempt's records (a rerun of a command is another attempt of its run); "
+                         "default: each run's latest attempt")
 
     li = command(sub, "lineage", "upstream tree of a logical column: NAME.COLUMN",
                  "omni lineage web.math_recall --picture lineage.svg",
