@@ -66,3 +66,79 @@ def test_errors_are_one_line_with_exit_codes(tmp_path, args, code, message):
 def test_json_errors_are_machine_readable(tmp_path):
     rc, out, _ = omni("--json", "status", "missing", home=tmp_path)
     assert rc == 2 and json.loads(out)["type"] == "NoSuchLogicalTableError"
+
+
+def _leaf_commands():
+    """Every runnable command path of the parser itself (nested ones like ``index verify`` included)."""
+    from omni_iceberg.cli.parser import build_parser, subcommands
+
+    tree = subcommands(build_parser())
+    return {path: p for path, p in tree.items()
+            if not any(other[:len(path)] == path and other != path for other in tree)}
+
+
+def _required_args(parser):
+    """The least argv a command parses with: its required positionals, options and exclusive groups."""
+    import argparse
+
+    def value(action):
+        if action.choices:
+            return str(next(iter(action.choices)))
+        return "1" if action.type in (int, float) else "x"
+
+    argv = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        if not action.option_strings:
+            if action.nargs in (None, "+", 1):
+                argv.append(value(action))
+        elif action.required:
+            argv += [action.option_strings[0], value(action)]
+    for group in parser._mutually_exclusive_groups:
+        if group.required:
+            first = group._group_actions[0]
+            argv += [first.option_strings[0]] + ([] if first.nargs == 0 else [value(first)])
+    return argv
+
+
+#: what the README promises every command: --json, --no-progress, --debug, catalog and data location
+COMMON_OPTIONS = ("--no-progress", "--json", "--debug", "--home", "--catalog", "--warehouse")
+
+
+def test_every_command_accepts_the_common_options():
+    from omni_iceberg.cli.parser import build_parser
+
+    leaves = _leaf_commands()
+    assert ("index", "verify") in leaves and ("status",) in leaves and ("table", "create") in leaves
+    assert len(leaves) >= 34
+    refused = []
+    for path, sub in leaves.items():
+        fill = _required_args(sub)
+        plain = build_parser().parse_args([*path, *fill])
+        assert (plain.no_progress, plain.json, plain.debug, plain.home) == (False, False, False, None), path
+        try:
+            args = build_parser().parse_args([*path, *fill, "--no-progress", "--json", "--debug", "--home", "H",
+                                              "--catalog", "C", "--warehouse", "W"])
+        except SystemExit:
+            refused.append(" ".join(path))
+            continue
+        assert (args.no_progress, args.json, args.debug, args.home, args.catalog, args.warehouse) == (
+            True, True, True, "H", "C", "W"), path
+        # given before the command, an option is not reset by the command's own copy of it
+        before = build_parser().parse_args(["--no-progress", "--home", "G", *path, *fill])
+        assert (before.no_progress, before.home) == (True, "G"), path
+    assert not refused, f"commands refusing the common options {COMMON_OPTIONS}: {refused}"
+
+
+def test_no_progress_after_a_command_runs_it(tmp_path, capsys):
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"text": "one"}\n{"text": "two"}\n')
+    assert main(["--home", str(tmp_path), "table", "create", "docs", "--no-progress"]) == 0
+    assert main(["submit", "docs", str(src), "--batch", "b1", "--map", "text=raw_data", "--home", str(tmp_path),
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["status", "docs", "--no-progress", "--home", str(tmp_path), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert (st["logical_table"], st["logical_version"], st["rows"]) == ("aidata.docs", 2, 2)
+    assert [b["name"] for b in st["batches"]] == ["b1"]

@@ -1,6 +1,6 @@
 """The argument tree of the ``omni`` command: every option has help, every command an example.
 
-``tests/test_cli_help.py`` walks this tree and fails on an action without help text or a
+``tests/test_cli_parity.py`` walks this tree and fails on an action without help text or a
 command without an example, so a new option cannot ship undocumented.
 """
 
@@ -18,6 +18,23 @@ def _examples(*lines: str) -> str:
     return "example" + ("s" if len(lines) > 1 else "") + ":\n" + "\n".join(f"  {line}" for line in lines)
 
 
+#: options every command takes, before or after its name (README: "Every command accepts ...")
+COMMON_OPTIONS = ("--catalog", "--warehouse", "--home", "--json", "--no-progress", "--debug")
+
+
+def _common_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    flag = {} if default is None else {"default": default}
+    parser.add_argument("--catalog", help="SQLAlchemy URI, REST URL or .pyiceberg.yaml name (env OMNI_CATALOG)",
+                        **flag)
+    parser.add_argument("--warehouse", help="data location (env OMNI_WAREHOUSE)", **flag)
+    parser.add_argument("--home", help="folder of the embedded catalog (env OMNI_HOME, default ./.omni)", **flag)
+    parser.add_argument("--json", action="store_true", help="print JSON (numbers stay numbers) instead of text",
+                        **flag)
+    parser.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP, **flag)
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an unexpected failure (env OMNI_DEBUG=1)", **flag)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="omni", formatter_class=_FORMATTER,
@@ -28,16 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
             "\n\nexit codes:\n  0 ok; 1 another omni error; 2 bad input (path, name, schema, query, version);\n"
             "  3 commit conflict; 4 too many rejected records; 5 a worker process died;\n"
             "  70 a bug in omni (rerun with --debug); 130 interrupted; 141 output pipe closed"))
-    p.add_argument("--catalog", help="SQLAlchemy URI, REST URL or .pyiceberg.yaml name (env OMNI_CATALOG)")
-    p.add_argument("--warehouse", help="data location (env OMNI_WAREHOUSE)")
-    p.add_argument("--home", help="folder of the embedded catalog (env OMNI_HOME, default ./.omni)")
-    p.add_argument("--json", action="store_true", help="print JSON (numbers stay numbers) instead of text")
-    p.add_argument("--debug", action="store_true",
-                   help="show the Python traceback of an unexpected failure (env OMNI_DEBUG=1)")
-    # --json is accepted after the subcommand too; SUPPRESS keeps it from resetting the global one
+    _common_options(p, default=None)
+    # the README promises every command these options, before or after the subcommand;
+    # SUPPRESS keeps an option absent after the subcommand from resetting the one given before it
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print JSON (numbers stay numbers) instead of text")
+    _common_options(common, default=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do (omni COMMAND -h)")
 
     def command(parent: Any, name: str, help: str, *examples: str) -> argparse.ArgumentParser:  # noqa: A002
@@ -65,20 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     iv.add_argument("name", help="logical table")
     iv.add_argument("--as-of", help=AS_OF_HELP)
     iv.add_argument("--index", help="index backend (env OMNI_INDEX)")
-    iv.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     ir = command(ixsub, "rebuild", "index every row still in the tables' history (resumable)",
                  "omni index rebuild web", "omni index rebuild web --fresh --index hbase://127.0.0.1:9090")
     ir.add_argument("name", help="logical table")
     ir.add_argument("--fresh", action="store_true", help="drop the index first instead of resuming")
     ir.add_argument("--index", help="index backend (env OMNI_INDEX)")
-    ir.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     isl = command(ixsub, "seal", "merge unsealed entries into the sorted segment bulk lookups search "
                                  "(LMDB; readers never wait; `omni maintain` does it when due)",
                   "omni index seal web", "omni index seal web --dry-run")
     isl.add_argument("name", help="logical table")
     isl.add_argument("--index", help="index backend (env OMNI_INDEX)")
     isl.add_argument("--dry-run", action="store_true", help="only say how many entries are unsealed")
-    isl.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     # ---- tables ----------------------------------------------------------------------------
     t = command(sub, "table", "create, list and drop logical tables", "omni table create web", "omni table list",
@@ -124,7 +133,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kind", help="source kind (jsonl, parquet, csv, warc, html_dir, code_tree, pdf); default: guessed")
     s.add_argument("--max-reject-ratio", type=float, default=None,
                    help="commit nothing when more than this fraction of records is rejected")
-    s.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     # ---- look ----------------------------------------------------------------------------
     st = command(sub, "status", "batches, columns, physical tables, version", "omni status web",
@@ -162,7 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", required=True, help="an empty or new directory")
     ex.add_argument("--as-of", help=AS_OF_HELP)
     ex.add_argument("--from-manifest", metavar="MANIFEST", help="re-create an earlier export exactly")
-    ex.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     # ---- govern ----------------------------------------------------------------------------
     cp = command(sub, "compact", "rewrite small files of a logical table (one logical commit)",
@@ -204,7 +211,6 @@ def build_parser() -> argparse.ArgumentParser:
                     "branch), or auto: Spark when the tables to rewrite reach OMNI_SPARK_THRESHOLD_BYTES")
     rb.add_argument("--spark-master", metavar="URL",
                     help="with --engine spark/auto: an existing Spark cluster (default: local[2])")
-    rb.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     ac = command(sub, "accelerate", "pre-join co-read columns into one table every reader prefers while fresh, "
                  "or keep feature columns hot in ClickHouse for fast aggregation",
@@ -224,7 +230,6 @@ def build_parser() -> argparse.ArgumentParser:
     ac.add_argument("--sync-on-commit", action="store_true",
                     help="with --hot: sync after every submit, backfill and drop-batch of the table")
     ac.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    ac.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     rn = command(sub, "runs", "the backfill runs of a table, every attempt; --stats: first-submit success, "
                  "failures by cause, automatic reruns, throughput", "omni runs web", "omni runs web --stats --json")
@@ -236,7 +241,6 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("name", help="logical table")
     ad.add_argument("--apply", action="store_true", help="run the proposals (omni regroup [--split], omni accelerate "
                     "--hot / --materialize)")
-    ad.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     command(sub, "flush-log", "push the spooled rows of omni_sys.query_log into the table now (queries "
                  "spool them; Spark and Trino see them once the spool is due)", "omni flush-log")
@@ -247,7 +251,6 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("name", help="logical table")
     db.add_argument("batch", help="the batch (_ai_append_name_) to remove")
     db.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    db.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     # retention and periodic maintenance (governance/retention.py, governance/maintenance.py)
     mt = command(sub, "maintain", "run the due maintenance: stale branches, compaction, column groups, re-bucketing, retention, orphan files",
@@ -269,7 +272,6 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--spark-master", metavar="URL", help="with --engine spark/auto: an existing Spark "
                     "cluster (default: local[2])")
     mt.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    mt.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     xp = command(sub, "expire", "retention alone: keep the last K logical versions, expire the rest",
                  "omni expire web --keep-last 20 --dry-run", "omni expire web --keep-last 5 --min-age 0 --json")
     xp.add_argument("name", help="logical table")
@@ -279,7 +281,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="never expire a version superseded less than this long ago "
                          "(default: env OMNI_RETENTION_MIN_AGE_S or 3600)")
     xp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    xp.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     tr = command(sub, "trino-config", "write the Trino catalog properties for this omni catalog",
                  "omni trino-config --out etc/catalog/iceberg.properties")
@@ -325,7 +326,6 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--retry-failed", action="store_true", help="recompute only the records that failed before")
     b.add_argument("--error-class", action="append", default=None,
                    help="with --retry-failed: only records that failed with this exception class (repeatable)")
-    b.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
     er = command(sub, "errors", "records that features failed on", "omni errors web --run r-20240101-abc")
     er.add_argument("name", help="logical table")
