@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow.compute as pc
 
 from catalog_ext.contract import BATCH_COLUMN, split_qualified
-from catalog_ext.errors import OmniError
+from catalog_ext.errors import InvalidIdentifierError
 from catalog_ext.family import FamilyState
 from catalog_ext.iceberg_io import read_data_files
 from catalog_ext.physical import file_batch_bounds
@@ -42,8 +42,9 @@ from governance.attempt import staged_attempt
 OPERATION = "drop-batch"
 
 
-class NoSuchBatchError(OmniError):
-    """The batch to drop is not in the logical table's latest version."""
+class NoSuchBatchError(InvalidIdentifierError):
+    """The batch to drop is not in the logical table's latest version (bad input: exit 2, as an unknown
+    batch given to ``backfill --batches`` is)."""
 
 
 @dataclass

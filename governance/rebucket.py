@@ -61,6 +61,8 @@ MAX_BUCKETS = 1024
 class RebucketError(OmniError):
     """A re-bucketing that cannot be planned (bad count, nothing to rewrite)."""
 
+    exit_code = 2  # the count the user gave is bad input, as the README's exit codes say
+
 
 @dataclass
 class TableRebucket:
@@ -115,6 +117,17 @@ def _related(current: int) -> list[int]:
     return sorted(out)
 
 
+def _check_count(identifier: str, current: int, buckets: int) -> None:
+    options = ", ".join(str(n) for n in _related(current) if n != current)
+    if not 1 <= buckets <= MAX_BUCKETS:
+        raise RebucketError(f"invalid bucket count {buckets} for {identifier} (it has {current} id buckets; counts "
+                            f"go from 1 to {MAX_BUCKETS}): use one of: {options}")
+    if max(buckets, current) % min(buckets, current):
+        raise RebucketError(
+            f"{identifier} has {current} id buckets; {buckets} neither divides nor is a multiple of it, "
+            f"so a bucket's rows would come from every old bucket. Use one of: {options}")
+
+
 def plan_rebucket(store: FamilyStore, name: str, buckets: int | None = None, *,
                   target_bucket_bytes: int = TARGET_BUCKET_BYTES) -> RebucketPlan:
     """What :func:`rebucket` would do: the new count and, per physical table, what it rewrites.
@@ -125,6 +138,8 @@ def plan_rebucket(store: FamilyStore, name: str, buckets: int | None = None, *,
     ns, table = split_qualified(name)
     state: FamilyState = store.load(ns, table)
     current = state.table.bucket_count
+    if buckets is not None:  # before any table is listed: a bad count needs no scan planning
+        _check_count(state.table.identifier, current, buckets)
     tables: list[TableRebucket] = []
     for t in state.tables:
         files = size = largest = 0
@@ -142,13 +157,6 @@ def plan_rebucket(store: FamilyStore, name: str, buckets: int | None = None, *,
         tables.append(TableRebucket(t.identifier, t.key, t.snapshot_id, files, size, largest))
     biggest = max((t.bytes for t in tables), default=0)
     if buckets is not None:
-        if not 1 <= buckets <= MAX_BUCKETS:
-            raise RebucketError(f"invalid bucket count {buckets} for {state.table.identifier}: use 1..{MAX_BUCKETS}")
-        if max(buckets, current) % min(buckets, current):
-            options = ", ".join(str(n) for n in _related(current) if n != current)
-            raise RebucketError(
-                f"{state.table.identifier} has {current} id buckets; {buckets} neither divides nor is a multiple of it, "
-                f"so a bucket's rows would come from every old bucket. Use one of: {options}")
         reason = f"asked for {buckets}"
         return RebucketPlan(state.table.identifier, state.version, current, buckets, reason, buckets != current, tables)
     # the smallest related count whose buckets hold at most the target in the largest table

@@ -15,6 +15,7 @@ def home(tmp_path):
     src = tmp_path / "a.jsonl"
     src.write_text(json.dumps({"text": "<p>one</p>"}) + "\n")
     api.submit("web", [str(src)], "b1", field_map=["text=raw_data"], progress=False)
+    api.register_builtins("web", ["html_parser", "text_length"])
     return tmp_path
 
 
@@ -29,6 +30,15 @@ def home(tmp_path):
     (["feature", "register"], "needs definition files or --builtin"),
     (["tag", "web", "9lives"], "invalid tag '9lives'"),
     (["lineage", ".x"], "use NAME.COLUMN"),
+    # an unknown batch is bad input wherever it is named (#40): drop-batch as backfill --batches
+    (["drop-batch", "web", "b11"], "aidata.web has no batch 'b11'; did you mean 'b1'? (batches: b1;"),
+    (["backfill", "web", "--features", "text_length", "--batches", "b11"],
+     "aidata.web has no batch 'b11'; did you mean 'b1'? (batches: b1)"),
+    # a bucket count that is no power-of-two multiple or divisor of the current 16
+    (["rebucket", "web", "--buckets", "3"], "has 16 id buckets; 3 neither divides nor is a multiple of it, so a "
+     "bucket's rows would come from every old bucket. Use one of: 1, 2, 4, 8, 32, 64, 128, 256, 512, 1024"),
+    (["rebucket", "web", "--buckets", "0"], "invalid bucket count 0 for aidata.web (it has 16 id buckets; counts go "
+     "from 1 to 1024): use one of: 1, 2, 4, 8, 32"),
 ])
 def test_bad_input_is_one_line_and_exit_2(home, capsys, args, message):
     (home / "bad.yaml").write_text("features:\n  - 5\n")

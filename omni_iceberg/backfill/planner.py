@@ -187,8 +187,11 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
         for b in batches:
             check_batch_name(b)
             if b not in all_batches:
+                from catalog_ext.suggest import did_you_mean
+
                 raise FeatureDefinitionError(
-                    f"{state.table.identifier} has no batch {b!r} (batches: {', '.join(all_batches) or 'none'})")
+                    f"{state.table.identifier} has no batch {b!r}{did_you_mean(b, all_batches)} "
+                    f"(batches: {', '.join(all_batches) or 'none'})")
         wanted = list(dict.fromkeys(batches))
     else:
         wanted = all_batches
