@@ -132,3 +132,40 @@ def test_unchanged_py_file_moved_then_registered_again_backfills_from_the_new_pl
     rc, out, err = omni("backfill", "web", "--features", "title_words", "--json", home=web)
     assert rc == 0, err
     assert json.loads(out)["rows"] == 3
+
+
+REGEX_FEATURES = '''
+import re
+
+from omni_iceberg.features import feature
+
+WORD = re.compile(r"\\w+")
+
+
+@feature(outputs={"n_tokens": "long"}, inputs=["RawData.raw_data"])
+def n_tokens(raw_data):
+    return len(WORD.findall(raw_data))
+'''
+
+
+def test_an_edit_outside_the_function_body_is_detected_then_a_new_version(web, tmp_path):
+    """Issue #36: changing only a module-level regex kept the version, and the next backfill
+    computed with the new code under the old version."""
+    path = tmp_path / "tok.py"
+    path.write_text(REGEX_FEATURES)
+    rc, out, err = omni("feature", "register", str(path), "--table", "web", "--json", home=web)
+    assert rc == 0, err
+    first = json.loads(out)[0]["feature"]
+    path.write_text(REGEX_FEATURES.replace(r'r"\w+"', r'r"\w"'))  # characters, not words
+    rc, _, err = omni("backfill", "web", "--features", "n_tokens", home=web)
+    assert rc == 2 and "changed since it was registered" in err
+    rc, out, err = omni("feature", "register", str(path), "--table", "web", "--json", home=web)
+    assert rc == 0, err
+    second = json.loads(out)[0]["feature"]
+    assert json.loads(out)[0]["registered"] is True and second != first
+    rc, out, err = omni("backfill", "web", "--features", "n_tokens", "--dry-run", home=web)
+    assert rc == 0 and f"{second} -> n_tokens  batches b1" in out
+    rc, out, err = omni("backfill", "web", "--features", "n_tokens", "--json", home=web)
+    assert rc == 0, err
+    rc, out, _ = omni("sql", "SELECT sum(n_tokens) AS n FROM web", "--format", "json", home=web)
+    assert json.loads(out) == {"n": len("onetwothreefourfivesix")}

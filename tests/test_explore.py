@@ -258,3 +258,17 @@ def test_system_tables_read_only_json_numbers_and_explain_data(omni, capsys):
     entry = data["tables"][0]
     assert entry["logical_table"] == "aidata.web" and entry["base_table_read"] is False
     assert len(entry["scans"]) == 2 and not any(s["table"].endswith("__base") for s in entry["scans"])
+
+
+def test_a_filter_outside_a_limited_subquery_is_not_pushed_into_its_scans(omni):
+    """The outer WHERE filters the subquery's 3 rows; read early it would pick 3 other rows (and batches)."""
+    rows = omni.read("web", columns=["_ai_unique_id_", "_ai_append_name_", "t_len"]).to_pylist()
+    smallest = sorted(r["t_len"] for r in rows)[:3]
+    threshold = sorted(r["t_len"] for r in rows)[len(rows) // 2]
+    got = omni.query(f"SELECT count(*) AS n FROM (SELECT t_len FROM web ORDER BY t_len LIMIT 3) AS s "
+                     f"WHERE t_len > {threshold}").to_pylist()
+    assert got == [{"n": sum(1 for x in smallest if x > threshold)}] == [{"n": 0}]
+    first = sorted(rows, key=lambda r: r["_ai_unique_id_"])[:5]
+    got = omni.query("SELECT count(*) AS n FROM (SELECT _ai_append_name_ FROM web ORDER BY _ai_unique_id_ LIMIT 5) "
+                     "WHERE _ai_append_name_ = 'wiki'").to_pylist()
+    assert got == [{"n": sum(1 for r in first if r["_ai_append_name_"] == "wiki")}]

@@ -280,3 +280,56 @@ def test_an_unchanged_feature_re_registered_from_a_moved_file_is_the_same_featur
     version = omni.state("web").version
     assert omni.register_features("web", [str(moved)])[0].changed is False
     assert omni.state("web").version == version  # now truly a no-op: nothing to record
+
+
+MODULE_LEVEL_FEATURE = '''
+import re
+
+import {helper}
+from omni_iceberg.features import feature
+
+WORD = re.compile(r"\\w+")
+
+
+@feature(outputs={{"{name}": "long"}}, inputs=["RawData.raw_data"]{version})
+def {name}(raw_data):
+    return len(WORD.findall(raw_data.replace({helper}.DROP, "")))
+'''
+
+
+def test_a_version_covers_the_module_and_the_local_modules_it_imports(omni, tmp_path, monkeypatch):
+    """Issue #36: an edit outside the function body (a module-level regex, a local helper
+    module) is new code, so a derived version changes with it; built-ins keep theirs."""
+    from omni_iceberg.features import get_udf
+    from omni_iceberg.features.library import text_length
+    from omni_iceberg.features.loading import load_definitions_file
+    from omni_iceberg.features.udf import code_hash
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    helper = tmp_path / "issue36_helper.py"
+    helper.write_text('DROP = "#"\n')
+    path = tmp_path / "words36.py"
+    path.write_text(MODULE_LEVEL_FEATURE.format(helper="issue36_helper", name="n_words36", version=""))
+    [first] = load_definitions_file(str(path))
+    path.write_text(path.read_text().replace(r'r"\w+"', r'r"\w"'))  # the module-level regex only
+    [regex] = load_definitions_file(str(path))
+    assert regex.version != first.version
+    helper.write_text('DROP = "!"\n')  # a local module the file imports
+    [helped] = load_definitions_file(str(path))
+    assert len({first.version, regex.version, helped.version}) == 3
+    [again] = load_definitions_file(str(path))  # nothing changed: the same version
+    assert again.version == helped.version
+    # built-ins are versioned by their own code and declared dependencies, not their module's other code
+    assert get_udf("text_length").code_hash == code_hash(text_length)
+
+
+def test_an_explicit_version_stays_and_new_code_under_it_is_refused(omni, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "issue36_helper2.py").write_text('DROP = "#"\n')
+    path = tmp_path / "pinned36.py"
+    path.write_text(MODULE_LEVEL_FEATURE.format(helper="issue36_helper2", name="pinned36", version=', version="7"'))
+    [reg] = omni.register_features("web", [str(path)])
+    assert reg.changed and reg.definition.version == "7"
+    path.write_text(path.read_text().replace(r'r"\w+"', r'r"\w"'))
+    with pytest.raises(FeatureDefinitionError, match="pinned36@7 is already registered .* with different code"):
+        omni.register_features("web", [str(path)])

@@ -109,6 +109,7 @@ def test_run_rules_runs_the_rules_tuple_in_order(monkeypatch):
 
 
 DOCTEST_MODULES = ["omni_iceberg.explore.guard", "omni_iceberg.explore.sandbox", "omni_iceberg.explore.export",
+                   "omni_iceberg.explore.scope",
                    "omni_iceberg.explore.results", "omni_iceberg.ui.formatting", "catalog_ext.redact"] + \
     [f"omni_iceberg.explore.rules.{n}" for n in RULE_NAMES]
 

@@ -205,3 +205,114 @@ def test_the_planner_alone_refuses_every_escape(world, case):
 
     with pytest.raises(QueryError):
         plan_query(world["omni"], _fill(case["sql"], world))
+
+
+def _duckdb_catalog_names():
+    """(schema, name) of every function, macro and view a plain DuckDB knows, from its own catalog."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        names = set(con.sql("SELECT schema_name, function_name FROM duckdb_functions()").fetchall())
+        names |= set(con.sql("SELECT schema_name, view_name FROM duckdb_views()").fetchall())
+        names |= set(con.sql("SELECT table_schema, table_name FROM information_schema.tables").fetchall())
+        names |= {("pg_catalog", n) for (n,) in con.sql(
+            "SELECT view_name FROM duckdb_views() WHERE schema_name = 'pg_catalog'").fetchall()}
+    finally:
+        con.close()
+    return sorted(names)
+
+
+#: every way the escape corpus (and the CTE-shadowing report of issue #40) spells a table;
+#: {name} is a DuckDB catalog name, {schema} its schema
+CATALOG_SPELLINGS = [
+    "SELECT * FROM {name}",
+    'SELECT * FROM "{name}"',
+    "SELECT * FROM {NAME}",
+    "FROM {name}",
+    "SELECT * FROM {schema}.{name}",
+    'SELECT * FROM "{schema}"."{name}"',
+    "SELECT * FROM main.{name}",
+    "SELECT * FROM system.{schema}.{name}",
+    "SELECT * FROM memory.main.{name}",
+    "SELECT * FROM {name}()",
+    "SELECT * FROM web, {name}()",
+    "SELECT * FROM web, {name}",
+    "SELECT 1 FROM web JOIN {name} ON TRUE",
+    "SELECT * FROM web, LATERAL (SELECT * FROM {name})",
+    "SELECT t_len FROM web UNION ALL SELECT 1 FROM {name}",
+    "WITH x AS (SELECT * FROM {name}) SELECT * FROM x",
+    "SELECT (SELECT 1 FROM {name} LIMIT 1) AS c FROM web",
+    "SELECT t_len FROM web WHERE EXISTS (SELECT 1 FROM {name})",
+    # a CTE of the name hides it only inside its own WITH's query
+    "SELECT {name}.* FROM (WITH {name} AS (SELECT 1 AS x) SELECT x FROM {name}) AS a, {name}, web",
+    "WITH a AS (WITH {name} AS (SELECT 1 AS x) SELECT x FROM {name}) SELECT * FROM a, {name}",
+    "(WITH {name} AS (SELECT 1 AS x) SELECT x FROM {name}) UNION ALL SELECT 1 FROM {name}",
+    "SELECT (WITH {name} AS (SELECT 1 AS x) SELECT x FROM {name}), (SELECT 1 FROM {name} LIMIT 1) FROM web",
+    "WITH a AS (SELECT * FROM {name}), {name} AS (SELECT 1 AS x) SELECT * FROM a",
+    "WITH {name} AS (SELECT * FROM {name}) SELECT * FROM {name}",
+    "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r, {name} WHERE n < 2) SELECT * FROM r",
+    # a subquery's alias is no table name for the queries beside it
+    "SELECT * FROM (SELECT 1 AS x) AS {name}, (SELECT * FROM {name})",
+]
+
+
+@pytest.mark.slow
+def test_every_duckdb_catalog_function_and_view_is_refused_in_every_spelling(world):
+    """No spelling of any name in DuckDB's own catalog (pg_settings, duckdb_settings, information_schema.*) is answered.
+
+    The first wall alone: a refusal here never leans on the locked DuckDB. Every query
+    must fail with omni's QueryError - refused while planning, or failing inside the
+    engine for a generated name it cannot find - and never return rows.
+    """
+    omni = world["omni"]
+    names = _duckdb_catalog_names()
+    assert ("pg_catalog", "pg_settings") in names and ("main", "duckdb_settings") in names and len(names) > 1000
+    answered = []
+    for schema, name in names:
+        for spelling in CATALOG_SPELLINGS:
+            sql = spelling.format(name=name, NAME=name.upper(), schema=schema)
+            try:
+                rows = omni.query(sql)
+            except QueryError as e:
+                assert str(e), sql
+                continue
+            answered.append((sql, rows.num_rows))
+    assert answered == [], f"{len(answered)} answered, e.g. {answered[:5]}"
+    _assert_no_effect(world)
+
+
+def test_a_cte_does_not_hide_a_catalog_view_outside_its_scope(world, capsys):
+    """Issue #40: a CTE named pg_settings inside a subquery let an outer pg_settings reach DuckDB's settings."""
+    sql = ("SELECT pg_settings.name, pg_settings.setting FROM (WITH pg_settings AS (SELECT 1 AS x) "
+           "SELECT x FROM pg_settings) AS a, pg_settings, web "
+           "WHERE pg_settings.name IN ('secret_directory','enable_external_access') GROUP BY 1, 2")
+    code = main(["--home", world["home"], "sql", sql, "--format", "csv"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.strip() == ("omni: error: unknown logical table 'aidata.pg_settings' at line 1, column 121 "
+                                    "(known: aidata.web)")
+    with pytest.raises(QueryError, match="unknown logical table 'aidata.pg_settings'"):
+        world["omni"].query(sql)
+
+
+@pytest.mark.parametrize("sql, rows", [
+    # a CTE hides the logical table of its name inside its WITH's query, nowhere else
+    ("WITH web AS (SELECT 41 AS t_len) SELECT t_len, (SELECT count(*) FROM aidata.web) AS n FROM web",
+     [{"t_len": 41, "n": 6}]),
+    ("SELECT count(*) AS n, sum(web.t_len) AS s FROM (WITH web AS (SELECT 1 AS t_len) SELECT t_len FROM web) AS a, web",
+     [{"n": 6, "s": 54}]),
+    ("SELECT (WITH web AS (SELECT 7 AS t_len) SELECT max(t_len) FROM web) AS a, (SELECT max(t_len) FROM web) AS b",
+     [{"a": 7, "b": 9}]),
+    ("WITH web AS (SELECT 2 AS t_len) SELECT (SELECT max(t_len) FROM web) AS m, (SELECT count(*) FROM aidata.web) AS n",
+     [{"m": 2, "n": 6}]),
+    ("WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 5) "
+     "SELECT sum(n) AS s, (SELECT count(*) FROM web) AS c FROM r", [{"s": 15, "c": 6}]),
+    # columns of subqueries and CTEs, and correlated columns, bind in their own scope
+    ("SELECT max(s.n) AS m FROM (SELECT t_len AS n FROM web) AS s", [{"m": 9}]),
+    ("WITH c(n) AS (SELECT t_len FROM web) SELECT sum(n) AS s FROM c", [{"s": 54}]),
+    ("SELECT count(*) AS n FROM web AS w WHERE t_len = "
+     "(SELECT max(t_len) FROM web AS v WHERE v._ai_unique_id_ = w._ai_unique_id_)", [{"n": 6}]),
+])
+def test_table_and_column_names_resolve_by_sql_scope(world, sql, rows):
+    assert world["omni"].query(sql).to_pylist() == rows

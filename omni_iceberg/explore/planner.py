@@ -26,12 +26,13 @@ from sqlglot import exp
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState, PhysicalTable
 from catalog_ext.view_sql import pinned_ref, render_family_select
-from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError, check_tree
+from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError
 from omni_iceberg.explore.id_route import IndexRoute, pinned_ids, plan_route, read_through_index
 from omni_iceberg.explore.results import plain_numbers
 from omni_iceberg.explore.rules import QueryContext, run_rules
 from omni_iceberg.explore.rules.context import leaf_paths
 from omni_iceberg.explore.rules.push_predicates import rejects_null
+from omni_iceberg.explore.scope import check_generated, replacement, rewrite_sources
 
 _DELETE_COUNTS = ("total-delete-files", "total-position-deletes", "total-equality-deletes")
 
@@ -63,16 +64,18 @@ class QueryPlan:
         return self.physical_tree(dialect).sql(dialect=dialect, comments=False)
 
     def physical_tree(self, dialect: str) -> exp.Query:
-        """The user's query tree with every logical table replaced by its physical subquery."""
-        tree = self.ctx.tree.copy()
+        """The user's query tree with every logical table replaced by its physical subquery.
+
+        CTEs get generated names too (:func:`~omni_iceberg.explore.scope.rewrite_sources`):
+        the engine is handed no table name the user wrote.
+        """
         originals = {id(t.node): alias for alias, t in [*self.ctx.tables.items(), *self.ctx.system.items()]}
-        for node, original in zip(list(tree.find_all(exp.Table)), list(self.ctx.tree.find_all(exp.Table))):
-            alias = originals.get(id(original))
-            if alias is None:
-                continue
-            name = node.args.get("alias")
-            table_alias = name.copy() if name is not None else exp.TableAlias(this=node.this.copy())
-            node.replace(exp.Subquery(this=self._derived(alias, dialect), alias=table_alias))
+
+        def derived(table: exp.Table) -> exp.Expression | None:
+            alias = originals.get(id(table))
+            return None if alias is None else replacement(table, self._derived(alias, dialect))
+
+        tree = rewrite_sources(self.ctx.tree, self.ctx.scopes, GENERATED_PREFIX, derived)
         self._check_generated(tree, dialect)
         return tree
 
@@ -99,17 +102,10 @@ class QueryPlan:
         return select
 
     def _check_generated(self, tree: exp.Expression, dialect: str) -> None:
-        """Defence in depth: the SQL handed to an engine reads only this plan's scans."""
+        """Defence in depth: the SQL handed to an engine reads only this plan's scans and generated CTEs."""
         allowed = {s.local_name for s in self.scans} if dialect == "duckdb" else \
             {s.table.identifier.split(".")[-1] for s in self.scans}
-        ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
-        check_tree(tree, "the generated query")
-        for t in tree.find_all(exp.Table):
-            if isinstance(t.this, exp.Unnest) or (not t.db and t.name in ctes):
-                continue
-            if t.name not in allowed:
-                raise QueryError(f"internal error: the generated query reads {t.sql(dialect)!r}, "
-                                 f"which is not one of the planned scans; please report this query")
+        check_generated(tree, allowed, dialect)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as data (``omni sql --explain --json``)."""

@@ -141,7 +141,7 @@ def check_registrable(state: FamilyState, resolved: list[FeatureDefinition]) -> 
         existing = state.feature(d.name, d.version)
         spec = get_udf(d.udf)
         # the source path is not compared: the same code from a moved file is the same feature
-        if existing is not None and (existing.code_hash != spec.code_hash
+        if existing is not None and (not spec.same_code(existing.code_hash)
                                      or same_identity_json(existing.definition) != d.identity_json()):
             raise FeatureDefinitionError(
                 f"feature {d.key} is already registered on {state.table.identifier} with different code or "

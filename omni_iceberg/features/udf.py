@@ -18,13 +18,34 @@ it with plain values runs it directly - unit tests need no engine. Parameters wi
 default are configuration (filled from ``FeatureDefinition.params``); the others are
 inputs. A parameter named ``shared`` receives the per-batch :class:`SharedBatch`,
 through which features fused into one stage share intermediate results.
+
+What a UDF's code hash (and so a derived version) covers - :func:`udf_code_hash`:
+
+- a UDF in a user's file: the function's source, the whole file it is defined in
+  (module-level constants, regexes, helpers) and every local module that file imports,
+  directly or through another local module - a file outside the Python installation's
+  standard library and site-packages, and outside omni's own packages. Editing any of
+  them is new code: a new derived version, and ``omni backfill`` in a fresh process
+  refuses to run the old registration with it. Two features of one file change version
+  together; a comment edit in that file is a change too;
+- a UDF in an installed package or in omni's library: the function's own source only.
+  Built-ins name the module-level things they use (``builtin(depends=...)``), so an
+  edit elsewhere in the library keeps their versions; an installed package's UDFs should
+  carry an explicit version.
+
+An explicit ``version=`` is kept as given; its code is still compared with the code
+registered under it, and different code under the same version is refused.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import inspect
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Literal
 
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError, OutputColumn
@@ -45,8 +66,15 @@ class UdfSpec:
     input_params: tuple[str, ...]
     config_params: tuple[str, ...]
     wants_shared: bool
-    code_hash: str
+    code_hash: str  # udf_code_hash: what the UDF's result depends on (see the module docstring)
     definition: FeatureDefinition | None = field(default=None, compare=False)
+    #: the function's own source hash: what code_hash was before it covered the module, so a
+    #: feature registered then is still recognised as the same code
+    function_hash: str = field(default="", compare=False)
+
+    def same_code(self, registered_hash: str) -> bool:
+        """Whether a code hash recorded at registration is this UDF's code."""
+        return registered_hash in (self.code_hash, self.function_hash or self.code_hash)
 
     def instantiate(self) -> Callable[..., Any]:
         """A callable for one worker: classes are built and set up once here."""
@@ -59,13 +87,139 @@ class UdfSpec:
 
 
 def code_hash(target: Any) -> str:
-    """Hash of the source code (falling back to bytecode): a changed UDF is a new version."""
+    """Hash of the function's (or class's) own source code, falling back to bytecode."""
     try:
         text = inspect.getsource(target)
     except (OSError, TypeError):
         code = getattr(target, "__code__", None)
         text = repr(code.co_code if code else target.__qualname__)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def udf_code_hash(target: Any) -> str:
+    """The code hash a UDF is registered and versioned with (see the module docstring)."""
+    own = code_hash(target)
+    module = module_hash(target)
+    return own if not module else hashlib.sha256(f"{own}:{module}".encode()).hexdigest()[:16]
+
+
+#: omni's own packages, siblings in one distribution: their UDFs are library code
+_OMNI_ROOT = Path(__file__).resolve().parents[2]
+_OMNI_PACKAGES = ("omni_iceberg", "catalog_ext", "governance", "spark_udfs")
+
+
+def module_hash(target: Any) -> str:
+    """Hash of the file defining ``target`` and of the local modules it imports; "" when
+    ``target`` is not user code (an installed package, omni's library, no file)."""
+    try:
+        source = inspect.getsourcefile(target)
+    except TypeError:
+        return ""
+    if not source or not _is_local(Path(source)):
+        return ""
+    package = getattr(inspect.getmodule(target), "__package__", None) or ""
+    digest = hashlib.sha256()
+    # the defining file under no name (where it lives is not part of the code); imports by module name
+    for name, path in sorted(_local_closure(Path(source), package).items()):
+        digest.update(f"{name}\0".encode())
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            digest.update(b"<unreadable>")
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_roots() -> tuple[Path, ...]:
+    import site
+    import sysconfig
+
+    roots = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        roots.update(site.getsitepackages())
+    except AttributeError:  # some embedded interpreters' site module lacks it
+        pass
+    roots.add(site.getusersitepackages())
+    roots.update(str(_OMNI_ROOT / name) for name in _OMNI_PACKAGES)
+    return tuple(Path(r).resolve() for r in roots if r)
+
+
+def _is_local(path: Path) -> bool:
+    """A readable .py file outside the standard library, site-packages and omni's own packages."""
+    if path.suffix != ".py" or not path.is_file():
+        return False
+    resolved = path.resolve()
+    return not any(resolved.is_relative_to(root) for root in _installed_roots())
+
+
+def _local_closure(root: Path, package: str) -> dict[str, Path]:
+    """``{"": root}`` plus every local module ``root`` imports, transitively, by module name."""
+    found: dict[str, Path] = {"": root}
+    todo = [(root, package)]
+    while todo:
+        path, pkg = todo.pop()
+        for name in _imported_names(path, pkg):
+            if name in found:
+                continue
+            file = _module_file(name)
+            if file is not None and _is_local(file):
+                found[name] = file
+                todo.append((file, name if file.name == "__init__.py" else name.rpartition(".")[0]))
+    return found
+
+
+def _imported_names(path: Path, package: str) -> list[str]:
+    """Absolute names of the modules ``path`` imports anywhere in it (lazy imports in functions too),
+    with their parent packages (importing ``a.b`` runs ``a/__init__.py``)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                if node.level - 1 > len(parts) or not parts:
+                    continue  # a relative import outside any package: it cannot have run
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            if base:
+                names.append(base)
+            names += [f"{base}.{a.name}" if base else a.name for a in node.names if a.name != "*"]
+    out: list[str] = []
+    for name in names:
+        parts = name.split(".")
+        out += [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return list(dict.fromkeys(out))
+
+
+def _module_file(name: str) -> Path | None:
+    """The file module ``name`` is (or would be) loaded from, without importing anything."""
+    module = sys.modules.get(name)
+    if module is not None:
+        file = getattr(module, "__file__", None)
+        return Path(file) if file else None
+    from importlib.machinery import PathFinder
+
+    search: list[str] | None = None
+    spec = None
+    for i, part in enumerate(name.split(".")):
+        parent = sys.modules.get(".".join(name.split(".")[:i])) if i else None
+        if parent is not None:
+            search = list(getattr(parent, "__path__", []) or [])
+        try:
+            spec = PathFinder.find_spec(part, search)
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or [])
+    origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and origin not in ("built-in", "frozen") else None
 
 
 def _signature(target: Any, form: Form) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
@@ -95,7 +249,8 @@ def register_udf(name: str, target: Any, form: Form | None = None, definition: F
         raise FeatureDefinitionError(
             f"UDF {name!r}: form='pandas' takes a function of pandas Series (Series in, Series out), "
             f"without a {SHARED_PARAM!r} parameter; use form='batch' or form='class' for those")
-    spec = UdfSpec(name, form, target, inputs, config, shared, code_hash(target), definition)
+    spec = UdfSpec(name, form, target, inputs, config, shared, udf_code_hash(target), definition,
+                   function_hash=code_hash(target))
     existing = _UDFS.get(name)
     if existing is not None and not replace and existing.code_hash != spec.code_hash:
         raise FeatureDefinitionError(f"UDF {name!r} is already registered with different code")
@@ -206,7 +361,6 @@ def _exec_user_module(path: "Path", name: str, shown: str) -> Any:
     its functions and classes themselves instead of a reference to the module.
     """
     import importlib.util
-    import sys
 
     import cloudpickle
 
@@ -281,8 +435,6 @@ def load_udf_sources(definitions: list[FeatureDefinition]) -> None:
                 f"restore the file, or register the feature again from its new place "
                 f"('omni feature register NEW_PATH.py')"
             )
-        import sys
-
         if src.module not in sys.modules:
             _exec_user_module(p, src.module, src.path)
         spec = _UDFS.get(d.udf)
@@ -290,7 +442,11 @@ def load_udf_sources(definitions: list[FeatureDefinition]) -> None:
             raise FeatureDefinitionError(
                 f"feature {d.key}: {src.path} no longer declares a UDF named {d.udf!r}; restore it or "
                 f"register the file again")
-        if spec.code_hash != src.code_hash:
+        if spec.code_hash != src.code_hash and spec.same_code(src.code_hash):
+            print(f"warning: feature {d.key} was registered before its version covered the rest of "
+                  f"{src.path} and the local modules it imports: edits there are not detected until it is "
+                  f"registered again ('omni feature register {src.path}')", file=sys.stderr)
+        elif spec.code_hash != src.code_hash:
             raise FeatureDefinitionError(
                 f"feature {d.key}: the code of {d.udf!r} in {src.path} changed since it was registered "
                 f"(code hash {src.code_hash}, now {spec.code_hash}); run 'omni feature register {src.path}' "

@@ -26,8 +26,9 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
-from omni_iceberg.explore.guard import QueryError, check_tree
+from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError
 from omni_iceberg.explore.rules.context import leaf_paths
+from omni_iceberg.explore.scope import check_generated, replacement, rewrite_sources
 from omni_iceberg.hot.store import DATABASE, HotStore, HotStoreError, store_for
 
 KEYS = (ID_COLUMN, BATCH_COLUMN)
@@ -91,24 +92,19 @@ def decide(omni: Any, ctx: Any) -> HotDecision | None:
 
 
 def hot_sql(ctx: Any, decision: HotDecision) -> str:
-    """The user's query over the hot tables, in ClickHouse SQL."""
-    tree = ctx.tree.copy()
+    """The user's query over the hot tables, in ClickHouse SQL (CTE names generated as on the Iceberg path)."""
     originals = {id(t.node): alias for alias, t in ctx.tables.items()}
-    for node, original in zip(list(tree.find_all(exp.Table)), list(ctx.tree.find_all(exp.Table))):
-        alias = originals.get(id(original))
-        if alias is None:
-            continue
-        name = node.args.get("alias")
-        table_alias = name.copy() if name is not None else exp.TableAlias(this=node.this.copy())
-        node.replace(exp.Subquery(this=_derived(ctx, alias, decision.tables[alias]), alias=table_alias))
-    check_tree(tree, "the generated query")
-    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
-    allowed = set(decision.tables.values())
-    for t in tree.find_all(exp.Table):
-        if isinstance(t.this, exp.Unnest) or (not t.db and t.name in ctes):
-            continue
-        if t.db != DATABASE or t.name not in allowed:
+
+    def derived(table: exp.Table) -> exp.Expression | None:
+        alias = originals.get(id(table))
+        return None if alias is None else replacement(table, _derived(ctx, alias, decision.tables[alias]))
+
+    tree = rewrite_sources(ctx.tree, ctx.scopes, GENERATED_PREFIX, derived)
+    for t in tree.find_all(exp.Table):  # every table read lives in the hot store's database
+        if not isinstance(t.this, exp.Unnest) and not t.name.startswith(f"{GENERATED_PREFIX}_cte_") \
+                and t.db != DATABASE:
             raise QueryError(f"internal error: the hot query reads {t.sql('clickhouse')!r}; please report this query")
+    check_generated(tree, set(decision.tables.values()), "clickhouse")
     return tree.sql(dialect="clickhouse", comments=False)
 
 

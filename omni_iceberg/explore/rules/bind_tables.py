@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from sqlglot import exp
 
 from catalog_ext.contract import DEFAULT_NAMESPACE, PHYSICAL_SEPARATOR, SYSTEM_NAMESPACE
@@ -10,10 +9,14 @@ from catalog_ext.errors import NoSuchLogicalTableError
 from catalog_ext.suggest import closest, did_you_mean
 from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import BoundTable, QueryContext, SystemTable
+from omni_iceberg.explore.scope import scopes
 
 
 def bind_tables(ctx: QueryContext) -> QueryContext:
     """Bind ``FROM name`` / ``FROM namespace.name`` (never a physical table, a catalog or a file).
+
+    Which names are tables and which are CTEs follows SQL scope
+    (:mod:`omni_iceberg.explore.scope`): a CTE hides a table only inside its WITH's query.
 
     ``omni_sys.<name>`` binds to a system table (query log, runs, errors, lineage, ...):
     read-only like everything here, at its current snapshot (system tables are logs,
@@ -29,13 +32,12 @@ def bind_tables(ctx: QueryContext) -> QueryContext:
     Traceback (most recent call last):
     ...
     omni_iceberg.explore.guard.QueryError: unknown logical table 'aidata.webb' at line 1, column 15; did you mean 'aidata.web'?
+    >>> bind_tables(example_context("SELECT 1 FROM (WITH web AS (SELECT 1) SELECT * FROM web) AS a, web",
+    ...                             until="bind_tables")).tables["web"].node.sql()
+    'web'
     """
-    ctes = {c.alias_or_name for c in ctx.tree.find_all(exp.CTE)}
-    for node in list(ctx.tree.find_all(exp.Table)):
-        if isinstance(node.this, exp.Unnest):
-            continue
-        if not node.db and node.name in ctes:
-            continue
+    ctx.scopes = scopes(ctx.tree)
+    for node in ctx.scopes.tables:
         where = at(node)
         if node.catalog:
             raise QueryError(f"{node.sql()}{where}: name logical tables as NAME or NAMESPACE.NAME, without a catalog")
@@ -72,3 +74,4 @@ def _bind_system(ctx: QueryContext, node: exp.Table, alias: str, where: str) -> 
         raise QueryError(f"unknown system table {SYSTEM_NAMESPACE}.{node.name}{where}; {hint}")
     ctx.system[alias] = SystemTable(alias, f"{SYSTEM_NAMESPACE}.{node.name}", node.name,
                                     [f.name for f in SCHEMAS[node.name]], node)
+

@@ -8,6 +8,7 @@ from typing import Callable
 from sqlglot import exp
 
 from catalog_ext.family import FamilyState, PhysicalTable
+from omni_iceberg.explore.scope import Scopes
 
 
 @dataclass
@@ -48,6 +49,7 @@ class QueryContext:
     as_of: int | None = None
     row_count: Callable[[PhysicalTable], int | None] = _no_counts
     tree: exp.Query | None = None
+    scopes: Scopes | None = None  # what each table name and column means, by SQL scope (bind_tables)
     tables: dict[str, BoundTable] = field(default_factory=dict)  # alias -> table
     system: dict[str, SystemTable] = field(default_factory=dict)  # alias -> system table (read-only)
     resolved: dict[int, tuple[str, str]] = field(default_factory=dict)  # id(Column) -> (alias, logical path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
@@ -10,6 +9,7 @@ from catalog_ext.family import FamilyState
 from catalog_ext.suggest import did_you_mean
 from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import QueryContext
+from omni_iceberg.explore.scope import SelectScope, is_opaque
 
 
 def top_level(state: FamilyState) -> list[str]:
@@ -46,8 +46,12 @@ def _resolve_path(state: FamilyState, parts: list[str]) -> str | None:
 def resolve_columns(ctx: QueryContext) -> QueryContext:
     """Bind columns by name, qualified (``w.quality``) or not; unknown and ambiguous names are errors.
 
-    Output aliases (``ORDER BY n``) and CTE columns are left alone. Columns of system
-    tables are checked but not recorded: no later rule plans anything for them.
+    Names resolve by SQL scope (:mod:`omni_iceberg.explore.scope`): a qualifier names
+    the nearest FROM item of that name, an unqualified column the tables of its own
+    SELECT first, then those of the queries it is nested in. Output aliases
+    (``ORDER BY n``) and columns that may come from a CTE, a subquery, VALUES or
+    unnest are left to the engine: those are built from checked parts. Columns of
+    system tables are checked but not recorded: no later rule plans anything for them.
 
     >>> from omni_iceberg.explore.rules.examples import example_context
     >>> ctx = resolve_columns(example_context("SELECT RawData.raw_data, w.quality FROM web AS w",
@@ -59,38 +63,26 @@ def resolve_columns(ctx: QueryContext) -> QueryContext:
     ...
     omni_iceberg.explore.guard.QueryError: unknown column 'qualty' at line 1, column 8; did you mean 'quality'?
     """
-    select_aliases = {a.alias for a in ctx.tree.find_all(exp.Alias)}
-    cte_names = {c.alias_or_name for c in ctx.tree.find_all(exp.CTE)}
     for star in ctx.tree.find_all(exp.Star):
         parent = star.parent
         if isinstance(parent, exp.Column) and parent.table:
             ctx.star.add(parent.table)
         elif not isinstance(parent, exp.Count):
             ctx.star.update(ctx.tables)
+    by_node = {id(t.node): alias for alias, t in [*ctx.tables.items(), *ctx.system.items()]}
     for col in ctx.tree.find_all(exp.Column):
         if isinstance(col.this, exp.Star):
             continue
+        scope = ctx.scopes.column_scope.get(id(col)) if ctx.scopes is not None else None
+        if scope is None:
+            continue  # ORDER BY of a UNION names the union's output columns
         parts = [p.name for p in col.parts]
-        if len(parts) == 1 and parts[0] in select_aliases:
-            continue  # ORDER BY / HAVING on an output alias
-        if parts[0] in cte_names:
-            continue
-        matches: list[tuple[str, str]] = []
-        if parts[0] in ctx.tables and len(parts) > 1:
-            path = _resolve_path(ctx.tables[parts[0]].state, parts[1:])
-            if path is not None:
-                matches = [(parts[0], path)]
-        elif parts[0] in ctx.system and len(parts) > 1:
-            if len(parts) == 2 and parts[1] in ctx.system[parts[0]].columns:
-                matches = [(parts[0], parts[1])]
-        else:
-            for alias, t in ctx.tables.items():
-                path = _resolve_path(t.state, parts)
-                if path is not None:
-                    matches.append((alias, path))
-            matches += [(alias, parts[0]) for alias, s in ctx.system.items()
-                        if len(parts) == 1 and parts[0] in s.columns]
+        matches, opaque = _matches(ctx, scope, parts, by_node)
         name = ".".join(parts)
+        if len(matches) != 1 and len(parts) == 1 and parts[0].lower() in _output_names(scope):
+            continue  # ORDER BY / HAVING on an output alias
+        if not matches and opaque:
+            continue  # a column of a CTE, subquery, VALUES or unnest: the engine binds it
         if not matches:
             hint = did_you_mean(parts[-1] if parts[0] in ctx.tables else name, _candidates(ctx))
             raise QueryError(f"unknown column {name!r}{at(col)}{hint}")
@@ -100,3 +92,40 @@ def resolve_columns(ctx: QueryContext) -> QueryContext:
         if matches[0][0] in ctx.tables:
             ctx.resolved[id(col)] = matches[0]
     return ctx
+
+
+def _output_names(scope: SelectScope) -> set[str]:
+    return {e.alias.lower() for e in scope.select.expressions if isinstance(e, exp.Alias)}
+
+
+def _matches(ctx: QueryContext, scope: SelectScope, parts: list[str],
+             by_node: dict[int, str]) -> tuple[list[tuple[str, str]], bool]:
+    """(alias, logical path) candidates for a column, and whether an opaque FROM item may hold it instead."""
+    if len(parts) > 1:
+        src = scope.find(parts[0])
+        if src is not None:
+            alias = by_node.get(id(src.node))
+            if alias in ctx.tables:
+                path = _resolve_path(ctx.tables[alias].state, parts[1:])
+                return ([(alias, path)] if path is not None else []), False
+            if alias in ctx.system:
+                found = len(parts) == 2 and parts[1] in ctx.system[alias].columns
+                return ([(alias, parts[1])] if found else []), False
+            return [], True  # a CTE, subquery or unnest: the engine knows its columns
+    opaque = False
+    for level in scope.chain():  # the innermost SELECT with a match wins, as in SQL
+        found: list[tuple[str, str]] = []
+        for src in level.sources.values():
+            alias = by_node.get(id(src.node))
+            if alias in ctx.tables:
+                path = _resolve_path(ctx.tables[alias].state, parts)
+                if path is not None:
+                    found.append((alias, path))
+            elif alias in ctx.system:
+                if len(parts) == 1 and parts[0] in ctx.system[alias].columns:
+                    found.append((alias, parts[0]))
+            elif is_opaque(src):
+                opaque = True
+        if found:
+            return found, opaque
+    return [], opaque
