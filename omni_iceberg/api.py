@@ -432,10 +432,20 @@ class Omni:
         return out
 
     def plan(self, name: str, features: list[str], batches: list[str] | None = None, has_gpu: bool | None = None):
-        """The backfill plan (minimal closure, stages, routes) without running it."""
-        from omni_iceberg.backfill.planner import plan_backfill
+        """The backfill plan (minimal closure, stages, routes) without running it.
 
-        return plan_backfill(self.state(name), features, batches, has_gpu)
+        The UDFs it would run are loaded; one whose file changed since it was registered
+        is a warning of the plan here (the backfill itself refuses to run it).
+        """
+        from omni_iceberg.backfill.planner import plan_backfill
+        from omni_iceberg.features.spec import FeatureDefinitionError
+
+        plan = plan_backfill(self.state(name), features, batches, has_gpu)
+        try:
+            self.load_udfs(name, [f for stage in plan.stages for f in stage.features])
+        except FeatureDefinitionError as e:
+            plan.warnings.append(str(e))
+        return plan
 
     def backfill(self, name: str, features: list[str], batches: list[str] | None = None, *, dry_run: bool = False,
                  isolation: str = "process", max_error_ratio: float | None = 0.1, progress: bool | None = None,

@@ -157,6 +157,9 @@ def test_an_edit_outside_the_function_body_is_detected_then_a_new_version(web, t
     assert rc == 0, err
     first = json.loads(out)[0]["feature"]
     path.write_text(REGEX_FEATURES.replace(r'r"\w+"', r'r"\w"'))  # characters, not words
+    rc, out, err = omni("backfill", "web", "--features", "n_tokens", "--dry-run", home=web)
+    assert rc == 0 and "warning: feature " + first + ": the code of 'n_tokens'" in out
+    assert "changed since it was registered" in out
     rc, _, err = omni("backfill", "web", "--features", "n_tokens", home=web)
     assert rc == 2 and "changed since it was registered" in err
     rc, out, err = omni("feature", "register", str(path), "--table", "web", "--json", home=web)

@@ -379,6 +379,19 @@ def _exec_user_module(path: "Path", name: str, shown: str) -> Any:
     return module
 
 
+def _forget_module(name: str) -> None:
+    """Unload a user's module and the UDFs it declared, so the next use imports the file again."""
+    module = _USER_MODULES.pop(name, None)
+    sys.modules.pop(name, None)
+    for key, spec in list(_UDFS.items()):
+        if getattr(spec.target, "__module__", None) == name:
+            del _UDFS[key]
+    if module is not None:
+        import cloudpickle
+
+        cloudpickle.unregister_pickle_by_value(module)
+
+
 def user_modules() -> list[Any]:
     """Modules loaded from users' .py files in this process.
 
@@ -447,6 +460,9 @@ def load_udf_sources(definitions: list[FeatureDefinition]) -> None:
                   f"{src.path} and the local modules it imports: edits there are not detected until it is "
                   f"registered again ('omni feature register {src.path}')", file=sys.stderr)
         elif spec.code_hash != src.code_hash:
+            # the new code must not stay callable under this name: a second call (a plan, then
+            # a backfill in one process) would find it loaded and run it under the old version
+            _forget_module(src.module)
             raise FeatureDefinitionError(
                 f"feature {d.key}: the code of {d.udf!r} in {src.path} changed since it was registered "
                 f"(code hash {src.code_hash}, now {spec.code_hash}); run 'omni feature register {src.path}' "
