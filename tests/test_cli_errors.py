@@ -55,3 +55,22 @@ def test_recorded_command_lines_carry_no_passwords(home):
     recorded = [v.command for v in Omni(home=str(home)).log("web2")]
     assert recorded and all("S3CRETpw" not in c for c in recorded) and "etl:***@db" in recorded[0]
     assert "table create web2" in recorded[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    # time travel the planner cannot honour is refused, never dropped (issue #40)
+    (["sql", "SELECT count(*) FROM web FOR SYSTEM_TIME AS OF '2020-01-01'"], "use --as-of N"),
+    (["sql", "SELECT count(*) FROM web TIMESTAMP AS OF '2020-01-01'"], "use --as-of N"),
+    (["sql", "SELECT count(*) FROM web AT (TIMESTAMP => '2020-01-01')"], "use --as-of N"),
+    (["sql", "SELECT count(*) FROM web BEFORE (VERSION => 2)"], "use --as-of N"),
+    (["sql", "SELECT count(*) FROM web VERSION AS OF 'v1'"], "use --as-of N"),
+    (["sql", "SELECT count(*) FROM web CHANGES (INFORMATION => DEFAULT) AT (VERSION => 1)"],
+     "after the table 'web' at line 1, column 22 is not supported in omni sql"),
+    (["sql", "SELECT count(*) FROM web VERSION AS OF 1", "--as-of", "2"], "give the version once"),
+    (["sql", "SELECT count(*) FROM omni_sys.runs VERSION AS OF 1"], "system tables are logs"),
+])
+def test_bad_sql_is_one_line_and_exit_2(home, capsys, args, message):
+    assert main(["--home", str(home), *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("omni: error: ")
+    assert message in captured.err and len(captured.err.strip().splitlines()) == 1 and "bug" not in captured.err

@@ -272,3 +272,49 @@ def test_a_filter_outside_a_limited_subquery_is_not_pushed_into_its_scans(omni):
     got = omni.query("SELECT count(*) AS n FROM (SELECT _ai_append_name_ FROM web ORDER BY _ai_unique_id_ LIMIT 5) "
                      "WHERE _ai_append_name_ = 'wiki'").to_pylist()
     assert got == [{"n": sum(1 for r in first if r["_ai_append_name_"] == "wiki")}]
+
+
+@pytest.mark.parametrize("clause", ["AT (VERSION => {v})", "VERSION AS OF {v}", "FOR VERSION AS OF {v}"])
+def test_a_version_clause_reads_that_logical_version_like_as_of(omni, clause):
+    """Issue #40: the clause was dropped, so AT (VERSION => 1) answered today's 40 rows."""
+    from omni_iceberg.explore.guard import QueryError
+
+    for v, n in ((1, 0), (2, 25), (3, 40)):
+        sql = f"SELECT count(*) AS n FROM web {clause.format(v=v)}"
+        assert omni.query(sql).to_pylist() == [{"n": n}] == omni.query("SELECT count(*) AS n FROM web",
+                                                                        as_of=v).to_pylist()
+    # t_len was registered at version 4: at version 3 it does not exist (it was read from today before)
+    with pytest.raises(QueryError, match="unknown column 't_len'"):
+        omni.query(f"SELECT max(t_len) FROM web {clause.format(v=3)}")
+    # each table reference at its own version
+    got = omni.query(f"SELECT (SELECT count(*) FROM web {clause.format(v=2)}) AS old, "
+                     f"(SELECT count(*) FROM web AS w) AS now").to_pylist()
+    assert got == [{"old": 25, "now": 40}]
+    assert omni.query(f"SELECT count(*) AS n FROM web {clause.format(v=2)}", as_of=2).to_pylist() == [{"n": 25}]
+    with pytest.raises(QueryError, match="asks for version 2 but --as-of asks for 3; give the version once"):
+        omni.query(f"SELECT count(*) FROM web {clause.format(v=2)}", as_of=3)
+
+
+@pytest.mark.parametrize("sample, n", [
+    ("TABLESAMPLE reservoir(5 ROWS)", 5),
+    ("TABLESAMPLE reservoir(5 ROWS) REPEATABLE (7)", 5),
+    ("TABLESAMPLE bernoulli(0 PERCENT)", 0),
+    ("TABLESAMPLE bernoulli(100 PERCENT)", 40),
+    ("USING SAMPLE reservoir(7 ROWS)", 7),
+    ("AS w USING SAMPLE 3 ROWS", 3),
+])
+def test_a_sample_clause_samples_the_logical_rows(omni, sample, n):
+    """Issue #40: TABLESAMPLE on a logical table was dropped and every row came back."""
+    assert omni.query(f"SELECT count(*) AS n FROM web {sample}").to_pylist() == [{"n": n}]
+
+
+def test_a_sampled_table_is_read_whole_before_its_filter(omni):
+    """The sample is drawn before WHERE: filters pushed into the scans or batch pruning would draw from fewer rows."""
+    for sql in ("SELECT count(*) AS n FROM web TABLESAMPLE reservoir(5 ROWS) "
+                "WHERE t_len > 100 AND _ai_append_name_ = 'wiki'",
+                "SELECT avg(t_len) AS a FROM web USING SAMPLE reservoir(5 ROWS)"):
+        plan = omni.explain_dict(sql)["tables"][0]
+        assert plan["batches"] is None and all(not s["pushed"] for s in plan["scans"])
+    rows = omni.read("web", columns=["t_len"]).to_pylist()
+    got = omni.query("SELECT count(*) AS n FROM web TABLESAMPLE bernoulli(100 PERCENT) WHERE t_len > 100").to_pylist()
+    assert got == [{"n": sum(1 for r in rows if r["t_len"] > 100)}]

@@ -205,9 +205,18 @@ def rewrite_sources(original: exp.Expression, scoped: Scopes, prefix: str,
 
 
 def replacement(table: exp.Table, select: exp.Select) -> exp.Subquery:
-    """``select`` as the subquery standing in for ``table``, under the name the query knows the table by."""
+    """``select`` as the subquery standing in for ``table``, under the name the query knows the table by.
+
+    The clauses bind_tables keeps after a table name move onto the subquery: a sample
+    is drawn from, a pivot turns, the logical rows.
+    """
     name = table.args.get("alias")
-    return exp.Subquery(this=select, alias=name.copy() if name is not None else exp.TableAlias(this=table.this.copy()))
+    sub = exp.Subquery(this=select, alias=name.copy() if name is not None else exp.TableAlias(this=table.this.copy()))
+    for clause in ("sample", "pivots"):
+        value = table.args.get(clause)
+        if value:
+            sub.set(clause, [v.copy() for v in value] if isinstance(value, list) else value.copy())
+    return sub
 
 
 def check_generated(tree: exp.Expression, allowed: set[str], dialect: str) -> None:

@@ -58,6 +58,9 @@ def decide(omni: Any, ctx: Any) -> HotDecision | None:
         return None
     if ctx.system:
         return HotDecision(False, "the query reads a system table")
+    if ctx.tree.find(exp.TableSample, exp.Pivot):
+        # ClickHouse samples by a sampling key and has no PIVOT: not the same rows
+        return HotDecision(False, "the query samples (TABLESAMPLE / USING SAMPLE) or pivots rows")
     differs = sorted({type(f).__name__.lower() for f in ctx.tree.find_all(exp.Func)
                       if not isinstance(f, SAME_IN_BOTH)})
     if differs:

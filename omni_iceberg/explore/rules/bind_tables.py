@@ -11,12 +11,21 @@ from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import BoundTable, QueryContext, SystemTable
 from omni_iceberg.explore.scope import scopes
 
+#: clauses after a table name the physical query keeps (on the subquery that replaces
+#: the table); the time-travel ones are read here. Any other clause is refused: the
+#: table is replaced by a subquery, and a clause left behind would be silently dropped.
+_KEPT_CLAUSES = {"this", "db", "catalog", "alias", "sample", "pivots"}
+_VERSION_CLAUSES = {"version", "when"}
+
 
 def bind_tables(ctx: QueryContext) -> QueryContext:
     """Bind ``FROM name`` / ``FROM namespace.name`` (never a physical table, a catalog or a file).
 
     Which names are tables and which are CTEs follows SQL scope
     (:mod:`omni_iceberg.explore.scope`): a CTE hides a table only inside its WITH's query.
+    ``VERSION AS OF N`` / ``AT (VERSION => N)`` after a table reads it at logical
+    version N, as ``--as-of N`` does for the whole query; other time-travel clauses
+    are refused.
 
     ``omni_sys.<name>`` binds to a system table (query log, runs, errors, lineage, ...):
     read-only like everything here, at its current snapshot (system tables are logs,
@@ -37,6 +46,9 @@ def bind_tables(ctx: QueryContext) -> QueryContext:
     'web'
     """
     ctx.scopes = scopes(ctx.tree)
+    for node in ctx.tree.find_all(exp.Table):
+        if ctx.scopes.names_cte(node):
+            _refuse_clauses(node, f"the CTE {node.name!r}", _KEPT_CLAUSES)
     for node in ctx.scopes.tables:
         where = at(node)
         if node.catalog:
@@ -48,12 +60,17 @@ def bind_tables(ctx: QueryContext) -> QueryContext:
         alias = node.alias_or_name
         if alias in ctx.tables or alias in ctx.system:
             raise QueryError(f"table alias {alias!r} is used twice{where}; give each reference an alias")
+        version = _version_clause(ctx, node, where)
+        _refuse_clauses(node, f"the table {node.name!r}", _KEPT_CLAUSES | _VERSION_CLAUSES)
         if ns.lower() == SYSTEM_NAMESPACE:
+            if version is not None:
+                raise QueryError(f"{node.sql()}{where}: system tables are logs read at their current snapshot; "
+                                 f"they have no logical versions")
             _bind_system(ctx, node, alias, where)
             continue
         ident = f"{ns}.{node.name}"
         try:
-            state = ctx.load_state(ns, node.name, ctx.as_of)
+            state = ctx.load_state(ns, node.name, ctx.as_of if version is None else version)
         except NoSuchLogicalTableError:
             known = ctx.known_tables()  # listing every table is slow: only for the message
             hint = did_you_mean(ident, known) or f" (known: {', '.join(known) or 'none'})"
@@ -75,3 +92,39 @@ def _bind_system(ctx: QueryContext, node: exp.Table, alias: str, where: str) -> 
     ctx.system[alias] = SystemTable(alias, f"{SYSTEM_NAMESPACE}.{node.name}", node.name,
                                     [f.name for f in SCHEMAS[node.name]], node)
 
+
+def _version_clause(ctx: QueryContext, node: exp.Table, where: str) -> int | None:
+    """The logical version a ``VERSION AS OF N`` / ``AT (VERSION => N)`` clause asks for (None: none given).
+
+    Time travel by timestamp, ``BEFORE``, ``CHANGES`` and version ranges are refused:
+    the logical version is what pins every physical snapshot of the family.
+    """
+    clause = node.args.get("version") or node.args.get("when")
+    if clause is None:
+        return None
+    text = clause.sql("duckdb")
+    kind = str(clause.this).upper()
+    by_version = (isinstance(clause, exp.Version) and kind == "VERSION" and
+                  str(clause.args.get("kind", "")).upper() == "AS OF") or \
+        (isinstance(clause, exp.HistoricalData) and kind == "AT" and str(clause.args.get("kind", "")).upper() == "VERSION")
+    value = clause.args.get("expression")
+    number = value.this if isinstance(value, exp.Literal) and value.this.isdigit() else None
+    if not by_version or number is None:
+        raise QueryError(f"{text!r} after {node.name!r}{where} is not supported: omni sql reads logical versions by "
+                         f"number - use --as-of N (or VERSION AS OF N); omni log {node.name} lists the versions "
+                         f"and when they were made")
+    version = int(number)
+    if ctx.as_of is not None and version != ctx.as_of:
+        raise QueryError(f"{text!r} after {node.name!r}{where} asks for version {version} but --as-of asks for "
+                         f"{ctx.as_of}; give the version once")
+    return version
+
+
+def _refuse_clauses(node: exp.Table, what: str, kept: set[str]) -> None:
+    """A clause after a table name that the physical query would not keep is an error, never dropped."""
+    for key, value in node.args.items():
+        if key in kept or value in (None, [], False):
+            continue
+        clause = value.sql("duckdb") if isinstance(value, exp.Expression) else \
+            " ".join(v.sql("duckdb") for v in value) if isinstance(value, list) else str(value)
+        raise QueryError(f"{clause!r} after {what}{at(node)} is not supported in omni sql")

@@ -8,7 +8,7 @@ from typing import Callable
 from sqlglot import exp
 
 from catalog_ext.family import FamilyState, PhysicalTable
-from omni_iceberg.explore.scope import Scopes
+from omni_iceberg.explore.scope import Scopes, from_items
 
 
 @dataclass
@@ -63,10 +63,23 @@ class QueryContext:
 
 
 def top_where(ctx: QueryContext) -> list[exp.Expression]:
-    """The conjuncts of the outermost SELECT's WHERE (none for UNION and friends)."""
+    """The conjuncts of the outermost SELECT's WHERE (none for UNION and friends).
+
+    None either when that SELECT samples rows (``USING SAMPLE``, or ``TABLESAMPLE`` on
+    a table it reads): the sample is drawn before WHERE filters, so rules that use the
+    filter to read fewer rows, batches or tables would change which rows are drawn.
+    """
     select = ctx.tree if isinstance(ctx.tree, exp.Select) else None
     where = select.args.get("where") if select is not None else None
-    return conjuncts(where.this) if where is not None else []
+    if where is None or samples_rows(select):
+        return []
+    return conjuncts(where.this)
+
+
+def samples_rows(select: exp.Select) -> bool:
+    """True when ``select`` draws a sample of its rows or of a table it reads."""
+    return select.args.get("sample") is not None or any(
+        item.args.get("sample") is not None for item in from_items(select))
 
 
 def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:

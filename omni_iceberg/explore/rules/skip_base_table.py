@@ -103,6 +103,8 @@ def _null_ignoring_aggregates(ctx: QueryContext, alias: str, state: FamilyState,
         return None
     if tree.args.get("group") or tree.args.get("distinct") or tree.find(exp.Window) or tree.find(exp.Subquery):
         return None
+    if tree.find(exp.TableSample):
+        return None  # a sample of the feature table's rows is not a sample of the logical rows
     if not all(isinstance(o.this if isinstance(o, exp.Alias) else o, _NULL_IGNORING) for o in tree.expressions):
         return None
     for agg in tree.find_all(exp.AggFunc):  # HAVING count(*) counts the rows too
