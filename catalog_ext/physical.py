@@ -261,6 +261,10 @@ class StagedWrite:
         self.staged_snapshot_id: int | None = None
         #: the snapshot property labelling a finished unit (set by :meth:`attach`), checked at commit
         self.label_property: str | None = None
+        #: batch name -> the logical version that committed it, in the version this write
+        #: started from (set by ``FamilyStore.staged_write``): the logical commit refuses to
+        #: publish rows of a batch that left the table meanwhile (see :meth:`leave_out_batches`)
+        self.batch_versions: dict[str, int] = {}
         #: :meth:`run_changes` of the last (base, head) it was asked for
         self._changes: tuple[tuple[int | None, int | None], RunChanges] | None = None
         #: rows written but not yet in files (see WRITE_BUFFER_BYTES), all of one batch
@@ -598,6 +602,35 @@ class StagedWrite:
         table = iceberg_io.with_table_retry(self.catalog, self.identifier, recommit)
         self.branch_files, self.pending_files = keep, []
         self.base_snapshot_id = onto_snapshot_id
+        self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
+        return self.staged_snapshot_id
+
+    def leave_out_batches(self, batches: set[str]) -> int | None:
+        """Re-stage this run on its own base without its files of ``batches``; returns the new head.
+
+        For batches that left the logical table while the run wrote them (a concurrent
+        drop-batch): pinning those files would bring the batch's rows back under no batch
+        entry. The other files are re-committed as they are (as :meth:`rebase` does), and
+        the run's clears of other batches are replayed: a recomputed unit's new rows must not
+        meet its old ones.
+        """
+        keep = [f for f in self.data_files if file_batch(self.table, f) not in batches]
+        cleared = [b for b in self.cleared_batches if b not in batches]
+
+        def recommit(table):
+            ops = table.manage_snapshots()
+            if self.branch in table.metadata.refs:
+                ops = ops.remove_branch(self.branch)
+            ops.create_branch(self.base_snapshot_id, self.branch).commit()
+            if cleared:
+                self._delete_batches(self.catalog.load_table(self.identifier), cleared)
+            table = self.catalog.load_table(self.identifier)
+            return iceberg_io.commit_data_files(table, keep, self.branch, self.properties,
+                                                self.spec_id) if keep else table
+
+        table = iceberg_io.with_table_retry(self.catalog, self.identifier, recommit)
+        self.branch_files, self.pending_files = keep, []
+        self.cleared_batches = cleared
         self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
         return self.staged_snapshot_id
 

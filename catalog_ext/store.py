@@ -178,6 +178,7 @@ class FamilyStore:
         """
         writer = StagedWrite(self.catalog, identifier, base_snapshot_id, run_id, properties, rebasable=rebasable,
                              bucket_count=bucket_count or state.table.bucket_count)
+        writer.batch_versions = {b.name: b.version for b in state.batches}
         for hook in self.write_hooks:
             hook(state, writer)
         return writer
@@ -382,6 +383,7 @@ class FamilyStore:
                         f"{namespace}.{name} was re-bucketed from {writer.bucket_count} to "
                         f"{new_state.table.bucket_count} id buckets while this command wrote "
                         f"{writer.identifier}; nothing was committed - run the command again")
+                _leave_out_batches_gone(writer, base)
                 writer.check_counts_rows_once()  # an invariant: a rebase or retry must never add rows twice
                 writer.before_commit()  # e.g. the id index catches up with what the branch now holds
             family_location = self._write_family(view.metadata["location"], new_state,
@@ -453,6 +455,49 @@ class FamilyStore:
 
 class _LostRace(Exception):
     """Another writer won this attempt (view CAS lost, or a staged table rebased): try again."""
+
+
+def _leave_out_batches_gone(writer: StagedWrite, state: FamilyState) -> None:
+    """Keep a staged write from publishing rows of a batch that left the table while it ran.
+
+    ``state`` is the latest version, the one this commit builds on (a batch this very
+    commit removes is meant to go). A batch dropped after the write started (``omni
+    drop-batch`` committed first) is no longer in it; pinning the write's files of it would
+    bring its rows back, under no batch entry (a later re-ingest of the same content then
+    held each id twice). An append (a backfill unit: one batch per file) is re-staged
+    without those files and the commit tried again - its ``MarkComputed`` leaves such
+    units out. A rewrite holding such rows, or a batch name submitted again since (whose
+    rows are not the ones written), fails the commit with nothing published. Nothing is
+    read unless a batch left; then only the batch column of files mixing batches.
+    """
+    from catalog_ext.iceberg_io import read_data_files
+    from catalog_ext.physical import file_batch_bounds
+
+    now = {b.name: b.version for b in state.batches}
+    gone = {name for name, version in writer.batch_versions.items() if now.get(name) != version}
+    if not gone or writer.staged_snapshot_id is None:
+        return
+    changes = writer.run_changes()
+    single: set[str] = set()  # gone batches held by files of that batch alone
+    mixed: set[str] = set()  # ... by files holding other batches too
+    for f in changes.live.values():
+        lower, upper = file_batch_bounds(changes.table, f)
+        if lower is not None and lower == upper:
+            single |= {lower} & gone
+        elif lower is None or upper is None or any(lower <= g <= upper for g in gone - mixed):
+            batches = read_data_files(changes.table, [f], (BATCH_COLUMN,)).column(0).unique().to_pylist()
+            mixed |= set(batches) & gone
+    if not single and not mixed:
+        return
+    again = sorted(b for b in single | mixed if b in now)
+    if mixed or again or not writer.rebasable:
+        named = ", ".join(repr(b) for b in (again or sorted(single | mixed)))
+        why = f"batch {named} was dropped and submitted again" if again else f"batch {named} was dropped"
+        raise PreconditionFailed(
+            f"{why} while this command wrote {writer.identifier} of {state.table.identifier}; publishing its "
+            f"files would bring those rows back. Nothing was committed - run the command again")
+    writer.leave_out_batches(single)
+    raise _LostRace(PreconditionFailed(f"batch {', '.join(sorted(single))} left {state.table.identifier}"))
 
 
 __all__ = ["FamilyStore", "VersionInfo", "PreconditionFailed"]

@@ -202,7 +202,10 @@ class RecordFeatureSource:
 class MarkComputed:
     """Record computed units. A unit recomputed with another data version (it was stale)
     replaces the earlier record of the same feature version and batch; the same data
-    version recorded twice (two runs raced) is kept once."""
+    version recorded twice (two runs raced) is kept once. A unit of a batch the table no
+    longer has (dropped while the run computed it) is not recorded: the store left its
+    rows out of the commit (``FamilyStore.commit``), and a record would mark a batch
+    submitted again under that name as computed."""
 
     units: tuple[ComputedUnit, ...]
 
@@ -211,9 +214,12 @@ class MarkComputed:
             if s.feature(u.feature, u.version) is None:
                 raise PreconditionFailed(f"feature {u.feature}@{u.version} is not registered on {s.table.identifier}")
         latest = {(u.feature, u.version, u.batch): u for u in s.computed}
+        batches = {b.name for b in s.batches}
         replaced: set[tuple[str, str, str]] = set()
         new: list[ComputedUnit] = []
         for u in self.units:
+            if u.batch not in batches:
+                continue
             key = (u.feature, u.version, u.batch)
             old = latest.get(key)
             if old is not None and old.data_version == u.data_version:

@@ -8,7 +8,8 @@ it as ONE logical version that re-pins the rewritten snapshots.
 from governance.column_groups import (ColumnGroupError, ColumnGroupPlan, SplitPlan, plan_column_groups, plan_split,
                                       regroup, split_columns)
 from governance.compaction import CompactionPlan, compact, plan_compaction
-from governance.drop_batch import DropBatchPlan, NoSuchBatchError, drop_batch, plan_drop_batch
+from governance.drop_batch import (BatchWrittenMeanwhileError, DropBatchPlan, NoSuchBatchError, drop_batch,
+                                   plan_drop_batch)
 from governance.leftovers import clean_leftovers
 from governance.maintenance import MaintainReport, maintain
 from governance.rebucket import RebucketError, RebucketPlan, plan_rebucket, rebucket
@@ -25,7 +26,7 @@ from governance.retention import (
 
 __all__ = ["RetentionPolicy", "RetentionPlan", "RetentionReport", "RetentionError", "plan_retention",
            "apply_retention", "maintain", "MaintainReport", "clean_leftovers", "drop_batch", "plan_drop_batch",
-           "DropBatchPlan", "NoSuchBatchError", "materialize", "plan_materialization", "refresh_materializations",
+           "DropBatchPlan", "NoSuchBatchError", "BatchWrittenMeanwhileError", "materialize", "plan_materialization", "refresh_materializations",
            "MaterializePlan", "MaterializeError", "regroup", "plan_column_groups", "ColumnGroupPlan", "ColumnGroupError", "split_columns", "plan_split", "SplitPlan",
            "rebucket", "plan_rebucket", "RebucketPlan", "RebucketError", "compact", "plan_compaction",
            "CompactionPlan"]

@@ -16,7 +16,13 @@ must keep seeing it (an export manifest that pinned it still replays byte for by
 - commit: one logical version re-pins the tables and drops the batch and its computed
   feature units from the mapping (:class:`catalog_ext.updates.DropBatch`). A writer
   that moved a table meanwhile makes the commit fail cleanly; the branches are dropped
-  and nothing changed.
+  and nothing changed. That covers every table holding the batch at commit time, not
+  only those the plan found: a table another writer moved or added since the plan (a
+  backfill's new feature table, a materialized copy) is read again at each commit
+  attempt, and one holding the batch now fails the drop the same way
+  (:class:`BatchWrittenMeanwhileError`). The other direction - a backfill committing
+  rows of a batch dropped while it ran - is refused by the store
+  (``FamilyStore.commit``, batches that left).
 
 The batch's rejects, errors and lineage rows stay: they are history, and say which
 version dropped it (``omni log`` names the batch).
@@ -31,8 +37,8 @@ from typing import Any
 import pyarrow.compute as pc
 
 from catalog_ext.contract import BATCH_COLUMN, split_qualified
-from catalog_ext.errors import InvalidIdentifierError
-from catalog_ext.family import FamilyState
+from catalog_ext.errors import CommitConflictError, InvalidIdentifierError
+from catalog_ext.family import FamilyState, PhysicalTable
 from catalog_ext.iceberg_io import read_data_files
 from catalog_ext.physical import file_batch_bounds
 from catalog_ext.store import FamilyStore
@@ -45,6 +51,10 @@ OPERATION = "drop-batch"
 class NoSuchBatchError(InvalidIdentifierError):
     """The batch to drop is not in the logical table's latest version (bad input: exit 2, as an unknown
     batch given to ``backfill --batches`` is)."""
+
+
+class BatchWrittenMeanwhileError(CommitConflictError):
+    """A physical table the plan did not cover holds the batch at commit time; nothing was dropped."""
 
 
 @dataclass
@@ -92,23 +102,53 @@ def plan_drop_batch(store: FamilyStore, name: str, batch: str) -> DropBatchPlan:
                                f"(batches: {', '.join(known) or 'none'}; see 'omni status {state.table.identifier}')")
     plan = DropBatchPlan(state.table.identifier, state.version, batch, found.rows)
     for t in state.tables:
-        if t.snapshot_id is None:
-            continue
-        ice = store.catalog.load_table(t.identifier)
-        entry = TableDrop(t.identifier, t.key, t.snapshot_id)
-        for task in ice.scan(snapshot_id=t.snapshot_id).plan_files():
-            lower, upper = file_batch_bounds(ice, task.file)
-            if lower is None or upper is None:  # no statistics: it may hold the batch
-                entry.files_rewritten.append(task.file.file_path)
-            elif lower == upper == batch:
-                entry.files_deleted.append(task.file.file_path)
-            elif lower <= batch <= upper:
-                entry.files_rewritten.append(task.file.file_path)
-            else:
-                entry.files_untouched += 1
-        if entry.files_deleted or entry.files_rewritten:
+        entry = _table_drop(store, t, batch)
+        if entry is not None:
             plan.tables.append(entry)
     return plan
+
+
+def _table_drop(store: FamilyStore, t: PhysicalTable, batch: str) -> TableDrop | None:
+    """The files of ``t`` at its pinned snapshot that hold ``batch``, or None when none can."""
+    if t.snapshot_id is None:
+        return None
+    ice = store.catalog.load_table(t.identifier)
+    entry = TableDrop(t.identifier, t.key, t.snapshot_id)
+    for task in ice.scan(snapshot_id=t.snapshot_id).plan_files():
+        lower, upper = file_batch_bounds(ice, task.file)
+        if lower is None or upper is None:  # no statistics: it may hold the batch
+            entry.files_rewritten.append(task.file.file_path)
+        elif lower == upper == batch:
+            entry.files_deleted.append(task.file.file_path)
+        elif lower <= batch <= upper:
+            entry.files_rewritten.append(task.file.file_path)
+        else:
+            entry.files_untouched += 1
+    return entry if entry.files_deleted or entry.files_rewritten else None
+
+
+def _check_no_new_holder(store: FamilyStore, plan: DropBatchPlan, planned: dict[str, int | None],
+                         latest: FamilyState, seen: dict[tuple[str, int], bool]) -> None:
+    """Refuse the commit when a table the plan does not re-pin holds ``plan.batch`` in ``latest``.
+
+    Only tables whose pin differs from the one the plan read (moved, or added to the
+    family since) are read, and each (table, snapshot) once per drop: without this a
+    backfill that committed the batch's rows to a new feature table between the plan and
+    the commit kept them there, under no batch entry, and a later re-ingest of the same
+    content put each of its ids in that table twice.
+    """
+    dropping = {t.key for t in plan.tables}
+    for t in latest.tables:
+        if t.key in dropping or t.snapshot_id is None or (t.key in planned and planned[t.key] == t.snapshot_id):
+            continue
+        key = (t.key, t.snapshot_id)
+        if key not in seen:
+            seen[key] = _table_drop(store, t, plan.batch) is not None
+        if seen[key]:
+            raise BatchWrittenMeanwhileError(
+                f"{t.identifier} now holds rows of batch {plan.batch!r} of {plan.logical_table} at "
+                f"version {latest.version} (snapshot {t.snapshot_id}), which this drop, planned at version "
+                f"{plan.version}, did not cover; nothing was dropped - run the command again")
 
 
 def drop_batch(store: FamilyStore, name: str, batch: str, *, dry_run: bool = False,
@@ -148,8 +188,13 @@ def drop_batch(store: FamilyStore, name: str, batch: str, *, dry_run: bool = Fal
             if bar is not None:
                 bar.update(len(deleted) + len(mixed))
 
+        planned = {t.key: t.snapshot_id for t in state.tables}
+        seen: dict[tuple[str, int], bool] = {}
+
         def updates(latest: FamilyState):
-            # not rebasable: a table moved by another writer fails this commit (PinConflict)
+            # not rebasable: a table moved by another writer fails this commit (PinConflict), and
+            # so does a table the plan did not cover that holds the batch now
+            _check_no_new_holder(store, plan, planned, latest, seen)
             return (DropBatch(batch),) + tuple(
                 PinSnapshot(t.key, writers[t.key].staged_snapshot_id, t.snapshot_id) for t in plan.tables)
 

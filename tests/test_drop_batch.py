@@ -115,3 +115,72 @@ def test_cli_dry_run_then_drop(omni, capsys):
     assert cli_main(["drop-batch", NAME, "a", "--no-progress"]) == 0
     assert "dropped batch 'a' (5 rows" in capsys.readouterr().out
     assert "a" not in _batches(omni)
+
+
+def _id_batch_pairs(omni: Omni) -> dict[str, list[tuple[str, str]]]:
+    """Per physical table of the latest version: every (id, batch) pair its pinned snapshot holds."""
+    out = {}
+    for t in omni.state(NAME).tables:
+        if t.snapshot_id is None:
+            continue
+        rows = omni.catalog.load_table(t.identifier).scan(
+            snapshot_id=t.snapshot_id, selected_fields=(ID_COLUMN, BATCH_COLUMN)).to_arrow()
+        out[t.key] = list(zip(rows.column(ID_COLUMN).to_pylist(), rows.column(BATCH_COLUMN).to_pylist()))
+    return out
+
+
+def _when_committing(omni: Omni, monkeypatch, operation: str, meanwhile) -> None:
+    """Run ``meanwhile()`` once, right before the next logical commit of ``operation``: the
+    racing writer commits between that command's plan and its commit."""
+    real_commit = omni.store.commit
+
+    def commit(*args, **kwargs):
+        if kwargs.get("operation") == operation:
+            monkeypatch.setattr(omni.store, "commit", real_commit)
+            meanwhile()
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(omni.store, "commit", commit)
+
+
+def test_a_backfill_that_commits_a_new_table_during_the_drop_fails_the_drop_cleanly(omni, tmp_path, monkeypatch):
+    from catalog_ext.errors import CommitConflictError
+
+    omni.register_features(NAME, [U.t_lang])  # its table pins an empty snapshot: the drop's plan skips it
+    _when_committing(omni, monkeypatch, "drop-batch",
+                     lambda: omni.backfill(NAME, ["t_lang"], isolation="inline", progress=False))
+    version = omni.state(NAME).version
+    with pytest.raises(CommitConflictError, match=r"t_lang.*batch 'b'"):
+        drop_batch(omni.store, NAME, "b")
+    state = omni.state(NAME)
+    assert state.version == version + 1 and state.operation == "backfill"  # the backfill's commit, nothing else
+    assert [b.name for b in state.batches] == ["a", "b", "c"]
+    lang = state.feature("t_lang").table_key
+    assert sorted(b for _, b in _id_batch_pairs(omni)[lang]) == ["a"] * 5 + ["b"] * 4 + ["c"] * 6
+    # run again, the drop now covers the new table: the batch leaves every one of them
+    drop_batch(omni.store, NAME, "b")
+    assert all(b != "b" for pairs in _id_batch_pairs(omni).values() for _, b in pairs)
+    assert omni.verify_index(NAME).ok
+    # the same content again under the same name, then the backfill: each (id, batch) once everywhere
+    omni.submit(NAME, [str(tmp_path / "b.jsonl")], batch="b", progress=False)
+    omni.backfill(NAME, ["t_lang", "t_len"], isolation="inline", progress=False)
+    pairs = _id_batch_pairs(omni)
+    for key, held in pairs.items():
+        assert len(held) == len(set(held)), f"{key} holds an (id, batch) pair twice"
+    assert sorted(b for _, b in pairs[lang]) == ["a"] * 5 + ["b"] * 4 + ["c"] * 6
+    assert omni.verify_index(NAME).ok
+
+
+def test_a_backfill_does_not_bring_back_a_batch_dropped_while_it_ran(omni, monkeypatch):
+    omni.register_features(NAME, [U.t_lang])
+    _when_committing(omni, monkeypatch, "backfill", lambda: drop_batch(omni.store, NAME, "b"))
+    report = omni.backfill(NAME, ["t_lang"], isolation="inline", progress=False)
+    state = omni.state(NAME)
+    assert state.operation == "backfill" and report.logical_version == state.version
+    assert [b.name for b in state.batches] == ["a", "c"]
+    assert sorted(u.batch for u in state.computed if u.feature == "t_lang") == ["a", "c"]
+    pairs = _id_batch_pairs(omni)
+    assert sorted(b for _, b in pairs[state.feature("t_lang").table_key]) == ["a"] * 5 + ["c"] * 6
+    assert all(b != "b" for held in pairs.values() for _, b in held)
+    assert _batches(omni) == {"a": 5, "c": 6}
+    assert omni.verify_index(NAME).ok

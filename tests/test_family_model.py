@@ -118,10 +118,12 @@ def test_documents_without_data_versions_still_load():
 
 
 def test_mark_computed_replaces_a_stale_unit_and_keeps_one_of_a_race():
-    from catalog_ext.family import ComputedUnit
+    from catalog_ext.family import Batch, ComputedUnit
     from catalog_ext.updates import MarkComputed
 
     s = _with_feature()
+    s = s.model_copy(update={"batches": (Batch(name="cc", rows=5, read=5, duplicates=0, rejected=0, version=2,
+                                                committed_ms=1),)})
 
     def unit(dv, run):
         return ComputedUnit(feature="q", version="1", batch="cc", run_id=run, rows=5, errors=0, logical_version=4,
@@ -133,6 +135,9 @@ def test_mark_computed_replaces_a_stale_unit_and_keeps_one_of_a_race():
     redone = apply_updates(first, (MarkComputed((unit("d2", "r3"),)),), operation="b", command="", summary={},
                            now_ms=3)
     assert [(u.run_id, u.data_version) for u in redone.computed] == [("r3", "d2")]  # stale unit replaced
+    dropped = s.model_copy(update={"batches": ()})  # the batch left while the unit was computed
+    assert apply_updates(dropped, (MarkComputed((unit("d1", "r4"),)),), operation="b", command="", summary={},
+                         now_ms=5).computed == ()
     with pytest.raises(PreconditionFailed, match="q@2"):
         apply_updates(s, (MarkComputed((unit("d1", "r").model_copy(update={"version": "2"}),)),),
                       operation="b", command="", summary={}, now_ms=4)
