@@ -192,16 +192,28 @@ def test_all_rejected_commits_nothing_and_rejects_of_failed_attempts_are_not_the
     assert len(rejects) == omni.state("web").batch("b").rejected == 1
 
 
-def test_unused_mapping_is_a_warning(omni, tmp_path, capsys):
-    src = tmp_path / "a.jsonl"
-    src.write_text('{"raw_data": "x", "title": "t"}\n')
-    r = omni.submit("web", [str(src)], batch="b", field_map={"titel": "heading", "title": "heading2"})
-    assert r.written == 1
-    assert len(r.warnings) == 1 and "--map titel=heading" in r.warnings[0] and "no record" in r.warnings[0]
-    rc = main(["--home", str(tmp_path / "home"), "submit", "web", str(src), "--batch", "c", "--map", "nope=x",
-               "--no-progress"])
-    assert rc == 0
-    assert "omni: warning: --map nope=x: no record of this batch has a field 'nope'" in capsys.readouterr().err
+def test_a_mistyped_mapping_stops_the_batch_with_one_error(omni, tmp_path, capsys):
+    """#40: `--map body_txt=raw_data` used to reject all 1,200 records one by one and store each reject."""
+    src = tmp_path / "dump.jsonl"
+    src.write_text("".join(json.dumps({"body_text": f"page {i}", "url": f"u{i}"}) + "\n" for i in range(1200)))
+    home = ["--home", str(tmp_path / "home")]
+    rc = main([*home, "submit", "web", str(src), "--batch", "b", "--map", "body_txt=raw_data", "--no-progress"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("omni: error: --map body_txt=raw_data: none of the first 1200 records of this batch has a field "
+                   "'body_txt'; did you mean 'body_text'? (fields: body_text, url); nothing committed. "
+                   "Field names are case-sensitive")
+    assert omni.state("web").version == 1 and omni.state("web").batch("b") is None
+    assert _rejects(omni, "b") == []  # not 1,200 rejects
+    r = omni.submit("web", [str(src)], batch="b", field_map={"body_text": "raw_data"})  # the name is still free
+    assert (r.written, r.rejected, r.logical_version) == (1200, 0, 2)
+    # a short input is checked at its end, and every mapping is checked, not only raw_data's
+    short = tmp_path / "a.jsonl"
+    short.write_text('{"raw_data": "x", "title": "t"}\n')
+    with pytest.raises(SchemaConflictError, match=r"--map titel=heading: none of the 1 records of this batch has "
+                                                  r"a field 'titel'; did you mean 'title'\? \(fields: raw_data, title\)"):
+        omni.submit("web", [str(short)], batch="c", field_map={"titel": "heading", "title": "heading2"})
+    assert omni.state("web").version == 2
 
 
 def test_symlink_loop_and_broken_link_are_named(omni, tmp_path):

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from catalog_ext.contract import RAW_CONTENT_FIELD, check_identifier
-from catalog_ext.errors import InvalidIdentifierError
+from catalog_ext.errors import InvalidIdentifierError, SchemaConflictError
 
 _NOT_IDENT = re.compile(r"[^A-Za-z0-9_]")
 
@@ -61,6 +61,51 @@ def _split_pair(pair: str) -> tuple[str, str]:
     if not source:
         raise InvalidIdentifierError(f"invalid --map {pair!r}: the source field name is empty")
     return source, target
+
+
+#: records a --map is checked against before the batch goes on
+MAP_CHECK_RECORDS = 500
+
+
+class MapCheck:
+    """Stops a submit whose ``--map`` names a source field none of its first records has.
+
+    Such a field is almost always misspelt, and the mapping usually feeds ``raw_data``:
+    going on would reject every record one by one and store a reject row for each. The
+    first :data:`MAP_CHECK_RECORDS` records (or the first block of them) are enough to tell.
+    """
+
+    def __init__(self, field_map: dict[str, str], first: int = MAP_CHECK_RECORDS) -> None:
+        self.field_map = field_map
+        self.unseen = set(field_map)
+        self.present: set[str] = set()
+        self.records = 0
+        self.first = first
+
+    def see(self, names: set[str], count: int) -> None:
+        """``count`` records with the field ``names`` were read; raises once the first ones lack a mapped field."""
+        if not self.unseen:
+            return
+        self.unseen -= names
+        self.present |= names
+        self.records += count
+        if self.records >= self.first:
+            self.check()
+
+    def check(self) -> None:
+        """At the end of the first records, or of the input when it is shorter."""
+        if not self.unseen or not self.records:  # no record read at all is the outcome check's to name
+            return
+        from catalog_ext.suggest import did_you_mean
+
+        source = sorted(self.unseen)[0]
+        fields = sorted(self.present)
+        listed = ", ".join(fields[:12]) + (f" (+{len(fields) - 12} more)" if len(fields) > 12 else "")
+        which = f"the first {self.records}" if self.records >= self.first else f"the {self.records}"
+        raise SchemaConflictError(
+            f"--map {source}={self.field_map[source]}: none of {which} records of this batch has a field "
+            f"{source!r}{did_you_mean(source, fields)} (fields: {listed or 'none'}); nothing committed. "
+            "Field names are case-sensitive")
 
 
 @functools.lru_cache(maxsize=65536)  # called per field per record; sources repeat a few names

@@ -15,7 +15,9 @@ What is a reject and what stops the batch:
 - input with no records at all, or whose every record is rejected, commits
   nothing and leaves the batch name free (exit 2 and 4), so the corrected
   resubmit is not answered with "already committed";
-- a mapping of a field that no record has is a warning (``report.warnings``).
+- a ``--map`` of a field that none of the first records has stops the batch
+  with one error naming the closest field there is (exit 2, nothing committed,
+  no rejects stored).
 
 Every reject row carries the ``submit_id`` of its attempt; the committed batch
 records its own in the version summary (``omni.submit-id``), so rejects of a failed
@@ -189,7 +191,7 @@ def submit(
             report.warnings.append(f"dedup read every id of the table ({existing.reason}); "
                                    f"`omni index rebuild {state.table.identifier}` makes it an index lookup")
     staged_ids: set[str] = set()  # ids of this batch: the race re-check needs only these
-    unused_map = set(field_map)
+    map_check = F.MapCheck(field_map)
     base = state.base_table
     writer = store.staged_write(state, base.identifier, base.snapshot_id, report.submit_id,
                                 {"omni.operation": "ingest", "omni.batch": batch, "omni.submit-id": report.submit_id})
@@ -216,8 +218,8 @@ def submit(
             if isinstance(item, RecordProblem):
                 _reject(report, rejects, item, batch, state)
                 continue
-            if unused_map:
-                unused_map.difference_update(_field_names(item) & unused_map)
+            if map_check.unseen:
+                map_check.see(_field_names(item), count)
             if isinstance(item, SourceBlock):
                 if len(chunk) and len(chunk) + len(item) > chunk_rows:  # chunks stay within chunk_rows
                     _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types,
@@ -238,15 +240,12 @@ def submit(
                 _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types,
                        known_fields, report)
                 chunk = _Chunk()
+        map_check.check()  # input shorter than the records checked: its end decides
         _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types, known_fields, report)
         if bar is not None:
             bar.close()
         if existing is not None:
             existing.release()  # a scan's id set can be large; not needed past this point
-        for source in sorted(unused_map):
-            report.warnings.append(
-                f"--map {source}={field_map[source]}: no record of this batch has a field {source!r} "
-                "(check the spelling; field names are case-sensitive)")
         _save_rejects(store, rejects)
         _check_outcome(report, sources, batch, state, max_reject_ratio)
         check = WinnerCheck(staged_ids, base.snapshot_id) if dedup else None
