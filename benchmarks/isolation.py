@@ -63,7 +63,7 @@ def threshold_for(source, share: float) -> tuple[str, int]:
     digests = []
     with open(source, encoding="utf-8") as f:
         for line in f:
-            text = html_parser(json.loads(line)["raw_data"])
+            text = html_parser(json.loads(line)["raw_data"], "text/plain")  # as the JSONL reader gives it
             if text is not None:
                 digests.append(hashlib.md5(text.encode("utf-8")).hexdigest())
     digests.sort()

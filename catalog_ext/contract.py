@@ -19,6 +19,15 @@ PROCESSED_STAGE = "ProcessedData"
 TRAINABLE_STAGE = "TrainableData"
 STAGES = (RAW_STAGE, PROCESSED_STAGE, TRAINABLE_STAGE)
 RAW_CONTENT_FIELD = "raw_data"
+#: RawData field with the MIME type of ``raw_data`` as its reader knew it (``text/html``,
+#: ``text/x-java``, ``text/plain``; a record's own ``content_type`` field wins); NULL in rows
+#: stored before readers set it, and where a record says null
+RAW_CONTENT_TYPE_FIELD = "content_type"
+#: Raw fields omni's readers set, which a feature may read on any table: a registration
+#: declares them where no batch has brought them yet (they read as NULL there)
+READER_RAW_FIELDS: dict[str, str] = {RAW_CONTENT_TYPE_FIELD: "string"}
+#: content types whose text is HTML markup
+HTML_CONTENT_TYPES = ("text/html", "application/xhtml+xml")
 RESERVED_PREFIX = "_ai_"
 
 #: Stage fields every table declares at creation. Stage fields that no physical

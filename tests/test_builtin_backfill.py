@@ -54,3 +54,52 @@ def test_cheap_features_fuse_into_one_stage_over_parsed_text(omni):
     for name in CHEAP:  # each fused feature equals the built-in called directly on the same texts
         fn = next(b for b in BUILTINS if b.definition.name == name)
         assert [r[name] for r in rows] == fn(texts).to_pylist(), name
+
+
+JAVA = """package demo;
+
+public interface List<E> extends SequencedCollection<E> {
+    <T> T[] toArray(T[] a);
+
+\tboolean add(E e);  // a tab, kept
+}
+"""
+
+
+def test_parsed_text_follows_each_records_content_type(tmp_path):
+    """Issue #36: html_parser parsed everything as HTML - Java lost its newlines and generics,
+    JSONL text changed. Only HTML is parsed now; other text reaches parsed_text unchanged, and
+    rows without a content type (stored before readers set one) are sniffed."""
+    import json
+
+    o = Omni(home=tmp_path / "home")
+    o.create_table("mixed")
+    o.register_builtins("mixed", ["html_parser"])  # before any batch: it declares RawData.content_type
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "List.java").write_text(JAVA)
+    docs = tmp_path / "docs.jsonl"
+    forum = "a <b>bold</b> claim: x<y and y>z\n  indented\n"
+    docs.write_text(json.dumps({"text": forum}) + "\n")
+    legacy = tmp_path / "legacy.jsonl"
+    old_page = "<html><body><p>Old <b>page</b></p><script>x()</script></body></html>"
+    old_code = "Map<K, V> m = new HashMap<>();\nList<E> l;"
+    legacy.write_text("".join(json.dumps({"raw_data": t, "content_type": None}) + "\n" for t in (old_page, old_code)))
+    (tmp_path / "page.html").write_text("<html><body><p>Hello <b>web</b></p><nav>menu</nav></body></html>")
+    o.submit("mixed", [str(code)], batch="code")
+    o.submit("mixed", [str(docs)], batch="docs", field_map={"text": "raw_data"})
+    o.submit("mixed", [str(legacy)], batch="legacy")
+    o.submit("mixed", [str(tmp_path / "page.html")], batch="html")
+    report = o.backfill("mixed", ["html_parser"], progress=False)
+    assert report.status == "succeeded" and report.rows == 5
+    rows = o.read("mixed", columns=["_ai_append_name_", "RawData.raw_data", "RawData.content_type",
+                                    "ProcessedData.parsed_text"]).to_pylist()
+    got = {(r["_ai_append_name_"], r["RawData.raw_data"]): (r["RawData.content_type"], r["ProcessedData.parsed_text"])
+           for r in rows}
+    assert got == {
+        ("code", JAVA): ("text/x-java", JAVA),  # the exact file, generics, tab and blank line included
+        ("docs", forum): ("text/plain", forum),
+        ("legacy", old_page): (None, "Old page"),  # no content type: it looks like HTML
+        ("legacy", old_code): (None, old_code),  # generics are not HTML tags
+        ("html", "<html><body><p>Hello <b>web</b></p><nav>menu</nav></body></html>"): ("text/html", "Hello web"),
+    }

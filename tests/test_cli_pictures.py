@@ -44,7 +44,8 @@ def test_plan_picture_says_will_be_computed_not_error(web):
     plan = web.plan("web", ["text_length"], has_gpu=False)
     nodes, edges = plan_graph(plan)
     status = {n.label.split("@")[0]: n.status for n in nodes}
-    assert status == {"html_parser": "missing", "text_length": "requested", "RawData.raw_data": "source"}
+    assert status == {"html_parser": "missing", "text_length": "requested", "RawData.raw_data": "source",
+                      "RawData.content_type": "source"}
     svg = to_svg(nodes, edges, "plan")
     assert svg.count("will be computed") >= 2 and "error" not in svg.lower()
     assert "#c0392b" not in svg and "batches to compute: cc" in svg

@@ -82,7 +82,7 @@ def raw_pages() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def pages(raw_pages: dict[str, str]) -> dict[str, str]:
-    return {k: html_parser(v) for k, v in raw_pages.items()}
+    return {k: html_parser(v, "text/html") for k, v in raw_pages.items()}
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_every_builtin_is_registered_with_its_form_inputs_and_a_version() -> Non
             assert d.inputs[0] == "ProcessedData.parsed_text", d.name
         if spec.form == "batch":
             assert spec.wants_shared, d.name
-    assert html_parser.definition.inputs == ("RawData.raw_data",)
+    assert html_parser.definition.inputs == ("RawData.raw_data", "RawData.content_type")
     assert html_parser.definition.output_names == ["ProcessedData.parsed_text"]
     assert math_recall.definition.inputs == ("ProcessedData.parsed_text", "detected_lang")
     assert DetectedLang.definition.output_names == ["detected_lang", "lang_confidence"]
@@ -178,12 +178,16 @@ def test_html_parser_edge_cases() -> None:
             "<script>var x = 1;</script><p>Second   para\n graph</p>"
             "<pre>def f():\n    return 1</pre><noscript>enable js</noscript><footer>bottom</footer>"
             "<ul><li>one</li><li>two</li></ul></body></html>")
-    assert html_parser(html) == "Hello bold & link\nSecond para graph\ndef f():\n    return 1\none\ntwo"
-    assert html_parser("plain text, 3 < 4 and 5 > 2\n  kept as is") == "plain text, 3 < 4 and 5 > 2\n  kept as is"
-    assert html_parser(b"<p>caf\xc3\xa9</p>") == "café"
-    assert html_parser(None) is None
-    assert html_parser("") is None
-    assert html_parser("<p> </p><script>only()</script>") is None
+    assert html_parser(html, "text/html") == "Hello bold & link\nSecond para graph\ndef f():\n    return 1\none\ntwo"
+    assert html_parser(html, "text/html; charset=utf-8") == html_parser(html, None)  # no type: sniffed as HTML
+    assert html_parser(html, "text/plain") == html  # the reader said text: kept as it is
+    assert html_parser("plain text, 3 < 4 and 5 > 2\n  kept as is", None) == "plain text, 3 < 4 and 5 > 2\n  kept as is"
+    java = "class A<T> {\n\tList<E> xs; // <b>not markup</b>\n}\n"
+    assert html_parser(java, "text/x-java") == java
+    assert html_parser(b"<p>caf\xc3\xa9</p>", "application/xhtml+xml") == "café"
+    assert html_parser(None, "text/html") is None
+    assert html_parser("", None) is None
+    assert html_parser("<p> </p><script>only()</script>", "text/html") is None
 
 
 def test_text_length() -> None:

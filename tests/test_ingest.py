@@ -157,8 +157,9 @@ def test_new_source_fields_extend_rawdata_and_old_versions_stay(omni, tmp_path):
     r = omni.submit("web", [str(b)], batch="b")
     assert sorted(r.new_fields) == ["score", "url"]
     latest = omni.read("web", columns=["RawData"]).column("RawData").to_pylist()
-    assert {"raw_data": "x2", "url": "http://e/2", "score": 1.5} in latest
-    assert omni.read("web", columns=["RawData"], as_of=v2).column("RawData").type.names == ["raw_data"]
+    assert {"raw_data": "x2", "content_type": "text/plain", "url": "http://e/2", "score": 1.5} in latest
+    assert omni.read("web", columns=["RawData"], as_of=v2).column("RawData").type.names == ["raw_data",
+                                                                                           "content_type"]
 
 
 def test_parquet_schema_conflict_is_fatal_and_names_file_and_field(omni, tmp_path):

@@ -107,7 +107,7 @@ def test_a_new_column_of_a_block_joins_the_table_with_its_type(omni_home, tmp_pa
     omni = Omni(config=omni_home)
     omni.create_table("web")
     report = omni.submit("web", [str(src)], batch="a", progress=False)
-    assert sorted(report.new_fields) == ["n", "ok"]
+    assert sorted(report.new_fields) == ["content_type", "n", "ok"]  # content_type: the reader's text/plain
     types = {c.path: c.type for c in omni.state("web").columns}
     assert types["RawData.n"] == "long" and types["RawData.ok"] == "boolean"
     got = omni.read("web", columns=["RawData.n", "RawData.ok"]).to_pylist()

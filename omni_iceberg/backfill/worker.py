@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, RAW_STAGE, READER_RAW_FIELDS
 from omni_iceberg.backfill.evaluate import FeatureRunner, RecordFailure
 from catalog_ext.errors import OmniError
 from omni_iceberg.features.shared import SharedBatch
@@ -45,12 +45,20 @@ class SliceResult:
     filtered: dict[str, int] = field(default_factory=dict)
 
 
+#: inputs a row is computed without: what a reader knew about the raw content (its content
+#: type), NULL where it knew nothing - the UDF decides then (html_parser sniffs)
+OPTIONAL_INPUTS = frozenset(f"{RAW_STAGE}.{name}" for name in READER_RAW_FIELDS)
+
+
 def _filter_mask(definition: FeatureDefinition, data: pa.Table) -> pa.Array | None:
-    """Rows to compute: every input non-null (SQL semantics: null in, null out) and the filter true."""
+    """Rows to compute: every input non-null (SQL semantics: null in, null out; not the
+    :data:`OPTIONAL_INPUTS`) and the filter true."""
     import pyarrow.compute as pc
 
     mask = None
     for path in definition.inputs:
+        if path in OPTIONAL_INPUTS:
+            continue
         valid = pc.is_valid(data.column(path))
         mask = valid if mask is None else pc.and_(mask, valid)
     if not definition.filter:

@@ -21,7 +21,7 @@ from typing import Any
 import networkx as nx
 
 from catalog_ext import system_tables
-from catalog_ext.contract import PHYSICAL_SEPARATOR, RAW_STAGE, STAGES
+from catalog_ext.contract import PHYSICAL_SEPARATOR, RAW_STAGE, READER_RAW_FIELDS, STAGES
 from catalog_ext.family import FamilyState, FeatureBinding, LogicalColumn, PhysicalColumn, PhysicalTable, PhysicalTableGroup
 from catalog_ext.physical import create_physical_table, first_snapshot_id
 from catalog_ext.types import to_iceberg
@@ -39,6 +39,11 @@ class Registration:
     logical_version: int | None
     changed: bool
     physical_table: str
+
+
+#: raw fields a feature may read before any batch brought them (``RawData.content_type``):
+#: registering such a feature declares the column, which reads as NULL until a batch has it
+READER_FIELDS = {f"{RAW_STAGE}.{name}": typ for name, typ in READER_RAW_FIELDS.items()}
 
 
 def physical_key(definition: FeatureDefinition) -> str:
@@ -61,7 +66,7 @@ def resolve_definition(state: FamilyState, definition: FeatureDefinition, pendin
     known = [c.path for c in state.columns] + sorted(producible)
     inputs = []
     for name in definition.inputs:
-        if state.has_column(name) or name in producible:
+        if state.has_column(name) or name in producible or name in READER_FIELDS:
             inputs.append(name)
             continue
         by_leaf = [p for p in known if p.rsplit(".", 1)[-1] == name]
@@ -132,7 +137,8 @@ def check_registrable(state: FamilyState, resolved: list[FeatureDefinition]) -> 
     """Everything that must hold on ``state`` before these definitions can be bound to it."""
     for d in resolved:
         for inp in d.inputs:
-            if not state.has_column(inp) and not any(inp in other.output_names for other in resolved):
+            if not state.has_column(inp) and inp not in READER_FIELDS and not any(
+                    inp in other.output_names for other in resolved):
                 raise FeatureDefinitionError(
                     f"feature {d.name!r}: input column {inp!r} is not in {state.table.identifier}"
                 )
@@ -236,7 +242,11 @@ def binding_updates(latest: FamilyState, d: FeatureDefinition, identifier: str, 
     version it replaces - computed from ``latest``, never from an earlier read."""
     key = physical_key(d)
     group = "features-gpu" if d.engine == "gpu" else "features-cpu"
-    out: list[Any] = [
+    declared = tuple(LogicalColumn(path=p, type=READER_FIELDS[p], kind="stage",
+                                   comment="MIME type of raw_data as its reader knew it (NULL: unknown)")
+                     for p in d.inputs if p in READER_FIELDS and not latest.has_column(p))
+    out: list[Any] = [AddLogicalColumns(declared)] if declared else []
+    out += [
         AddPhysicalTable(
             PhysicalTable(key=key, identifier=identifier, group=group, snapshot_id=first_snapshot, role="feature"),
             PhysicalTableGroup(name=group, purpose=f"{group.split('-')[1].upper()} feature outputs"),

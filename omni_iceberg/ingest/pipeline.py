@@ -38,7 +38,7 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from catalog_ext import system_tables
-from catalog_ext.contract import RAW_CONTENT_FIELD, RAW_STAGE, check_batch_name
+from catalog_ext.contract import RAW_CONTENT_FIELD, RAW_CONTENT_TYPE_FIELD, RAW_STAGE, check_batch_name
 from catalog_ext.family import Batch, FamilyState, LogicalColumn, PhysicalColumn
 from catalog_ext.physical import StagedWrite, arrow_type, iceberg_type, key_arrow_fields
 from catalog_ext.staging import sweep_stale_branches
@@ -182,7 +182,9 @@ def submit(
 
     types = _raw_field_types(state)
     _check_declared_schemas(sources, field_map, types, state)
-    known_fields = set(types)
+    # fields the base table's RawData struct holds; a field only declared (a feature reading
+    # RawData.content_type before any batch had it) still needs its physical column
+    known_fields = {c.leaf for c in state.stage_fields(RAW_STAGE) if state.physical_columns_of(c.path)}
     dedup = state.table.id_mode == "md5"
     existing = ExistingIds(store, state) if dedup else None
     if existing is not None:
@@ -368,6 +370,8 @@ def _map_record(
             out[target] = F.plain_value(value, binary=types.get(target) == "binary")
         except F.BadValue as e:
             return None, _problem(item, str(e), key)
+    if item.content_type is not None and RAW_CONTENT_TYPE_FIELD not in out and _takes_content_type(types):
+        out[RAW_CONTENT_TYPE_FIELD] = item.content_type  # the record's own content_type field wins
     raw = out.get(RAW_CONTENT_FIELD)
     if raw is None:
         return None, _problem(item, _missing_raw(field_map), RAW_CONTENT_FIELD)
@@ -424,8 +428,20 @@ def _map_block(block: SourceBlock, field_map: dict[str, str], types: dict[str, s
             return None
         columns.append(target)
         fitted.append(column.cast(pa.float64()) if expected == "double" else column)
+    if (block.content_type is not None and _takes_content_type(types)
+            and RAW_CONTENT_TYPE_FIELD not in {F.target_name(n, field_map) for n in names}):
+        columns.append(RAW_CONTENT_TYPE_FIELD)  # as _map_record: only where no field lands there
+        fitted.append(pa.array([block.content_type] * len(block), pa.string()))
+        if RAW_CONTENT_TYPE_FIELD not in types:
+            learned[RAW_CONTENT_TYPE_FIELD] = "string"
     types.update(learned)  # only once the whole block is taken
     return pa.Table.from_arrays(fitted, names=columns) if columns else pa.table({})
+
+
+def _takes_content_type(types: dict[str, str]) -> bool:
+    """Whether the reader's content type can be stored: not where the table's own data made
+    ``RawData.content_type`` something other than text."""
+    return types.get(RAW_CONTENT_TYPE_FIELD, "string") == "string"
 
 
 def _new_id(raw: str, dedup: bool, staged_ids: set[str], report: SubmitReport) -> str | None:

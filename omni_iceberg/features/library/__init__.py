@@ -3,7 +3,8 @@
 ==================  ==============================================  =======================================  ======
 feature             inputs                                          outputs                                  engine
 ==================  ==============================================  =======================================  ======
-html_parser         RawData.raw_data                                ProcessedData.parsed_text (string)       cpu
+html_parser         RawData.raw_data, RawData.content_type          ProcessedData.parsed_text (string)       cpu
+                    (HTML parsed, other content unchanged)
 text_length         ProcessedData.parsed_text                       text_length (long)                       cpu
 detected_lang       ProcessedData.parsed_text                       detected_lang (string),                  cpu
                                                                     lang_confidence (double)

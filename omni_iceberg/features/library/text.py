@@ -1,12 +1,16 @@
 """Text built-ins: HTML extraction, length, and cheap surface statistics of parsed text.
 
-``html_parser`` turns ``RawData.raw_data`` into ``ProcessedData.parsed_text``; every
-other built-in reads that text. The surface statistics are Arrow-batch UDFs that take
+``html_parser`` turns ``RawData.raw_data`` into ``ProcessedData.parsed_text``: HTML is
+parsed into its body text, any other content (code, plain text, PDF text, JSONL fields)
+passes unchanged, decided by ``RawData.content_type`` (see :func:`is_html`). Every other
+built-in reads that text. The surface statistics are Arrow-batch UDFs that take
 ``shared``: features fused into one stage count characters, split words and split lines
 once per batch through :class:`SharedBatch`, not once per feature.
 
-    >>> html_parser("<p>Hello <b>world</b></p><script>x()</script>")
+    >>> html_parser("<p>Hello <b>world</b></p><script>x()</script>", "text/html")
     'Hello world'
+    >>> html_parser("List<E> extends Collection<E>", "text/x-java")
+    'List<E> extends Collection<E>'
     >>> digit_ratio(["ab12"]).to_pylist()
     [0.5]
 
@@ -26,11 +30,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from catalog_ext.contract import HTML_CONTENT_TYPES, RAW_CONTENT_TYPE_FIELD, RAW_STAGE
 from catalog_ext.errors import OmniError
 from omni_iceberg.features.shared import SharedBatch
 from omni_iceberg.features.udf import code_hash, feature
 
 RAW_DATA = "RawData.raw_data"
+CONTENT_TYPE = f"{RAW_STAGE}.{RAW_CONTENT_TYPE_FIELD}"
 PARSED_TEXT = "ProcessedData.parsed_text"
 #: Key for SharedBatch look-ups: SharedBatch matches a logical path by its last part, so
 #: this finds the column whether the engine keys it "ProcessedData.parsed_text" or not.
@@ -125,7 +131,26 @@ _BLOCK_SELECTOR = ("p,div,section,article,main,aside,h1,h2,h3,h4,h5,h6,li,ul,ol,
 #: inside <pre> (code keeps its indentation). Private-use code points, not in real text.
 _BREAK, _PRE_SPACE = "\ue000", "\ue001"
 _COLLAPSE = re.compile(r"[^\S\ue000]+")
-_TAG = re.compile(r"<(?:!--|!doctype|/?[a-zA-Z][a-zA-Z0-9:-]*(?:\s[^<>]*)?/?>)", re.IGNORECASE)
+#: HTML for a row without a content type: a document's frame, or a closing tag of a common
+#: element. A bare ``<name>`` is no sign: ``List<E>``, ``Map<K, V>`` and ``x<y>z`` are not HTML.
+_HTML_SNIFF = re.compile(
+    r"<!doctype\s+html|<(?:html|head|body)[\s>]"
+    r"|</(?:p|div|span|a|b|i|u|em|strong|br|li|ul|ol|dl|dt|dd|table|tr|td|th|thead|tbody|h[1-6]|pre|code|"
+    r"section|article|main|aside|nav|header|footer|title|script|style|blockquote|form|label|button|html|"
+    r"body|head)\s*>",
+    re.IGNORECASE)
+
+
+def is_html(raw: str, content_type: str | None) -> bool:
+    """Whether ``raw`` is HTML: by its content type (``text/html; charset=...`` included), and
+    only for a row without one (stored before readers set it) by :data:`_HTML_SNIFF`.
+
+    >>> is_html("<p>x</p>", "text/plain"), is_html("<p>x</p>", None), is_html("Map<K, V> m;", None)
+    (False, True, False)
+    """
+    if content_type is not None:
+        return content_type.split(";", 1)[0].strip().lower() in HTML_CONTENT_TYPES
+    return _HTML_SNIFF.search(raw) is not None
 
 
 def extract_text(html: str) -> str:
@@ -150,16 +175,17 @@ def extract_text(html: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-@builtin({"ProcessedData.parsed_text": "string"}, name="html_parser", inputs=[RAW_DATA], engine="cpu",
-         batch_size=256,
-         depends=[extract_text, _DROP_TAGS, _DROP_SELECTOR, _BLOCK_SELECTOR, _COLLAPSE, _TAG, _BREAK, _PRE_SPACE])
-def html_parser(raw_data):
-    """Body text of an HTML page (scripts, styles, navigation dropped); non-HTML passes through."""
+@builtin({"ProcessedData.parsed_text": "string"}, name="html_parser", inputs=[RAW_DATA, CONTENT_TYPE],
+         engine="cpu", batch_size=256,
+         depends=[extract_text, is_html, HTML_CONTENT_TYPES, _HTML_SNIFF, _DROP_TAGS, _DROP_SELECTOR,
+                  _BLOCK_SELECTOR, _COLLAPSE, _BREAK, _PRE_SPACE])
+def html_parser(raw_data, content_type):
+    """Body text of an HTML page (scripts, styles, navigation dropped); other content unchanged."""
     if raw_data is None:
         return None
     if isinstance(raw_data, (bytes, bytearray, memoryview)):
         raw_data = bytes(raw_data).decode("utf-8", errors="replace")
-    text = extract_text(raw_data) if _TAG.search(raw_data) else raw_data
+    text = extract_text(raw_data) if is_html(raw_data, content_type) else raw_data
     return text if text.strip() else None
 
 

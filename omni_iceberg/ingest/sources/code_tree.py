@@ -74,4 +74,5 @@ class CodeTreeReader:
                 "path": relative_name(file, root),
                 "language": language_of(file),
             }
-            yield SourceRecord(fields=fields, source_file=str(file))
+            # code is no markup: it reaches parsed_text byte for byte
+            yield SourceRecord(fields=fields, source_file=str(file), content_type=f"text/x-{fields['language']}")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from catalog_ext.errors import SourceError
-from omni_iceberg.ingest.sources.records import RecordProblem, SourceItem, SourceRecord
+from omni_iceberg.ingest.sources.records import TEXT_HTML, RecordProblem, SourceItem, SourceRecord
 
 HTML_SUFFIXES = (".html", ".htm")
 
@@ -129,4 +129,4 @@ class HtmlDirReader:
                 yield text
                 continue
             fields = {"raw_data": text, "path": relative_name(file, root), "url": None}
-            yield SourceRecord(fields=fields, source_file=str(file))
+            yield SourceRecord(fields=fields, source_file=str(file), content_type=TEXT_HTML)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from catalog_ext.errors import SourceError
 from omni_iceberg.ingest.sources.html_dir import iter_files, one_line, utf8_reason
-from omni_iceberg.ingest.sources.records import RecordProblem, SourceBlock, SourceItem, SourceRecord
+from omni_iceberg.ingest.sources.records import TEXT_PLAIN, RecordProblem, SourceBlock, SourceItem, SourceRecord
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson", ".ndjson.gz")
 #: a block is also cut at this many bytes of lines (bounds memory with long records)
@@ -137,7 +137,7 @@ class JsonlReader:
         if table is None:
             yield from one_by_one()
         else:
-            yield SourceBlock(table, src, [line_no for line_no, _ in pending], one_by_one)
+            yield SourceBlock(table, src, [line_no for line_no, _ in pending], one_by_one, TEXT_PLAIN)
 
     def _read_file(self, path: Path) -> Iterator[SourceItem]:
         src = str(path)
@@ -182,7 +182,7 @@ class JsonlReader:
             return RecordProblem(
                 src, f"expected a JSON object, got {_json_type(value)}", line=line_no
             )
-        return SourceRecord(fields=value, source_file=src, line=line_no)
+        return SourceRecord(fields=value, source_file=src, line=line_no, content_type=TEXT_PLAIN)
 
 
 def _columns(pending: list[tuple[int, bytes]]):

@@ -12,7 +12,7 @@ from omni_iceberg.ingest.sources.html_dir import (
     relative_name,
     walk_root,
 )
-from omni_iceberg.ingest.sources.records import RecordProblem, SourceItem, SourceRecord
+from omni_iceberg.ingest.sources.records import TEXT_PLAIN, RecordProblem, SourceItem, SourceRecord
 
 PDF_SUFFIXES = (".pdf",)
 
@@ -79,5 +79,6 @@ def _read_pdf(file: Path, rel: str) -> SourceItem:
         return RecordProblem(
             src, f"extracted text has an invalid character at position {e.start}", field="raw_data"
         )
-    return SourceRecord(fields={"raw_data": text, "path": rel, "pages": len(texts)}, source_file=src)
+    return SourceRecord(fields={"raw_data": text, "path": rel, "pages": len(texts)}, source_file=src,
+                        content_type=TEXT_PLAIN)
 

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Union
 
 
+#: what readers know ``raw_data`` to be (``SourceRecord.content_type``): a page, or text that
+#: is no markup - a field of a JSONL/CSV/Parquet record, text extracted from a PDF
+TEXT_HTML = "text/html"
+TEXT_PLAIN = "text/plain"
+
+
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
     """One record read from a source.
@@ -21,13 +27,17 @@ class SourceRecord:
     ``fields`` holds plain Python values (str, int, float, bool, None, or nested
     dict/list which the pipeline stores as JSON text). ``line`` is 1-based where the
     format has lines (JSONL, CSV); ``offset`` is a byte offset (WARC) or row index
-    (Parquet); for one-record-per-file sources both may be None.
+    (Parquet); for one-record-per-file sources both may be None. ``content_type`` is
+    what the reader knows ``raw_data`` to be (``text/html``, ``text/x-java``,
+    ``text/plain``): the pipeline stores it as ``RawData.content_type`` unless the
+    record has a field of that name, and ``html_parser`` parses only HTML.
     """
 
     fields: dict[str, Any]
     source_file: str
     line: int | None = None
     offset: int | None = None
+    content_type: str | None = None
 
     @property
     def location(self) -> str:
@@ -74,6 +84,7 @@ class SourceBlock:
     source_file: str
     lines: list[int]
     records: Callable[[], Iterator["SourceRecord | RecordProblem"]]
+    content_type: str | None = None  # as SourceRecord.content_type, for every row
 
     def __len__(self) -> int:
         return len(self.lines)

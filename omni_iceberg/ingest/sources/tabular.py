@@ -20,7 +20,7 @@ from omni_iceberg.ingest.sources.jsonl import (
     open_binary,
     stream_failure,
 )
-from omni_iceberg.ingest.sources.records import RecordProblem, SourceItem, SourceRecord
+from omni_iceberg.ingest.sources.records import TEXT_PLAIN, RecordProblem, SourceItem, SourceRecord
 
 PARQUET_SUFFIXES = (".parquet",)
 CSV_SUFFIXES = (".csv", ".csv.gz")
@@ -87,7 +87,7 @@ def _batch_records(batch: Any, src: str, first_row: int) -> Iterator[SourceItem]
         rows = None
     if rows is not None:
         for i, row in enumerate(rows):
-            yield SourceRecord(fields=row, source_file=src, offset=first_row + i)
+            yield SourceRecord(fields=row, source_file=src, offset=first_row + i, content_type=TEXT_PLAIN)
         return
     names = batch.schema.names
     for i in range(batch.num_rows):
@@ -102,7 +102,7 @@ def _batch_records(batch: Any, src: str, first_row: int) -> Iterator[SourceItem]
                 )
                 break
         else:
-            yield SourceRecord(fields=fields, source_file=src, offset=first_row + i)
+            yield SourceRecord(fields=fields, source_file=src, offset=first_row + i, content_type=TEXT_PLAIN)
 
 
 class CsvReader:
@@ -187,7 +187,8 @@ def _row_item(row: list[str], header: list[str], src: str, line: int) -> SourceI
         bad = _invalid_utf8_byte(value)
         if bad is not None:
             return RecordProblem(src, f"invalid UTF-8 at byte {bad} of the value", line=line, field=name)
-    return SourceRecord(fields=dict(zip(header, row, strict=True)), source_file=src, line=line)
+    return SourceRecord(fields=dict(zip(header, row, strict=True)), source_file=src, line=line,
+                        content_type=TEXT_PLAIN)
 
 
 def _invalid_utf8_byte(value: str) -> int | None:
