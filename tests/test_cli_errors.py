@@ -68,9 +68,84 @@ def test_recorded_command_lines_carry_no_passwords(home):
      "after the table 'web' at line 1, column 22 is not supported in omni sql"),
     (["sql", "SELECT count(*) FROM web VERSION AS OF 1", "--as-of", "2"], "give the version once"),
     (["sql", "SELECT count(*) FROM omni_sys.runs VERSION AS OF 1"], "system tables are logs"),
+    # nesting past the limit is the user's query, not a bug in omni (it was exit 70)
+    (["sql", "SELECT " + "CASE WHEN true THEN " * 100 + "1" + " END" * 100 + " AS x FROM web"],
+     "the query nests 203 levels deep; omni sql allows 128 levels of parentheses, CASE, function calls or "
+     "subqueries: flatten it, e.g. with a CTE"),
+    (["sql", "SELECT count(*) FROM " + "(SELECT * FROM " * 100 + "web" + ") AS s" * 100],
+     "the query nests 304 levels deep; omni sql allows 128 levels"),
+    (["sql", "SELECT " + "(" * 5000 + "1" + ")" * 5000 + " FROM web"],
+     "the query nests deeper than omni sql allows (128 levels of parentheses, CASE, function calls or subqueries)"),
+    (["export", "web", "--out", "OUT", "--where", "(" * 200 + "1 = 1" + ")" * 200],
+     "the export filter (--where) nests 202 levels deep; omni sql allows 128 levels"),
+    # DuckDB's binder and conversion errors in --where: exit 2 as in omni sql, and no folder left (was 70)
+    (["export", "web", "--out", "OUT", "--where", "count(*) > 1"],
+     "the export's query failed: Binder Error: WHERE clause cannot contain aggregates!"),
+    (["export", "web", "--out", "OUT", "--where", "RawData.raw_data"],
+     "the export's query failed: Conversion Error: Could not convert string '<p>one</p>' to BOOL"),
+    (["sql", "SELECT count(*) FROM web WHERE RawData.raw_data"],
+     "query failed: Conversion Error: Could not convert string '<p>one</p>' to BOOL"),
 ])
 def test_bad_sql_is_one_line_and_exit_2(home, capsys, args, message):
+    args = [str(home / "out") if a == "OUT" else a for a in args]
     assert main(["--home", str(home), *args]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("omni: error: ")
     assert message in captured.err and len(captured.err.strip().splitlines()) == 1 and "bug" not in captured.err
+    assert "sqlglot" not in captured.err and "<class" not in captured.err
+    assert not (home / "out").exists(), "a failed export left its folder behind"
+
+
+@pytest.mark.parametrize("sql, rows", [
+    ("SELECT " + "(" * 50 + "41 + 1" + ")" * 50 + " AS x FROM web", [{"x": 42}]),
+    ("SELECT count(*) AS n FROM web WHERE " + " AND ".join(["length(RawData.raw_data) > 3"] * 1000), [{"n": 1}]),
+    ("SELECT count(*) AS n FROM web WHERE " + " OR ".join([f"length(RawData.raw_data) = {i}" for i in range(1000)]),
+     [{"n": 1}]),
+    ("SELECT " + "abs(" * 100 + "-1" + ")" * 100 + " AS x FROM web", [{"x": 1}]),
+])
+def test_deep_but_allowed_sql_is_answered(home, sql, rows):
+    """Nesting within the limit is planned and run (50 parentheses and 1,000 ANDs crashed with exit 70)."""
+    assert Omni(home=str(home)).query(sql).to_pylist() == rows
+
+
+@pytest.mark.parametrize("statement", ["RESET threads", "CALL duckdb_settings()", "LOAD httpfs",
+                                       "EXPLAIN SELECT 1", "PREPARE p AS SELECT 1", "SHOW TABLES",
+                                       "CREATE TYPE mood AS ENUM ('a')"])
+def test_refused_statements_print_only_the_error(home, capsys, caplog, statement):
+    """sqlglot's 'contains unsupported syntax' warning printed a line of its own before omni's refusal."""
+    assert main(["--home", str(home), "sql", statement]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("omni: error: ") and "is not allowed" in err
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("sqlglot")] == []
+
+
+def test_a_refused_statement_is_one_line_from_the_real_command(home):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "omni_iceberg.cli", "--home", str(home), "sql", "RESET threads"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["omni: error: RESET is not allowed in the query: only queries are allowed "
+                                        "(one SELECT or WITH); omni sql is read-only"]
+
+
+DEEP_FEATURE = """from omni_iceberg.features import feature
+
+
+@feature(outputs={"f_deep": "long"}, inputs=["RawData.raw_data"], name="f_deep", filter=FILTER)
+def f_deep(raw_data):
+    return len(raw_data)
+"""
+
+
+def test_a_feature_filter_nests_like_a_query(home, capsys):
+    """A filter with 50 parentheses registers (it crashed with exit 70); one past the limit is refused in one line."""
+    definition = home / "deep_features.py"
+    definition.write_text(DEEP_FEATURE.replace("FILTER", repr("(" * 200 + "length(raw_data) > 0" + ")" * 200)))
+    assert main(["--home", str(home), "feature", "register", str(definition), "--table", "web"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "nests 204 levels deep; omni sql allows 128 levels" in err
+    definition.write_text(DEEP_FEATURE.replace("FILTER", repr("(" * 50 + "length(raw_data) > 0" + ")" * 50)))
+    assert main(["--home", str(home), "feature", "register", str(definition), "--table", "web"]) == 0
+    assert Omni(home=str(home)).state("web").feature("f_deep") is not None

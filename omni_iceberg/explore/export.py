@@ -30,7 +30,7 @@ from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from omni_iceberg.explore.guard import QueryError, parse_column_name, parse_condition
-from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, load_physical, plan_query
+from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, engine_message, load_physical, plan_query
 from omni_iceberg.ui.formatting import jsonable
 from omni_iceberg.ui.progress import progress_bar
 
@@ -92,14 +92,17 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
     alias, bound = next(iter(plan.ctx.tables.items()))
     state = bound.state
     batches = plan.ctx.batches.get(alias) or [b.name for b in state.batches]
+    sql = plan.sql("duckdb")
+    _check_binds(omni, plan, sql)  # an error in --where is reported before the folder exists
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     files, total = [], 0
     parts = list(_partitions(omni, plan, batches))
     bar = progress_bar(progress, f"export {state.table.identifier}", "part", total=len(parts))
-    sql = plan.sql("duckdb")
     replayed = _replayed_pieces(expected)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="omni-export")
     previous: list[Future] = []
+    written = False
     try:
         for batch, bucket, tables in parts:
             data = _run_part(sql, plan, tables, batch)
@@ -127,10 +130,13 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
             previous = current
         for f in previous:
             f.result()
+        written = True
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         if bar is not None:
             bar.close()
+        if not written:  # a failed export leaves nothing behind: the folder was empty or new
+            _remove(out, [f["file"] for f in files], created)
     manifest = {
         "format_version": 1, "logical_table": state.table.identifier, "logical_version": state.version,
         "pinned_snapshots": {t.identifier: t.snapshot_id for t in state.tables},
@@ -269,7 +275,6 @@ def _spans_batches(meta: Any, tasks: list[Any]) -> bool:
 
 def _run_part(sql: str, plan: QueryPlan, tables: dict[str, tuple[Any, list]], batch: str) -> pa.Table:
     from catalog_ext import iceberg_io
-    from omni_iceberg.explore.sandbox import locked_duckdb
     from pyiceberg.expressions import EqualTo
 
     data = {}
@@ -280,11 +285,48 @@ def _run_part(sql: str, plan: QueryPlan, tables: dict[str, tuple[Any, list]], ba
         data[scan.local_name] = iceberg_io.read_tasks(ice_scan, tasks) if ice_scan is not None else None
         if data[scan.local_name] is None:
             raise ExportError(f"no scan planned for {scan.table.identifier}")
-    con = locked_duckdb(data)
+    return _run_duckdb(sql, data)
+
+
+def _run_duckdb(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+    """The export's query on the locked DuckDB; an engine error is the user's query (exit 2, as in omni sql)."""
+    import duckdb
+
+    from omni_iceberg.explore.sandbox import locked_duckdb
+
+    con = locked_duckdb(tables)
     try:
         return con.sql(sql).to_arrow_table()
+    except duckdb.Error as e:
+        raise ExportError(f"the export's query failed: {engine_message(e)}") from e
     finally:
         con.close()
+
+
+def _check_binds(omni: Any, plan: QueryPlan, sql: str) -> None:
+    """Run the export's query on empty scans of its tables: DuckDB binds it as it will for the data.
+
+    An aggregate in ``--where`` or a comparison of text with a number fails here, before
+    anything is created.
+    """
+    from catalog_ext import iceberg_io
+
+    empty = {}
+    for scan in plan.scans:
+        table = load_physical(omni, plan, scan.table)
+        ice = table.scan(snapshot_id=scan.table.snapshot_id, selected_fields=tuple(scan.columns))
+        empty[scan.local_name] = iceberg_io.read_tasks(ice, [])
+    _run_duckdb(sql, empty)
+
+
+def _remove(out: Path, names: list[str], created: bool) -> None:
+    for name in names:
+        (out / name).unlink(missing_ok=True)
+    if created:
+        try:
+            out.rmdir()
+        except OSError:  # something else was put there meanwhile: leave it
+            pass
 
 
 def _writers() -> int:

@@ -13,7 +13,12 @@ independent walls.
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import sqlglot
 from sqlglot import exp
@@ -90,6 +95,15 @@ _NOT_READ_ONLY = tuple(getattr(exp, n) for n in (
 _NO_PARAMETERS = tuple(getattr(exp, n) for n in ("Placeholder", "Parameter", "SessionParameter", "Variable")
                        if hasattr(exp, n))
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+#: How deeply user SQL may nest (parentheses, CASE, function calls, subqueries), counted
+#: on the parsed tree; a chain of one operator (a AND b AND c ..., a + b + c ...) counts
+#: once. sqlglot generates SQL with a few Python frames per level, so a tree this deep is
+#: planned and generated within Python's default recursion limit.
+MAX_NESTING = 128
+#: sqlglot's parser takes ~25 Python frames per level of parentheses: parsing runs under
+#: this recursion limit (raised for the parse only), enough for MAX_NESTING levels and more
+PARSE_RECURSION_LIMIT = 10_000
 
 
 def at(node: exp.Expression | None) -> str:
@@ -168,7 +182,11 @@ def _parse(sql: str, what: str) -> list[exp.Expression]:
     if not isinstance(sql, str) or not sql.strip():
         raise QueryError(f"{what} is empty")
     try:
-        statements = [s for s in sqlglot.parse(sql, read=READ_DIALECT) if s is not None]
+        with _parser_stack(), _quiet_fallback():
+            statements = [s for s in sqlglot.parse(sql, read=READ_DIALECT) if s is not None]
+    except RecursionError:
+        raise QueryError(f"{what} nests deeper than omni sql allows ({MAX_NESTING} levels of parentheses, CASE, "
+                         f"function calls or subqueries): flatten it, e.g. with a CTE") from None
     except ParseError as e:
         err = e.errors[0] if e.errors else {}
         raise QueryError(f"syntax error in {what} at line {err.get('line')}, column {err.get('col')}: "
@@ -176,6 +194,10 @@ def _parse(sql: str, what: str) -> list[exp.Expression]:
     except SqlglotError as e:  # tokenizer errors (an unterminated quote) are not ParseErrors
         raise QueryError(f"syntax error in {what}: {e}") from e
     for statement in statements:
+        levels = nesting(statement)
+        if levels > MAX_NESTING:
+            raise QueryError(f"{what} nests {levels} levels deep; omni sql allows {MAX_NESTING} levels of "
+                             f"parentheses, CASE, function calls or subqueries: flatten it, e.g. with a CTE")
         for node in statement.walk():
             node.comments = None  # comments carry nothing for the engines; gone, they cannot be misquoted
             if isinstance(node, exp.Identifier) and node.name.lower().startswith(GENERATED_PREFIX):
@@ -183,6 +205,86 @@ def _parse(sql: str, what: str) -> list[exp.Expression]:
                 raise QueryError(f"the name {node.name!r}{at(node)} in {what} is reserved for omni's generated "
                                  f"scans (names starting with {GENERATED_PREFIX!r}); choose another")
     return statements
+
+
+def nesting(tree: exp.Expression) -> int:
+    """How many levels ``tree`` nests, a chain of one operator (``a AND b AND c``) counting once.
+
+    >>> nesting(sqlglot.parse_one("SELECT ((1)) FROM web WHERE a AND b AND c AND d"))
+    5
+    """
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        for key, value in node.args.items():
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, exp.Expression):
+                    # sqlglot parses and generates such chains in a loop, not by recursion
+                    chain = key == "this" and isinstance(node, exp.Binary) and type(child) is type(node)
+                    stack.append((child, level if chain else level + 1))
+    return deepest
+
+
+@contextmanager
+def too_deep_is_an_error(what: str = "the query") -> Iterator[None]:
+    """A RecursionError inside the block is the user's deeply nested SQL: exit 2 naming the limit, not a bug."""
+    try:
+        yield
+    except RecursionError:
+        raise QueryError(f"{what} nests too deeply to plan: omni sql allows {MAX_NESTING} levels of parentheses, "
+                         f"CASE, function calls or subqueries; flatten it, e.g. with a CTE") from None
+
+
+_stack_lock = threading.Lock()
+_stack_users = 0
+_stack_saved = 0
+
+
+@contextmanager
+def _parser_stack() -> Iterator[None]:
+    """Python's recursion limit raised to PARSE_RECURSION_LIMIT while any thread parses (restored after the last)."""
+    global _stack_users, _stack_saved
+    with _stack_lock:
+        if _stack_users == 0:
+            _stack_saved = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_stack_saved, PARSE_RECURSION_LIMIT))
+        _stack_users += 1
+    try:
+        yield
+    finally:
+        with _stack_lock:
+            _stack_users -= 1
+            if _stack_users == 0:
+                sys.setrecursionlimit(_stack_saved)
+
+
+class _FallbackFilter(logging.Filter):
+    """Drops sqlglot's "contains unsupported syntax. Falling back to parsing as a 'Command'" while omni parses.
+
+    The guard refuses every such statement with a message of its own; the warning would
+    print a second line (with the statement) before it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (getattr(self.active, "on", False) and "unsupported syntax" in record.getMessage())
+
+
+_FALLBACK = _FallbackFilter()
+logging.getLogger("sqlglot").addFilter(_FALLBACK)
+
+
+@contextmanager
+def _quiet_fallback() -> Iterator[None]:
+    _FALLBACK.active.on = True
+    try:
+        yield
+    finally:
+        _FALLBACK.active.on = False
 
 
 def function_name(node: exp.Func) -> str:

@@ -26,7 +26,7 @@ from sqlglot import exp
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState, PhysicalTable
 from catalog_ext.view_sql import pinned_ref, render_family_select
-from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError
+from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError, too_deep_is_an_error
 from omni_iceberg.explore.id_route import IndexRoute, pinned_ids, plan_route, read_through_index
 from omni_iceberg.explore.results import plain_numbers
 from omni_iceberg.explore.rules import QueryContext, run_rules
@@ -61,7 +61,8 @@ class QueryPlan:
 
     def sql(self, dialect: str) -> str:
         """The query over physical tables: ``duckdb`` names local scans; spark/trino pin snapshots."""
-        return self.physical_tree(dialect).sql(dialect=dialect, comments=False)
+        with too_deep_is_an_error():
+            return self.physical_tree(dialect).sql(dialect=dialect, comments=False)
 
     def physical_tree(self, dialect: str) -> exp.Query:
         """The user's query tree with every logical table replaced by its physical subquery.
@@ -195,7 +196,8 @@ def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> Que
             return None
         return int(summary["total-records"])
 
-    ctx = run_rules(sql, load, known_tables, as_of, row_count)
+    with too_deep_is_an_error():
+        ctx = run_rules(sql, load, known_tables, as_of, row_count)
     scans: list[PhysicalScan] = []
     for alias, bound in ctx.tables.items():
         state = bound.state
@@ -367,9 +369,15 @@ def execute_local(omni: Any, plan: QueryPlan) -> pa.Table:
     try:
         return plain_numbers(con.sql(sql).to_arrow_table())
     except duckdb.Error as e:
-        raise QueryError(f"query failed: {e}") from e
+        raise QueryError(f"query failed: {engine_message(e)}") from e
     finally:
         con.close()
+
+
+def engine_message(error: Exception) -> str:
+    """DuckDB's error as one line: its first (the LINE/caret lines point into the physical SQL, not the user's)."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def execute_spark(omni: Any, plan: QueryPlan) -> pa.Table:

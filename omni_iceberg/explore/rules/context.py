@@ -83,13 +83,18 @@ def samples_rows(select: exp.Select) -> bool:
 
 
 def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    if node is None:
-        return []
-    if isinstance(node, exp.And):
-        return conjuncts(node.left) + conjuncts(node.right)
-    if isinstance(node, exp.Paren):
-        return conjuncts(node.this)
-    return [node]
+    """The terms of ``a AND b AND (c AND d)``, in order (a loop: a WHERE may chain thousands)."""
+    out: list[exp.Expression] = []
+    stack = [node] if node is not None else []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, exp.And):
+            stack += [item.right, item.left]
+        elif isinstance(item, exp.Paren):
+            stack.append(item.this)
+        else:
+            out.append(item)
+    return out
 
 
 def leaf_paths(state: FamilyState, columns: list[str]) -> list[str]:

@@ -7,12 +7,16 @@ from sqlglot import exp
 from omni_iceberg.explore.rules.context import QueryContext, top_where
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+#: conjuncts pushed into one table's scans at most: the scan filter is one AND chain that
+#: pyiceberg evaluates by recursion, and a WHERE may chain thousands (the rest still filter)
+MAX_PUSHED = 64
 
 
 def push_predicates(ctx: QueryContext) -> QueryContext:
     """``column op literal``, ``IN (literals)``, ``IS [NOT] NULL`` on one table are pushed.
 
-    They stay in the query too: pushing is only an optimisation.
+    They stay in the query too: pushing is only an optimisation (so at most
+    :data:`MAX_PUSHED` per table are pushed).
 
     >>> from omni_iceberg.explore.rules.examples import example_context
     >>> sql = "SELECT 1 FROM web WHERE quality > 0.5 AND (quality < 2 OR lang = 'en')"
@@ -30,7 +34,9 @@ def push_predicates(ctx: QueryContext) -> QueryContext:
         for a, path in hits:
             ctx.filter_columns[a].append(path)
         if len(aliases) == 1 and pushable(cond):
-            ctx.pushed[aliases.pop()].append(cond)
+            alias = aliases.pop()
+            if len(ctx.pushed[alias]) < MAX_PUSHED:
+                ctx.pushed[alias].append(cond)
     return ctx
 
 
