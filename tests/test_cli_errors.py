@@ -13,7 +13,7 @@ def home(tmp_path):
     api = Omni(home=str(tmp_path))
     api.create_table("web")
     src = tmp_path / "a.jsonl"
-    src.write_text(json.dumps({"text": "<p>one</p>"}) + "\n")
+    src.write_text(json.dumps({"text": "<p>one</p>", "src": "s1"}) + "\n")
     api.submit("web", [str(src)], "b1", field_map=["text=raw_data"], progress=False)
     api.register_builtins("web", ["html_parser", "text_length"])
     return tmp_path
@@ -85,6 +85,20 @@ def test_recorded_command_lines_carry_no_passwords(home):
      "the export's query failed: Conversion Error: Could not convert string '<p>one</p>' to BOOL"),
     (["sql", "SELECT count(*) FROM web WHERE RawData.raw_data"],
      "query failed: Conversion Error: Could not convert string '<p>one</p>' to BOOL"),
+    # messages in the user's terms (#36)
+    (["export", "web", "--out", "OUT", "--where", "x >"],
+     "syntax error in the export filter (--where) at line 1, column 3: expected an expression after '>' "
+     "(near 'x >')"),
+    (["sql", "SELECT src FROM web"], "unknown column 'src' at line 1, column 8; did you mean 'RawData.src'?"),
+    (["sql", "SELECT w.srce FROM web AS w"], "unknown column 'w.srce' at line 1, column 10; did you mean 'RawData.src'?"),
+    (["export", "web", "--out", "OUT", "--columns", "RawData.raw_data,bogus"],
+     "unknown column 'bogus'; the columns are _ai_unique_id_, _ai_append_name_, RawData"),
+    (["export", "web", "--out", "OUT", "--columns", "RawData.raw_data,RawData.sr"],
+     "unknown column 'RawData.sr'; did you mean 'RawData.src'?"),
+    (["sql", "SELECT count(*) FROM web__v2"],
+     "web__v2 at line 1, column 22 is the pinned view of version 2 of web (made by omni pin, for Spark and Trino); "
+     "in omni sql read web with --as-of 2 (or FROM web VERSION AS OF 2)"),
+    (["sql", "SELECT count(*) FROM aidata.web__tag_train_v1"], "in omni sql read aidata.web with --as-of TAG"),
 ])
 def test_bad_sql_is_one_line_and_exit_2(home, capsys, args, message):
     args = [str(home / "out") if a == "OUT" else a for a in args]

@@ -189,8 +189,9 @@ def _parse(sql: str, what: str) -> list[exp.Expression]:
                          f"function calls or subqueries): flatten it, e.g. with a CTE") from None
     except ParseError as e:
         err = e.errors[0] if e.errors else {}
+        near = (err.get("start_context", "") + err.get("highlight", "")).strip()[-40:]
         raise QueryError(f"syntax error in {what} at line {err.get('line')}, column {err.get('col')}: "
-                         f"{err.get('description', e)} (near {err.get('highlight', '')!r})") from e
+                         f"{_plain(err.get('description', str(e)), err.get('highlight', ''))} (near {near!r})") from e
     except SqlglotError as e:  # tokenizer errors (an unterminated quote) are not ParseErrors
         raise QueryError(f"syntax error in {what}: {e}") from e
     for statement in statements:
@@ -205,6 +206,23 @@ def _parse(sql: str, what: str) -> list[exp.Expression]:
                 raise QueryError(f"the name {node.name!r}{at(node)} in {what} is reserved for omni's generated "
                                  f"scans (names starting with {GENERATED_PREFIX!r}); choose another")
     return statements
+
+
+_MISSING = re.compile(r"^Required keyword: '\w+' missing for <class '[\w.]+'>$")
+_TOKEN = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: .*?>")
+
+
+def _plain(description: str, highlight: str) -> str:
+    """sqlglot's description of a syntax error without its internals (class and token reprs).
+
+    >>> _plain("Required keyword: 'expression' missing for <class 'sqlglot.expressions.core.GT'>", ">")
+    "expected an expression after '>'"
+    >>> _plain("Expected table name but got <Token token_type: TokenType.SENTINEL, text: SENTINEL, line: 1>", "")
+    'Expected table name but got the end of the text'
+    """
+    if _MISSING.match(description):
+        return f"expected an expression after {highlight!r}"
+    return _TOKEN.sub(lambda m: "the end of the text" if m.group(1) == "SENTINEL" else repr(m.group(2)), description)
 
 
 def nesting(tree: exp.Expression) -> int:

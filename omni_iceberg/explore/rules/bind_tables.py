@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from catalog_ext.contract import DEFAULT_NAMESPACE, PHYSICAL_SEPARATOR, SYSTEM_NAMESPACE
@@ -16,6 +18,7 @@ from omni_iceberg.explore.scope import scopes
 #: table is replaced by a subquery, and a clause left behind would be silently dropped.
 _KEPT_CLAUSES = {"this", "db", "catalog", "alias", "sample", "pivots"}
 _VERSION_CLAUSES = {"version", "when"}
+_PINNED_VIEW = re.compile(r"^(?P<table>.+?)__(?:v(?P<version>[0-9]+)|tag_(?P<tag>[a-z0-9_]+))$")
 
 
 def bind_tables(ctx: QueryContext) -> QueryContext:
@@ -54,8 +57,7 @@ def bind_tables(ctx: QueryContext) -> QueryContext:
         if node.catalog:
             raise QueryError(f"{node.sql()}{where}: name logical tables as NAME or NAMESPACE.NAME, without a catalog")
         if PHYSICAL_SEPARATOR in node.name:
-            raise QueryError(f"{node.sql()}{where} is a physical table; query the logical table "
-                             f"{node.name.split(PHYSICAL_SEPARATOR)[0]!r} instead")
+            raise QueryError(_not_logical(node, where))
         ns = node.db or DEFAULT_NAMESPACE
         alias = node.alias_or_name
         if alias in ctx.tables or alias in ctx.system:
@@ -91,6 +93,21 @@ def _bind_system(ctx: QueryContext, node: exp.Table, alias: str, where: str) -> 
         raise QueryError(f"unknown system table {SYSTEM_NAMESPACE}.{node.name}{where}; {hint}")
     ctx.system[alias] = SystemTable(alias, f"{SYSTEM_NAMESPACE}.{node.name}", node.name,
                                     [f.name for f in SCHEMAS[node.name]], node)
+
+
+def _not_logical(node: exp.Table, where: str) -> str:
+    """Why a name with the physical separator cannot be read, and what to read instead."""
+    pinned = _PINNED_VIEW.match(node.name)
+    ns = f"{node.db}." if node.db else ""
+    if pinned and pinned["version"]:
+        return (f"{node.sql()}{where} is the pinned view of version {pinned['version']} of {ns}{pinned['table']} "
+                f"(made by omni pin, for Spark and Trino); in omni sql read {ns}{pinned['table']} with "
+                f"--as-of {pinned['version']} (or FROM {ns}{pinned['table']} VERSION AS OF {pinned['version']})")
+    if pinned and pinned["tag"]:
+        return (f"{node.sql()}{where} is the pinned view of a tag of {ns}{pinned['table']} (made by omni tag, for "
+                f"Spark and Trino); in omni sql read {ns}{pinned['table']} with --as-of TAG")
+    return (f"{node.sql()}{where} is a physical table; query the logical table "
+            f"{node.name.split(PHYSICAL_SEPARATOR)[0]!r} instead")
 
 
 def _version_clause(ctx: QueryContext, node: exp.Table, where: str) -> int | None:

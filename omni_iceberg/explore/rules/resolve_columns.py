@@ -6,7 +6,7 @@ from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
 from catalog_ext.family import FamilyState
-from catalog_ext.suggest import did_you_mean
+from catalog_ext.suggest import closest, did_you_mean
 from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import QueryContext
 from omni_iceberg.explore.scope import SelectScope, is_opaque
@@ -26,6 +26,35 @@ def _candidates(ctx: QueryContext) -> list[str]:
     for s in ctx.system.values():
         names.update(s.columns)
     return sorted(names)
+
+
+def _hint(ctx: QueryContext, parts: list[str], name: str) -> str:
+    """What an unknown column may have meant: a stage field of that name, a near name, or the columns there are.
+
+    >>> from omni_iceberg.explore.rules.examples import example_context
+    >>> ctx = example_context("SELECT 1 FROM web", through="bind_tables")
+    >>> _hint(ctx, ["raw_data"], "raw_data"), _hint(ctx, ["qualty"], "qualty")
+    ("; did you mean 'RawData.raw_data'?", "; did you mean 'quality'?")
+    >>> _hint(ctx, ["bogus"], "bogus")
+    '; the columns are _ai_unique_id_, _ai_append_name_, RawData, ProcessedData, quality, lang'
+    """
+    known = _candidates(ctx)
+    wanted = parts[-1] if parts[0] in ctx.tables else name
+    # a field of a stage written without its stage (src for RawData.src)
+    fields = [c for c in known if "." in c and c.rsplit(".", 1)[1].lower() == parts[-1].lower()]
+    if fields:
+        return "; did you mean " + " or ".join(repr(c) for c in fields[:3]) + "?"
+    near = did_you_mean(wanted, known)
+    if near:
+        return near
+    leaves = {c.rsplit(".", 1)[1]: c for c in known if "." in c}
+    leaf = closest(parts[-1], leaves)
+    if leaf is not None:
+        return f"; did you mean {leaves[leaf]!r}?"
+    columns = list(dict.fromkeys(c for t in ctx.tables.values() for c in top_level(t.state)))
+    columns += [c for s in ctx.system.values() for c in s.columns if c not in columns]
+    shown = ", ".join(columns[:20]) + (f" and {len(columns) - 20} more" if len(columns) > 20 else "")
+    return f"; the columns are {shown}" if columns else ""
 
 
 def _resolve_path(state: FamilyState, parts: list[str]) -> str | None:
@@ -84,8 +113,7 @@ def resolve_columns(ctx: QueryContext) -> QueryContext:
         if not matches and opaque:
             continue  # a column of a CTE, subquery, VALUES or unnest: the engine binds it
         if not matches:
-            hint = did_you_mean(parts[-1] if parts[0] in ctx.tables else name, _candidates(ctx))
-            raise QueryError(f"unknown column {name!r}{at(col)}{hint}")
+            raise QueryError(f"unknown column {name!r}{at(col)}{_hint(ctx, parts, name)}")
         if len(matches) > 1:
             tables = ", ".join(f"{a} ({(ctx.tables.get(a) or ctx.system[a]).identifier})" for a, _ in matches)
             raise QueryError(f"ambiguous column {name!r}{at(col)}: it exists in {tables}; qualify it")
