@@ -80,3 +80,56 @@ def test_export_jsonl_and_cli_json_share_one_helper(tmp_path):
     # default=str would have written "12" and "b'hi'": numbers stay numbers, bytes stay readable
     assert lines == [{"s": 12, "b": "hi"}, {"s": 0.5, "b": "/wA="}]
     assert [json.loads(x) for x in format_arrow(data, "json").splitlines()] == lines
+
+
+def test_compact_backfill_and_duplicate_submit_say_what_happened_in_words(tmp_path, capsys):
+    """#40: compact printed a Python dict, an up-to-date backfill 'run , rows 0 -> version None', and a
+    submit of nothing but duplicates committed an empty batch and a version."""
+    from omni_iceberg.api import Omni
+    from omni_iceberg.cli import main
+
+    home = ["--home", str(tmp_path)]
+    src = tmp_path / "a.jsonl"
+    assert main([*home, "table", "create", "web"]) == 0
+    for batch in ("b1", "b2"):
+        src.write_text("".join(json.dumps({"text": f"<p>{batch} doc {i}</p>"}) + "\n" for i in range(40)))
+        assert main([*home, "submit", "web", str(src), "--batch", batch, "--map", "text=raw_data"]) == 0
+    api = Omni(home=str(tmp_path))
+    base = next(t for t in api.status("web")["physical_tables"] if t["identifier"] == "aidata.web__base")
+    capsys.readouterr()
+
+    assert main([*home, "compact", "web", "--min-files", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    after = next(t for t in api.status("web")["physical_tables"] if t["identifier"] == "aidata.web__base")
+    assert out[0] == "compacted aidata.web -> version 4 (engine local: requested --engine local)"
+    assert out[1].startswith(f"  aidata.web__base: {base['files']} files -> {after['files']} (")
+    assert after["files"] < base["files"] and not any("{" in line for line in out)
+    assert main([*home, "compact", "web", "--min-files", "2", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["empty"], again["dry_run"], again["logical_version"], again["plan"]["tables"]) == (True, False, 4, [])
+    assert main([*home, "compact", "web", "--min-files", "2"]) == 0
+    assert capsys.readouterr().out.strip() == ("aidata.web v4: nothing to compact (no partition holds 2 or more "
+                                               "small files; see --min-files)")
+
+    assert main([*home, "feature", "register", "--builtin", "html_parser", "text_length", "--table", "web"]) == 0
+    backfill = [*home, "backfill", "web", "--features", "text_length", "--isolation", "inline", "--no-progress"]
+    assert main(backfill) == 0
+    version = api.state("web").version
+    capsys.readouterr()
+    assert main([*backfill, "--batches", "b1"]) == 0
+    done = capsys.readouterr()
+    assert done.out.strip() == (f"aidata.web: nothing to do: every requested feature is up to date for batches b1 "
+                                f"(version {version}); nothing committed")
+    assert done.err == "" and api.state("web").version == version
+
+    src.write_text("".join(json.dumps({"text": f"<p>b1 doc {i}</p>"}) + "\n" for i in range(40)))
+    assert main([*home, "submit", "web", str(src), "--batch", "b3", "--map", "text=raw_data"]) == 0
+    assert capsys.readouterr().out.strip() == ("aidata.web batch 'b3': 0 new records, 40 duplicates; nothing "
+                                               "committed (the batch name is still free)")
+    state = api.state("web")
+    assert state.version == version and [b.name for b in state.batches] == ["b1", "b2"]
+    assert api.plan("web", ["text_length"]).batches == ["b1", "b2"]
+    assert main([*home, "submit", "web", str(src), "--batch", "b3", "--map", "text=raw_data", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"batch": "b3", "read": 40, "written": 0, "duplicates": 40,
+                                                   "rejected": 0, "logical_version": None,
+                                                   "already_committed": False}

@@ -217,9 +217,10 @@ def compact(args, omni, command_line: str) -> int:
         out = {**plan.to_dict(), "dry_run": True, "empty": plan.empty}
         emit(args, out, plan.describe)
         return 0
-    report = omni.compact(args.name, args.min_files, engine=args.engine, spark_master=args.spark_master)
-    emit(args, report, lambda: (f"compacted {report['files_after'] or 'nothing'} -> version "
-                                f"{report['logical_version']} (engine {report['engine']}: {report['engine_reason']})"))
+    report = omni.compact(args.name, args.min_files, engine=args.engine, spark_master=args.spark_master,
+                          progress=progress(args))
+    emit(args, {**report, "dry_run": False, "empty": not report["plan"]["tables"]},
+         lambda: render.compact_text(report, args.min_files))
     return 0
 
 
@@ -432,18 +433,14 @@ def backfill(args, omni, command_line: str) -> int:
         if args.dag and not args.json:
             print(f"DAG picture: {args.dag}")
         return 0
-    if not args.json:
+    if not args.json and not plan.empty:  # an empty plan's "nothing to do" is the report's to say
         print(plan.describe(), file=sys.stderr)
     # Spark plans again with its cluster's GPUs unless --engine local
     report = omni.backfill(args.name, features, batches, engine=args.engine, spark_master=args.spark_master,
                            isolation=args.isolation, max_error_ratio=args.max_error_ratio,
                            progress=progress(args), command=command_line,
                            plan=plan if args.engine == "local" else None)
-    emit(args, report.to_dict(), lambda: (
-        f"{report.logical_table}: {report.status} on the {report.engine} engine ({report.engine_reason}); "
-        f"run {report.run_id}, rows {report.rows}, errors {report.errors}, "
-        f"reused {report.reused}, resumed units {report.resumed_units} -> version {report.logical_version}"
-        + ("" if not report.errors else f"\nsee: omni errors {report.logical_table} --run {report.run_id}")))
+    emit(args, report.to_dict(), lambda: render.backfill_text(report, batches))
     return 0
 
 

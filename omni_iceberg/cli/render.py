@@ -13,6 +13,10 @@ def ts(ms: int) -> str:
 def submit_text(r: Any) -> str:
     if r.already_committed:
         return f"batch {r.batch!r} already committed at version {r.logical_version}; nothing to do"
+    if r.logical_version is None:  # every record was a duplicate: the pipeline committed nothing
+        rejected = f", {r.rejected} rejected" if r.rejected else ""
+        return (f"{r.logical_table} batch {r.batch!r}: 0 new records, {r.duplicates} duplicates{rejected}; "
+                f"nothing committed (the batch name is still free)")
     return (f"{r.logical_table} batch {r.batch!r}: read {r.read}, written {r.written}, duplicates {r.duplicates}, "
             f"rejected {r.rejected} -> version {r.logical_version} ({r.seconds:.1f}s)")
 
@@ -68,8 +72,35 @@ def features_text(feats: list[dict]) -> str:
     return "\n".join(lines) or "(no features)"
 
 
-def compaction_text(plan: Any) -> str:
-    return plan.describe()
+def compact_text(r: dict, min_files: int) -> str:
+    """``omni compact``: per physical table, the files before and after, and the new version."""
+    plan = r["plan"]
+    removed = [b for b in (r.get("cleanup") or {}).get("branches", []) if b.get("removed")]
+    orphans = (r.get("cleanup") or {}).get("orphan_files_deleted", 0)
+    cleaned = [f"removed {len(removed)} stale staging branch(es)"] if removed else []
+    cleaned += [f"deleted {orphans} orphan file(s)"] if orphans else []
+    tail = [f"  leftovers: {'; '.join(cleaned)}"] if cleaned else []
+    if not plan["tables"]:
+        return "\n".join([f"{plan['logical_table']} v{plan['version']}: nothing to compact (no partition holds "
+                          f"{min_files} or more small files; see --min-files)"] + tail)
+    lines = [f"compacted {plan['logical_table']} -> version {r['logical_version']} "
+             f"(engine {r['engine']}: {r['engine_reason']})"]
+    for t in plan["tables"]:
+        merged = sum(p["files"] for p in t["partitions"])
+        lines.append(f"  {t['identifier']}: {t['files_before']} files -> {r['files_after'].get(t['identifier'], '?')} "
+                     f"({merged} small files merged in {len(t['partitions'])} partition group(s))")
+    return "\n".join(lines + tail)
+
+
+def backfill_text(report: Any, batches: list[str] | None) -> str:
+    if report.status == "nothing to do":
+        which = f"batches {', '.join(batches)}" if batches else "every batch"
+        return (f"{report.logical_table}: nothing to do: every requested feature is up to date for {which} "
+                f"(version {report.plan.get('base_version')}); nothing committed")
+    return (f"{report.logical_table}: {report.status} on the {report.engine} engine ({report.engine_reason}); "
+            f"run {report.run_id}, rows {report.rows}, errors {report.errors}, "
+            f"reused {report.reused}, resumed units {report.resumed_units} -> version {report.logical_version}"
+            + ("" if not report.errors else f"\nsee: omni errors {report.logical_table} --run {report.run_id}"))
 
 
 def drop_text(r: dict) -> str:

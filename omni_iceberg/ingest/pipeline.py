@@ -15,6 +15,8 @@ What is a reject and what stops the batch:
 - input with no records at all, or whose every record is rejected, commits
   nothing and leaves the batch name free (exit 2 and 4), so the corrected
   resubmit is not answered with "already committed";
+- input whose every record is a duplicate commits nothing either (no empty
+  batch, no version): the report says so and the command succeeds;
 - a ``--map`` of a field that none of the first records has stops the batch
   with one error naming the closest field there is (exit 2, nothing committed,
   no rejects stored).
@@ -250,6 +252,11 @@ def submit(
             existing.release()  # a scan's id set can be large; not needed past this point
         _save_rejects(store, rejects)
         _check_outcome(report, sources, batch, state, max_reject_ratio)
+        if not report.written:  # every record is already in the table or earlier in this batch
+            # an empty batch would still be a version, and a batch every plan and lineage lists
+            _abandon(writer)
+            report.seconds = round(time.perf_counter() - started, 3)
+            return report
         check = WinnerCheck(staged_ids, base.snapshot_id) if dedup else None
         new_state = _commit(store, namespace, name, writer, report, batch, sources, types, command, check)
     except BaseException:
