@@ -318,3 +318,15 @@ def test_a_sampled_table_is_read_whole_before_its_filter(omni):
     rows = omni.read("web", columns=["t_len"]).to_pylist()
     got = omni.query("SELECT count(*) AS n FROM web TABLESAMPLE bernoulli(100 PERCENT) WHERE t_len > 100").to_pylist()
     assert got == [{"n": sum(1 for r in rows if r["t_len"] > 100)}]
+
+
+def test_a_pivot_on_a_logical_table_is_kept(omni):
+    """PIVOT after a logical table was dropped with the table name (the rows came back unpivoted)."""
+    from collections import Counter
+
+    langs = Counter(r["t_lang"] for r in omni.read("web", columns=["t_lang"]).to_pylist())
+    got = omni.query("SELECT * FROM web PIVOT (count(*) FOR t_lang IN ('en', 'xx'))")
+    assert "t_lang" not in got.column_names and {"en", "xx"} <= set(got.column_names)
+    assert (sum(got.column("en").to_pylist()), sum(got.column("xx").to_pylist())) == (langs["en"], langs["xx"])
+    got = omni.query("SELECT sum(en) AS en, sum(p.xx) AS xx FROM web PIVOT (count(*) FOR t_lang IN ('en', 'xx')) AS p")
+    assert got.to_pylist() == [{"en": langs["en"], "xx": langs["xx"]}]

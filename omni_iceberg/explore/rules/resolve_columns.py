@@ -9,7 +9,7 @@ from catalog_ext.family import FamilyState
 from catalog_ext.suggest import closest, did_you_mean
 from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import QueryContext
-from omni_iceberg.explore.scope import SelectScope, is_opaque
+from omni_iceberg.explore.scope import SelectScope, Source, is_opaque
 
 
 def top_level(state: FamilyState) -> list[str]:
@@ -122,6 +122,11 @@ def resolve_columns(ctx: QueryContext) -> QueryContext:
     return ctx
 
 
+def _pivoted(src: Source) -> bool:
+    """A pivoted table's output has columns of its own (one per pivot value): the engine binds those."""
+    return bool(src.node.args.get("pivots"))
+
+
 def _output_names(scope: SelectScope) -> set[str]:
     return {e.alias.lower() for e in scope.select.expressions if isinstance(e, exp.Alias)}
 
@@ -135,7 +140,7 @@ def _matches(ctx: QueryContext, scope: SelectScope, parts: list[str],
             alias = by_node.get(id(src.node))
             if alias in ctx.tables:
                 path = _resolve_path(ctx.tables[alias].state, parts[1:])
-                return ([(alias, path)] if path is not None else []), False
+                return ([(alias, path)] if path is not None else []), _pivoted(src)
             if alias in ctx.system:
                 found = len(parts) == 2 and parts[1] in ctx.system[alias].columns
                 return ([(alias, parts[1])] if found else []), False
@@ -149,6 +154,7 @@ def _matches(ctx: QueryContext, scope: SelectScope, parts: list[str],
                 path = _resolve_path(ctx.tables[alias].state, parts)
                 if path is not None:
                     found.append((alias, path))
+                opaque = opaque or _pivoted(src)
             elif alias in ctx.system:
                 if len(parts) == 1 and parts[0] in ctx.system[alias].columns:
                     found.append((alias, parts[0]))
