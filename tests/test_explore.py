@@ -330,3 +330,16 @@ def test_a_pivot_on_a_logical_table_is_kept(omni):
     assert (sum(got.column("en").to_pylist()), sum(got.column("xx").to_pylist())) == (langs["en"], langs["xx"])
     got = omni.query("SELECT sum(en) AS en, sum(p.xx) AS xx FROM web PIVOT (count(*) FOR t_lang IN ('en', 'xx')) AS p")
     assert got.to_pylist() == [{"en": langs["en"], "xx": langs["xx"]}]
+
+
+def test_is_null_on_the_optional_side_of_an_outer_join_is_not_pushed_into_its_scan(omni):
+    """Pushed into mirror's scan, m._ai_unique_id_ IS NULL kept no mirror row, so every web row matched 'nothing'."""
+    omni.create_table("mirror")
+    pages = sorted(corpora.fetch("python-docs-html").rglob("*.html"))[:10]
+    omni.submit("mirror", [str(p) for p in pages], batch="m")
+    total = omni.query("SELECT count(*) AS n FROM web").to_pylist()[0]["n"]
+    join = "FROM web AS w LEFT JOIN mirror AS m ON w._ai_unique_id_ = m._ai_unique_id_"
+    assert omni.query(f"SELECT count(*) AS n {join} WHERE m._ai_unique_id_ IS NULL").to_pylist() == [{"n": total - 10}]
+    assert omni.query(f"SELECT count(*) AS n {join} WHERE m._ai_append_name_ = 'm'").to_pylist() == [{"n": 10}]
+    right = "FROM mirror AS m RIGHT JOIN web AS w ON w._ai_unique_id_ = m._ai_unique_id_"
+    assert omni.query(f"SELECT count(*) AS n {right} WHERE m._ai_append_name_ IS NULL").to_pylist() == [{"n": total - 10}]

@@ -25,6 +25,7 @@ def push_predicates(ctx: QueryContext) -> QueryContext:
     """
     ctx.pushed = {alias: [] for alias in ctx.tables}
     ctx.filter_columns = {alias: [] for alias in ctx.tables}
+    filled = null_filled(ctx.tree)
     for cond in top_where(ctx):
         cols = list(cond.find_all(exp.Column))
         hits = {ctx.resolved.get(id(c)) for c in cols}
@@ -35,9 +36,32 @@ def push_predicates(ctx: QueryContext) -> QueryContext:
             ctx.filter_columns[a].append(path)
         if len(aliases) == 1 and pushable(cond):
             alias = aliases.pop()
+            if alias in filled and not rejects_null(cond):
+                continue  # m.x IS NULL after a LEFT JOIN also holds for the rows the join fills with NULL
             if len(ctx.pushed[alias]) < MAX_PUSHED:
                 ctx.pushed[alias].append(cond)
     return ctx
+
+
+def null_filled(tree: exp.Expression) -> set[str]:
+    """Names of the outermost SELECT's FROM items an outer join may fill with NULLs (the optional side).
+
+    >>> sorted(null_filled(exp.maybe_parse("SELECT 1 FROM a LEFT JOIN b ON TRUE JOIN c ON TRUE RIGHT JOIN d ON TRUE")))
+    ['a', 'b', 'c']
+    """
+    if not isinstance(tree, exp.Select):
+        return set()
+    before = [from_.this.alias_or_name] if (from_ := tree.args.get("from_")) is not None else []
+    out: set[str] = set()
+    for join in tree.args.get("joins") or []:
+        side = (join.side or "").upper()
+        name = join.this.alias_or_name
+        if side in ("LEFT", "FULL"):
+            out.add(name)
+        if side in ("RIGHT", "FULL"):
+            out.update(before)
+        before.append(name)
+    return out
 
 
 def pushable(cond: exp.Expression) -> bool:
