@@ -644,3 +644,27 @@ def test_a_rerun_is_a_new_attempt_with_its_own_errors_and_counts(tmp_path, monke
     assert main(["--home", home, "runs", "web"]) == 0
     text = capsys.readouterr().out
     assert "attempt 1 failed" in text and "rows=45 errors=5" in text.splitlines()[0]
+
+
+@feature(outputs={"ProcessedData.parsed_text": "string"}, inputs=["RawData.raw_data"], name="t_blank36")
+def t_blank36(raw_data):
+    return None
+
+
+def test_a_batch_whose_inputs_are_all_null_fails_instead_of_committing_nulls(tmp_path):
+    """Issue #36: a run that computed nothing from all-NULL inputs reported success."""
+    from omni_iceberg.backfill.engine import NullInputsError
+
+    o = Omni(home=tmp_path / "h")
+    o.create_table("web")
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"raw_data": f"doc {i}"}) + "\n" for i in range(5)))
+    o.submit("web", [str(src)], batch="b")
+    o.register_features("web", [t_blank36, U.t_len])
+    before = o.state("web").version
+    with pytest.raises(NullInputsError, match=r"feature t_len, batch b: every value of ProcessedData.parsed_text "
+                                              r"was NULL on all 5 rows.*nothing committed"):
+        o.backfill("web", ["t_len"], isolation="inline", progress=False)
+    assert o.state("web").version == before and o.state("web").computed == ()
+    [run] = o.runs("web")
+    assert run["status"] == "failed" and "NullInputsError" in run["message"]

@@ -172,3 +172,48 @@ def test_an_edit_outside_the_function_body_is_detected_then_a_new_version(web, t
     assert rc == 0, err
     rc, out, _ = omni("sql", "SELECT sum(n_tokens) AS n FROM web", "--format", "json", home=web)
     assert json.loads(out) == {"n": len("onetwothreefourfivesix")}
+
+
+def test_a_missing_builtin_producer_is_registered_planned_and_run(web, tmp_path):
+    """Issue #36: text_length on a table where html_parser was never registered 'succeeded'
+    with rows 0 and every value NULL; the plan only warned that its input reads as NULL."""
+    assert omni("feature", "register", "--builtin", "text_length", "--table", "web", home=web)[0] == 0
+    rc, out, err = omni("backfill", "web", "--features", "text_length", "--dry-run", "--dag",
+                        str(tmp_path / "plan.mmd"), home=web)
+    assert rc == 0, err
+    assert "registers built-in html_parser@" in out and "produces ProcessedData.parsed_text" in out
+    assert "reads as NULL" not in out
+    picture = (tmp_path / "plan.mmd").read_text()
+    assert "html_parser@" in picture and "ProcessedData.parsed_text<br/><i>ingested" not in picture
+    rc, out, err = omni("backfill", "web", "--features", "text_length", "--json", home=web)
+    assert rc == 0, err
+    report = json.loads(out)
+    assert report["status"] == "succeeded" and report["rows"] == 6  # html_parser and text_length, 3 rows each
+    assert [r.split("@")[0] for r in report["registered"]] == ["html_parser"]
+    rc, out, _ = omni("sql", "SELECT count(text_length) AS n, sum(text_length) AS total FROM web", "--format", "json",
+                      home=web)
+    assert json.loads(out) == {"n": 3, "total": len("one two three") + len("four five") + len("six")}
+
+
+CUSTOM_CONSUMER = '''
+from omni_iceberg.features import feature
+
+
+@feature(outputs={"trainable_len": "long"}, inputs=["TrainableData.text"])
+def trainable_len(text):
+    return len(text)
+'''
+
+
+def test_a_missing_custom_producer_is_an_error_before_anything_runs(web, tmp_path):
+    path = tmp_path / "consumer.py"
+    path.write_text(CUSTOM_CONSUMER)
+    assert omni("feature", "register", str(path), "--table", "web", home=web)[0] == 0
+    rc, out, err = omni("--json", "log", "web", home=web)
+    versions = len(json.loads(out))
+    for dry in ([], ["--dry-run"]):
+        rc, _, err = omni("backfill", "web", "--features", "trainable_len", *dry, home=web)
+        assert rc == 2 and "TrainableData.text" in err and "trainable_len" in err and "no producer" in err
+        assert len(err.strip().splitlines()) == 1
+    rc, out, err = omni("--json", "log", "web", home=web)
+    assert len(json.loads(out)) == versions  # nothing committed

@@ -333,3 +333,29 @@ def test_an_explicit_version_stays_and_new_code_under_it_is_refused(omni, tmp_pa
     path.write_text(path.read_text().replace(r'r"\w+"', r'r"\w"'))
     with pytest.raises(FeatureDefinitionError, match="pinned36@7 is already registered .* with different code"):
         omni.register_features("web", [str(path)])
+
+
+@feature(outputs={"TrainableData.text": "string"}, inputs=["RawData.raw_data"], name="to_trainable36")
+def to_trainable36(raw_data):
+    return raw_data.upper()
+
+
+@feature(outputs={"trainable_len36": "long"}, inputs=["TrainableData.text"], name="trainable_len36")
+def trainable_len36(text):
+    return len(text)
+
+
+def test_a_missing_custom_producer_names_the_column_and_the_features_that_could_produce_it(omni):
+    from omni_iceberg.backfill.planner import MissingProducerError
+
+    omni.register_features("web", [trainable_len36])
+    before = omni.state("web").version
+    with pytest.raises(MissingProducerError,
+                       match=r"input TrainableData.text of trainable_len36 has no producer.*to_trainable36"):
+        omni.plan("web", ["trainable_len36"])
+    with pytest.raises(MissingProducerError):
+        omni.backfill("web", ["trainable_len36"], isolation="inline", progress=False)
+    assert omni.state("web").version == before
+    omni.register_features("web", [to_trainable36])  # registered: planned as any ancestor
+    plan = omni.plan("web", ["trainable_len36"])
+    assert [s.features for s in plan.stages] == [["to_trainable36"], ["trainable_len36"]]

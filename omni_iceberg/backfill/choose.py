@@ -155,16 +155,32 @@ def run_backfill(omni: Any, name: str, features: list[str], batches: list[str] |
     ns, table = split_qualified(name)
     state = omni.store.load(ns, table)
     sized = plan or plan_backfill(state, features, batches, has_gpu)
+    registered: list[str] = []
+    if sized.registrations and not dry_run:
+        # missing built-in producers: registered in a commit of their own, then the same plan
+        # again on the state they leave (it was planned on that state)
+        defs = list(sized.registrations.values())
+        command = kwargs.get("command") or f"backfill {name} --features {','.join(features)}"
+        regs = omni.register_features(name, defs, command=f"{command} (registers built-in producers "
+                                                          f"{', '.join(d.name for d in defs)})")
+        registered = [r.definition.key for r in regs]
+        state = omni.store.load(ns, table)
+        sized = plan_backfill(state, features, batches, has_gpu)
+        plan = sized if plan is not None else None
     chosen, reason = choose_engine(state, sized, engine, threshold_bytes, catalog=omni.catalog,
                                    spark_blocker=spark_blocker(omni.config) if engine == "auto" else None)
     options = _engine_options(kwargs, spark_master)
     if chosen != "local" and not (dry_run or sized.empty):
         with _engine(chosen)(omni, **options) as runner:
-            return runner.run(name, features, batches, plan=plan, has_gpu=has_gpu, engine_reason=reason, **kwargs)
+            report = runner.run(name, features, batches, plan=plan, has_gpu=has_gpu, engine_reason=reason,
+                                **kwargs)
+        report.registered = registered
+        return report
     with _engine("local")(omni, **options) as runner:
         report = runner.run(name, features, batches, dry_run=dry_run, has_gpu=has_gpu, plan=sized,
                             engine_reason=reason, **kwargs)
     report.engine, report.engine_reason = chosen, reason  # a non-local engine only reaches here with nothing to run
+    report.registered = registered
     return report
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from catalog_ext import system_tables
-from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, RAW_STAGE, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
 from catalog_ext.group_values import null_recomputed
 from catalog_ext.staging import sweep_stale_branches
@@ -56,6 +56,17 @@ MAX_MEMORY_SHRINK = 8
 
 class ErrorBudgetExceededError(OmniError):
     """More records failed than the run allows; nothing was committed."""
+
+    exit_code = 4
+
+
+class NullInputsError(OmniError):
+    """A unit computed nothing: an input its feature reads was NULL on every row of the batch.
+
+    Its output would be NULL for the whole batch - a producer that did not run, or ran
+    and produced nothing - and a run that writes only NULLs never reports success. NULL
+    in an ingested ``RawData`` field is the data as submitted and is not checked.
+    """
 
     exit_code = 4
 
@@ -95,6 +106,8 @@ class BackfillReport:
     phases: dict[str, float] = field(default_factory=dict)
     #: what the run changed about itself on the way (a rerun with smaller batches after running out of memory)
     tuning: list[str] = field(default_factory=list)
+    #: built-ins registered first, as producers of inputs no registered feature computed (``name@version``)
+    registered: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -247,6 +260,10 @@ class BackfillRun:
     def __init__(self, omni: Any, state: FamilyState, plan: BackfillPlan, report: BackfillReport,
                  executor: UnitExecutor, *, max_error_ratio: float | None = None, progress: bool | None = None,
                  clock: PhaseClock | None = None):
+        if plan.registrations:
+            raise FeatureDefinitionError(
+                f"this plan registers built-ins first ({', '.join(d.key for d in plan.registrations.values())}); "
+                "run it through Omni.backfill or 'omni backfill', which register them and plan again")
         self.omni, self.store, self.state, self.plan, self.report = omni, omni.store, state, plan, report
         #: phase timings; engines add their own phases (worker start, read, compute) to it
         self.clock = clock or PhaseClock()
@@ -388,6 +405,7 @@ class BackfillRun:
         if error_rows:
             self._append_system_rows(system_tables.ERRORS, error_rows, "errors_append_s")
         self.unfinished = stats
+        self.check_inputs_not_all_null(unit, stats)
         self.check_budget(stats)
         for f in unit.features:
             s = stats[f]
@@ -426,6 +444,37 @@ class BackfillRun:
         if table is not None:
             with self.clock.span("system_compaction_s"):
                 system_tables.maybe_compact(table)
+
+    def check_inputs_not_all_null(self, unit: Unit, stats: dict[str, UnitStats]) -> None:
+        """Fail a unit that computed no row because a computed input was NULL everywhere.
+
+        Only looked into when a unit wrote nothing on a batch that has rows (one read of
+        the input column then); a retry's few records are not judged.
+        """
+        batch = self.state.batch(unit.batch)
+        if self.plan.only_ids or batch is None or not batch.rows:
+            return
+        for f in unit.features:
+            s = stats[f]
+            if s.rows or s.errors or s.reused:
+                continue
+            d = self.defs[f]
+            for path in d.inputs:
+                if path.startswith(RAW_STAGE + ".") or self._has_value(path, unit.batch):
+                    continue
+                producer = self.working_state().producer_of(path)
+                source = (f"its producer {producer.key} wrote no value for this batch" if producer is not None
+                          else "no feature produces it")
+                raise NullInputsError(
+                    f"feature {f}, batch {unit.batch}: every value of {path} was NULL on all {batch.rows} rows "
+                    f"({source}), so every value of {', '.join(d.output_names)} would be NULL; nothing committed")
+
+    def _has_value(self, path: str, batch: str) -> bool:
+        """Whether logical column ``path`` holds a non-NULL value on ``batch``, as this run sees it."""
+        for part in iter_logical_slices(self.store.catalog, self.working_state(), [path], batch):
+            if part.column(path).null_count < part.num_rows:
+                return True
+        return False
 
     def check_budget(self, stats: dict[str, UnitStats]) -> None:
         if self.max_error_ratio is None:
@@ -511,8 +560,8 @@ class BackfillRun:
         self.report.status = "failed"
         if not isinstance(error, StagingBranchTakenError):  # else the branches are the other run's too
             abandon_all(w for _, w in self.nulled)  # cheap to redo from the pinned version on a rerun
-        if isinstance(error, (FeatureDefinitionError, ErrorBudgetExceededError)):
-            abandon_all(self.writers.values())  # a definition bug or budget breach: do not resume this work
+        if isinstance(error, (FeatureDefinitionError, ErrorBudgetExceededError, NullInputsError)):
+            abandon_all(self.writers.values())  # a definition bug, budget breach or NULL input: do not resume this work
         rerun = self.reruns_after(error)
         self._record_run("failed", None, (RERUN_MARK if rerun else "") + f"{type(error).__name__}: {error}")
 

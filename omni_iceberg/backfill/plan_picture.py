@@ -1,4 +1,8 @@
-"""The DAG picture of a backfill plan: columns feed features; what will be computed vs what is there."""
+"""The DAG picture of a backfill plan: columns feed features; what will be computed vs what is there.
+
+A built-in producer the backfill registers first is a feature node like any other, with
+a line saying so; only columns no feature produces (ingested ones) are source nodes.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ def plan_graph(plan: BackfillPlan) -> tuple[list[Node], list[tuple[str, str]]]:
     for f in plan.features.values():
         status = ("requested" if f.requested else "missing") if f.batches else "present"
         lines = [f"{f.name}@{f.version}", f"-> {', '.join(f.outputs)}"]
+        if f.registers:  # a built-in producer this backfill registers first
+            lines.append("built-in, registered by this backfill")
         if f.batches:
             lines.append(f"on {f.engine.upper()} ({f.route_reason})")
             lines.append(f"batches to compute: {_batches(f.batches)}")

@@ -8,6 +8,14 @@ fresh, and groups the
 needed features into stages: one stage per dependency level and route, so features
 that read the same inputs run in ONE scan over each batch with shared intermediate
 results. Stages are ordered topologically.
+
+An input no registered feature produces is resolved as a build system resolves a
+missing rule: a column a batch holds (ingested ``RawData`` fields) is an input; one a
+built-in produces (``ProcessedData.parsed_text``: ``html_parser``) makes the plan
+register that built-in first (:attr:`BackfillPlan.registrations`; the plan is made on
+the state the registration leaves, so it is the plan that runs); anything else is a
+:class:`MissingProducerError` before anything runs, naming the column, who reads it and
+the features known here that could produce it.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any
 
 import networkx as nx
 
-from catalog_ext.contract import check_batch_name
+from catalog_ext.contract import RAW_STAGE, check_batch_name
 from catalog_ext.data_versions import batch_freshness, current_chains
 from catalog_ext.family import FamilyState
 from omni_iceberg.features.graph import feature_graph, producers_of
@@ -29,6 +37,11 @@ from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 
 #: ``auto`` features go to a GPU when one is present and their model is at least this big
 AUTO_GPU_MODEL_MB = float(os.environ.get("OMNI_AUTO_GPU_MODEL_MB", "50"))
+
+
+class MissingProducerError(FeatureDefinitionError):
+    """A planned feature reads a column that nothing produces: no registered feature, no batch,
+    no built-in. Raised while planning, so nothing runs and nothing is committed."""
 
 
 @dataclass
@@ -50,6 +63,8 @@ class PlannedFeature:
     data_version: str = ""
     #: the producers of its inputs (record it in ComputedUnit.upstream)
     upstream: list[str] = field(default_factory=list)
+    #: a built-in this backfill registers before it runs, and why (the input it produces, for whom)
+    registers: str = ""
 
 
 @dataclass
@@ -76,6 +91,9 @@ class BackfillPlan:
     #: retry runs: the round (1 for a first computation), part of the fingerprint; not the
     #: attempt of a run (a rerun of the same plan), which omni_sys.runs and .errors number
     attempt: int = 1
+    #: built-ins to register before the run (name -> definition), producers of inputs no
+    #: registered feature computes; the rest of the plan assumes them registered
+    registrations: dict[str, FeatureDefinition] = field(default_factory=dict, repr=False)
 
     @property
     def empty(self) -> bool:
@@ -100,11 +118,14 @@ class BackfillPlan:
                 "features": {k: asdict(v) for k, v in self.features.items()},
                 "stages": [asdict(s) for s in self.stages], "fingerprint": self.fingerprint(),
                 "warnings": self.warnings, "attempt": self.attempt,
-                "retry_records": sum(len(v) for v in self.only_ids.values())}
+                "retry_records": sum(len(v) for v in self.only_ids.values()),
+                "registers": [d.key for d in self.registrations.values()]}
 
     def describe(self) -> str:
         lines = [f"backfill plan for {self.logical_table} (from version {self.base_version}), "
                  f"batches: {', '.join(self.batches) or '(none)'}"]
+        for name, d in self.registrations.items():
+            lines.append(f"  registers built-in {d.key} first: {self.features[name].registers}")
         if self.empty:
             lines.append("  nothing to do: every requested feature is computed for every batch")
         for s in self.stages:
@@ -182,6 +203,13 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
             raise FeatureDefinitionError(
                 f"no feature {name!r} is registered on {state.table.identifier}{did_you_mean(name, defs)} "
                 "(see 'omni feature list')")
+    base_version = state.version
+    registrations, reasons = resolve_producers(state, defs, features)
+    if registrations:
+        from omni_iceberg.features.registry import as_if_registered
+
+        state = as_if_registered(state, list(registrations.values()))
+        defs = definitions_of(state)
     all_batches = [b.name for b in state.batches]
     if batches:
         for b in batches:
@@ -232,7 +260,8 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
         stale = {b: why for b, (f, why) in freshness[name].items() if f == "stale" and b in wanted_or_needed(name)}
         planned[name] = PlannedFeature(name, d.version, engine, reason, sorted(need.get(name, ())), present,
                                        name in features, list(d.inputs), d.output_names, level if need.get(name) else 0,
-                                       stale, chains[name].data_version, list(chains[name].upstream))
+                                       stale, chains[name].data_version, list(chains[name].upstream),
+                                       reasons.get(name, ""))
     groups: dict[tuple[int, str], list[str]] = {}
     for f in planned.values():
         if f.batches:
@@ -242,11 +271,68 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
         inputs = list(dict.fromkeys(inp for n in names for inp in planned[n].inputs))
         batches_ = sorted(set().union(*(planned[n].batches for n in names)))
         stages.append(Stage(i + 1, engine, sorted(names), inputs, batches_))
-    warnings = [f"input {inp} of {f.name} is not computed by any feature or ingest: it reads as NULL"
+    # what resolve_producers left unproduced: raw fields no batch has brought yet (the
+    # content type is left out: html_parser reads its NULL as "unknown, sniff")
+    from omni_iceberg.features.registry import READER_FIELDS
+
+    warnings = [f"input {inp} of {f.name}: no batch has a field {inp.split('.', 1)[1]!r} yet, it reads as NULL"
                 for f in planned.values() if f.batches for inp in f.inputs
-                if inp not in producers and not state.physical_columns_of(inp)]
-    return BackfillPlan(state.table.identifier, state.version, list(features), wanted, planned, stages,
-                        graph.subgraph(involved).copy(), warnings)
+                if inp not in producers and not state.physical_columns_of(inp) and inp not in READER_FIELDS]
+    return BackfillPlan(state.table.identifier, base_version, list(features), wanted, planned, stages,
+                        graph.subgraph(involved).copy(), warnings, registrations=registrations)
+
+
+def resolve_producers(state: FamilyState, defs: dict[str, FeatureDefinition], features: list[str]
+                      ) -> tuple[dict[str, FeatureDefinition], dict[str, str]]:
+    """The built-ins to register so every input of ``features`` and their ancestors has a
+    producer (name -> definition resolved on ``state``), and why each one; see the module doc.
+
+    Raises :class:`MissingProducerError` for an input nothing can produce.
+    """
+    producers = producers_of(defs.values())
+    registering: dict[str, FeatureDefinition] = {}
+    reasons: dict[str, str] = {}
+    todo, seen = list(features), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for column in (defs.get(name) or registering[name]).inputs:
+            if column in producers:
+                todo.append(producers[column])
+            elif column.startswith(RAW_STAGE + ".") or state.physical_columns_of(column):
+                continue  # ingested: what a batch holds is the value (a raw field no batch has reads as NULL)
+            else:
+                d = _builtin_producer(state, defs, column, name, registering)
+                registering[d.name] = d
+                reasons[d.name] = f"it produces {column}, which {name} reads and no registered feature computes"
+                producers.update({out: d.name for out in d.output_names})
+                todo.append(d.name)
+    return registering, reasons
+
+
+def _builtin_producer(state: FamilyState, defs: dict[str, FeatureDefinition], column: str, reader: str,
+                      registering: dict[str, FeatureDefinition]) -> FeatureDefinition:
+    """The built-in that outputs ``column``, resolved on ``state``; else :class:`MissingProducerError`."""
+    from omni_iceberg.features.library import BUILTINS
+    from omni_iceberg.features.registry import resolve_definition
+    from omni_iceberg.features.udf import list_udfs
+
+    for target in BUILTINS:
+        d = target.definition
+        # a registered feature of the same name is another feature: never replaced behind the user's back
+        if column in d.output_names and d.name not in defs:
+            return resolve_definition(state, d, {**registering, d.name: d})
+    known = sorted({s.definition.name for s in list_udfs()
+                    if s.definition is not None and column in s.definition.output_names}
+                   | {b.name for b in state.features if column in b.outputs})
+    could = (f"features that could produce it: {', '.join(known)}; register one of them first"
+             if known else f"no feature known here outputs it; register one whose outputs include {column} first")
+    raise MissingProducerError(
+        f"input {column} of {reader} has no producer: no registered feature computes it and no batch of "
+        f"{state.table.identifier} holds it, so every value would be NULL; {could} "
+        f"('omni feature register FILE --table {state.table.name}'), then backfill again")
 
 
 def plan_retry(state: FamilyState, features: list[str], failed: dict[tuple[str, str], set[str]], attempt: int,

@@ -14,7 +14,7 @@ failed in. ``--stats`` answers, per feature set and overall:
   the paper tracks for newcomers (~60% -> >90% with adaptive tuning). An attempt the
   engine reran by itself (a worker killed for memory, rerun with smaller batches) is
   part of the same submit: the user asked once;
-- attempts, failures by cause (memory, timeout, error budget, definition, other), automatic
+- attempts, failures by cause (memory, timeout, error budget, definition, null inputs, other), automatic
   reruns, and the median throughput (rows per second) of succeeded attempts.
 """
 
@@ -94,7 +94,7 @@ def latest_attempts(runs: list[dict[str, Any]], error_attempts: list[tuple[str, 
 
 
 def failure_cause(row: dict[str, Any]) -> str:
-    """succeeded, memory, timeout, error budget, definition or other (from the attempt's message)."""
+    """succeeded, memory, timeout, error budget, definition, null inputs or other (from the attempt's message)."""
     message = row["message"] or ""
     if row["status"] == "succeeded":
         return "succeeded"
@@ -104,8 +104,10 @@ def failure_cause(row: dict[str, Any]) -> str:
         return "timeout"
     if "ErrorBudgetExceededError" in message:
         return "error budget"
-    if "FeatureDefinitionError" in message:
+    if "FeatureDefinitionError" in message or "MissingProducerError" in message:
         return "definition"
+    if "NullInputsError" in message:
+        return "null inputs"
     return "other"
 
 

@@ -236,7 +236,7 @@ def register(store: FamilyStore, namespace: str, name: str, definitions: list[Fe
     return [Registration(d, new_state.version, d in bound, physical_key(d)) for d in resolved]
 
 
-def binding_updates(latest: FamilyState, d: FeatureDefinition, identifier: str, first_snapshot: int
+def binding_updates(latest: FamilyState, d: FeatureDefinition, identifier: str, first_snapshot: int | None
                     ) -> list[Any]:
     """The typed updates that bind ``d`` to ``latest``: its table, columns, and aliases of the
     version it replaces - computed from ``latest``, never from an earlier read."""
@@ -277,6 +277,22 @@ def binding_updates(latest: FamilyState, d: FeatureDefinition, identifier: str, 
     remap = tuple(PhysicalColumn(table=key, name=physical_column_name(o.name), logical=o.name) for o in d.outputs)
     out.append(BindFeature(binding, remap=remap, aliases=tuple(aliases)))
     return out
+
+
+def as_if_registered(state: FamilyState, definitions: list[FeatureDefinition]) -> FamilyState:
+    """``state`` as registering ``definitions`` (resolved against it) would leave it.
+
+    Nothing is created or committed: the planner plans on this state a backfill that
+    registers missing built-in producers before it runs, so the plan shown is the plan run.
+    """
+    from catalog_ext.updates import apply_updates
+
+    ns, name = state.table.namespace, state.table.name
+    for d in definitions:
+        ups = binding_updates(state, d, _physical_identifier(ns, name, d), None)
+        state = apply_updates(state, tuple(ups), operation="register", command="", summary={},
+                              now_ms=state.committed_ms)
+    return state
 
 
 def _physical_identifier(namespace: str, name: str, d: FeatureDefinition) -> str:
