@@ -100,6 +100,7 @@ def backfill_text(report: Any, batches: list[str] | None) -> str:
     return (f"{report.logical_table}: {report.status} on the {report.engine} engine ({report.engine_reason}); "
             f"run {report.run_id}, rows {report.rows}, errors {report.errors}, "
             f"reused {report.reused}, resumed units {report.resumed_units} -> version {report.logical_version}"
+            + (f"; registered first: {', '.join(report.registered)}" if report.registered else "")
             + ("" if not report.errors else f"\nsee: omni errors {report.logical_table} --run {report.run_id}"))
 
 
