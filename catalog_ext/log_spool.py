@@ -15,6 +15,15 @@ Exactly once: a flush renames the spool to ``<name>.<token>.flushing`` under a f
 appends it with the token in the snapshot summary, then deletes it. A flusher that
 crashed in between leaves the file behind; the next flush finds the token in the
 table's snapshots (compaction runs only after the file is gone) and just deletes it.
+
+One folder per catalog, ``<home>/spool/<key>``, the key a hash of the catalog's
+identity (:func:`catalog_identity`: scheme, host, port, database or path - no user,
+password or query options). So every spelling of one catalog's URI (another user, a
+rotated password, ``:5432`` or not, a driver suffix) finds the same rows, and no
+file name on disk is derived from a password. Earlier versions named the folder by a
+hash of the URI as given, password included; a flush moves what such a folder holds
+for the URI as spelled now into the catalog's folder (tokens kept, so exactly-once
+still holds) and removes it.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pyarrow as pa
 
@@ -46,15 +56,65 @@ def flush_seconds() -> float:
     return float(os.environ.get("OMNI_QUERY_LOG_FLUSH_S", DEFAULT_FLUSH_SECONDS))
 
 
+#: ports a URI may leave out: written or not, they name the same server
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433, "oracle": 1521,
+                  "http": 80, "https": 443}
+#: query options of a SQLAlchemy URI that say where the database is (a socket folder, a
+#: host list); the others are connection settings (sslmode, timeouts) or credentials
+_LOCATING_OPTIONS = ("database", "dbname", "host", "hostaddr", "port", "service_name")
+
+
+def catalog_identity(catalog_uri: str) -> str:
+    """Which catalog ``catalog_uri`` names, without credentials and whatever its spelling.
+
+    >>> catalog_identity("postgresql+psycopg://u:pw@DB.example:5432/omni?sslmode=require")
+    'postgresql://db.example/omni'
+    >>> catalog_identity("https://user:pw@rest.example/catalog/?token=t")
+    'https://rest.example/catalog'
+    """
+    uri = catalog_uri.strip()
+    if "://" not in uri and not uri.startswith("sqlite:"):
+        from catalog_ext.config import resolve_catalog_uri
+        from catalog_ext.errors import ConfigError
+
+        try:  # a catalog named in .pyiceberg.yaml is the catalog its uri names
+            uri = resolve_catalog_uri(uri)
+        except ConfigError:
+            return f"catalog:{uri}"
+    scheme, _, rest = uri.partition(":")
+    dialect = scheme.lower().split("+")[0]
+    dialect = "postgresql" if dialect == "postgres" else dialect
+    if dialect == "sqlite":
+        # SQLAlchemy: sqlite:///relative.db, sqlite:////absolute.db; a relative path is the
+        # working folder's, as when the catalog is opened
+        database = rest.removeprefix("//").split("?", 1)[0]
+        database = database[1:] if database.startswith("/") else database
+        return f"sqlite:{os.path.realpath(database) if database not in ('', ':memory:') else ':memory:'}"
+    parts = urlsplit(uri)
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    port_text = f":{port}" if port is not None and port != _DEFAULT_PORTS.get(dialect) else ""
+    path = parts.path
+    if dialect in ("http", "https"):
+        return f"{dialect}://{host}{port_text}{path.rstrip('/')}"
+    options = sorted((k, v) for k, v in parse_qsl(parts.query) if k.lower() in _LOCATING_OPTIONS)
+    return f"{dialect}://{host}{port_text}{path}" + (f"?{urlencode(options)}" if options else "")
+
+
 class LogSpool:
     """The spool of one system table for one catalog, under ``<home>/spool/``."""
 
     def __init__(self, home: Path, catalog_uri: str, name: str):
         # one home may be pointed at several catalogs: rows go back to the one they came from
-        scope = hashlib.sha1(catalog_uri.encode()).hexdigest()[:12]
+        scope = hashlib.sha256(catalog_identity(catalog_uri).encode()).hexdigest()[:16]
         self.dir = Path(home) / "spool" / scope
         self.name = name
         self.path = self.dir / f"{name}.jsonl"
+        # where versions before the catalog's identity spooled this URI's rows
+        self.legacy_dir = Path(home) / "spool" / hashlib.sha1(catalog_uri.encode()).hexdigest()[:12]
 
     def add(self, catalog: Any, rows: list[dict[str, Any]]) -> bool:
         """Spool ``rows``; flush when the spool is due. True when this call flushed."""
@@ -77,20 +137,59 @@ class LogSpool:
         return False
 
     def pending(self) -> int:
-        """Rows spooled and not yet in the table (stranded flush files included)."""
-        return sum(_count_lines(p) for p in [self.path, *self._flushing()] if p.exists())
+        """Rows spooled and not yet in the table (stranded flush files and an old-style folder's included)."""
+        files = [self.path, *self._flushing(self.dir), self.legacy_dir / self.path.name,
+                 *self._flushing(self.legacy_dir)]
+        return sum(_count_lines(p) for p in files if p.exists())
 
     def flush(self, catalog: Any, wait: bool = True) -> int:
         """Append every spooled row to the table; returns how many. ``wait=False`` skips
         the flush when another process is flushing (its rows arrive anyway)."""
         if not self.dir.exists():
-            return 0
+            if not self.legacy_dir.is_dir():
+                return 0
+            self.dir.mkdir(parents=True, exist_ok=True)
         with self._lock(wait) as locked:
             if not locked:
                 return 0
+            self._adopt_legacy()
             if self.path.exists():
                 os.rename(self.path, self.dir / f"{self.name}.{uuid.uuid4().hex}.flushing")
-            return sum(self._flush_file(f, catalog) for f in self._flushing())
+            return sum(self._flush_file(f, catalog) for f in self._flushing(self.dir))
+
+    def _adopt_legacy(self) -> None:
+        """Move what an earlier version spooled for this URI into this folder, then remove its folder.
+
+        Under that folder's own lock, taken without waiting: an earlier version flushing it
+        right now keeps it, and the next flush looks again.
+        """
+        old = self.legacy_dir
+        if old == self.dir or not old.is_dir():
+            return
+        lock = old / f"{self.name}.lock"
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            for stranded in self._flushing(old):
+                os.replace(stranded, self.dir / stranded.name)  # its token stays: committed ones are recognised
+            spooled = old / self.path.name
+            if spooled.exists():
+                os.replace(spooled, self.dir / f"{self.name}.{uuid.uuid4().hex}.flushing")
+            kept_aside = old / f"{self.name}.rejected.jsonl"
+            if kept_aside.exists():
+                with open(self.dir / kept_aside.name, "ab") as f:
+                    f.write(kept_aside.read_bytes())
+                kept_aside.unlink()
+            lock.unlink()
+        finally:
+            os.close(fd)
+        try:
+            old.rmdir()
+        except OSError:
+            pass  # something else lives there (another table's spool): left as it is
 
     def _flush_file(self, path: Path, catalog: Any) -> int:
         from catalog_ext import system_tables
@@ -124,8 +223,8 @@ class LogSpool:
             return True  # a damaged line: let the flush report it
         return time.time() - oldest.timestamp() >= flush_seconds()
 
-    def _flushing(self) -> list[Path]:
-        return sorted(self.dir.glob(f"{self.name}.*.flushing"))
+    def _flushing(self, folder: Path) -> list[Path]:
+        return sorted(folder.glob(f"{self.name}.*.flushing"))
 
     @contextmanager
     def _lock(self, wait: bool) -> Iterator[bool]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 from datetime import datetime, timezone
@@ -137,3 +138,65 @@ def test_concurrent_processes_spool_and_flush_every_row_once(omni):
     omni.flush_query_log()
     ids = [r["query_id"] for r in _log_rows(omni)]
     assert sorted(ids) == sorted(f"w{w}-{i}" for w in range(3) for i in range(20))
+
+
+def _row(query_id: str) -> dict:
+    return {"query_id": query_id, "kind": "sql", "logical_table": "aidata.web", "logical_version": 1, "columns": "[]",
+            "filter_columns": "[]", "batches": "null", "physical_tables": "[]", "engine": "local", "rows": 1,
+            "latency_ms": 1, "sql": "SELECT 1", "at": datetime.now(timezone.utc).isoformat()}
+
+
+def test_the_spool_folder_names_the_catalog_not_its_spelling_nor_its_password(tmp_path):
+    home = tmp_path / "home"
+    spellings = [
+        "postgresql+psycopg://omni:SECRETPW-1@DB.example.com:5432/omni?sslmode=require&password=SECRETPW-2",
+        "postgresql://reader@db.example.com/omni",
+        "postgresql+psycopg2://omni:rotated@db.example.com:5432/omni",
+    ]
+    folders = {LogSpool(home, uri, system_tables.QUERY_LOG).dir for uri in spellings}
+    assert len(folders) == 1
+    (folder,) = folders
+    assert folder.parent == home / "spool"
+    # nothing derived from a spelling that holds a password names the folder
+    assert all(hashlib.sha1(uri.encode()).hexdigest()[:12] not in folder.name for uri in spellings)
+    others = ["postgresql://db.example.com/other", "postgresql://db.example.com:5433/omni",
+              "postgresql://db2.example.com/omni", "mysql://db.example.com/omni"]
+    assert len({LogSpool(home, uri, system_tables.QUERY_LOG).dir for uri in others} | folders) == 5
+    rest = {LogSpool(home, uri, system_tables.QUERY_LOG).dir
+            for uri in ["https://user:pw@Rest.example:443/catalog?token=abc", "https://rest.example/catalog/"]}
+    assert len(rest) == 1
+
+
+def test_rows_spooled_under_one_spelling_are_flushed_under_another(omni, capsys):
+    home = omni.config.home
+    other = f"sqlite:///{home}/./catalog.db?timeout=30"  # the same SQLite file, spelled otherwise
+    assert Omni(home=home, catalog=other).list_tables() == omni.list_tables()
+    omni.query("SELECT count(*) AS n FROM web")
+    omni.query("SELECT count(*) AS n FROM web WHERE _ai_append_name_ = 'b'")
+    assert _log_rows(omni) == []
+    assert main(["--home", str(home), "--catalog", other, "flush-log", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"flushed_rows": 2}
+    assert len(_log_rows(omni)) == 2 and spool_for(omni, system_tables.QUERY_LOG).pending() == 0
+
+
+def test_rows_left_in_an_old_style_folder_are_flushed_and_the_folder_goes(omni):
+    """Earlier versions named the folder sha1(catalog URI as given); its rows are not stranded."""
+    legacy = omni.config.home / "spool" / hashlib.sha1(omni.config.catalog_uri.encode()).hexdigest()[:12]
+    legacy.mkdir(parents=True, exist_ok=True)
+    (legacy / "query_log.jsonl").write_text("".join(json.dumps(_row(f"old-{i}")) + "\n" for i in range(2)))
+    # a flusher of the old version that died before its append
+    (legacy / f"query_log.{'2' * 32}.flushing").write_text(json.dumps(_row("old-stranded")) + "\n")
+    # ... and one that died after it: its rows are in the table already
+    committed = "3" * 32
+    (legacy / f"query_log.{committed}.flushing").write_text(json.dumps(_row("old-committed")) + "\n")
+    row = {**_row("old-committed"), "at": datetime.now(timezone.utc)}
+    system_tables.append_rows(omni.catalog, system_tables.QUERY_LOG, [row], snapshot_properties={TOKEN_PROPERTY: committed})
+    (legacy / "query_log.lock").touch()
+    omni.query("SELECT count(*) AS n FROM web")  # a row of this version, in its own folder
+    spool = spool_for(omni, system_tables.QUERY_LOG)
+    assert spool.dir != legacy and spool.pending() == 5
+    assert omni.flush_query_log() == 4
+    ids = [r["query_id"] for r in _log_rows(omni)]
+    assert sorted(i for i in ids if i.startswith("old-")) == ["old-0", "old-1", "old-committed", "old-stranded"]
+    assert len(ids) == len(set(ids)) == 5
+    assert not legacy.exists() and spool.pending() == 0
