@@ -209,12 +209,16 @@ class StagedWriteHook(Protocol):
     ``files_written`` sees the data files the writer wrote itself, as they are written;
     ``before_commit`` runs right before each logical commit attempt's compare-and-swap,
     when the branch holds exactly what the commit will pin - the place to catch up with
-    files written by others (Spark executors) or changed by a rebase.
+    files written by others (Spark executors) or changed by a rebase. ``abandoned`` runs
+    when the write is given up, before its files are deleted: what was derived from them
+    can still be read back and undone.
     """
 
     def files_written(self, writer: "StagedWrite", files: list[Any]) -> None: ...
 
     def before_commit(self, writer: "StagedWrite") -> None: ...
+
+    def abandoned(self, writer: "StagedWrite") -> None: ...
 
 
 class StagedWrite:
@@ -787,6 +791,8 @@ class StagedWrite:
         if self.committed:  # interrupted after the logical commit: the files are readable, keep them
             return 0, 0
         self._held, self._held_bytes, self._held_batch = [], 0, None
+        for hook in self.hooks:
+            hook.abandoned(self)
         result = staging.discard_branch(self.catalog, self.identifier, self.branch, [self.base_snapshot_id],
                                         extra_files=self.pending_files)
         self.pending_files, self.branch_files, self.staged_snapshot_id = [], [], None

@@ -14,11 +14,14 @@ import uuid
 import pytest
 
 from catalog_ext.contract import ID_COLUMN
+from catalog_ext.physical import StagedWrite
+from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.store import FamilyStore
 from omni_iceberg.api import Omni
 from omni_iceberg.index import (
     FOUND_COLUMN, IndexUnavailableError, MalformedIdError, get_rows, open_index, rebuild, verify,
 )
+from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import RUN_PREFIX, RunRecord
 
 
@@ -127,7 +130,8 @@ def _crash_second_batch(omni, name, tmp_path, indexed_writes) -> list[str]:
     omni.create_table(name)
     omni.submit(name, [_jsonl(tmp_path, "a", 10)], batch="a")
     indexed_writes["crash"] = True
-    with pytest.raises(CrashBeforeCommit):
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(CrashBeforeCommit):
+        mp.setattr(StagedWrite, "abandon", lambda self: (0, 0))  # a killed process cleans nothing up
         omni.submit(name, [_jsonl(tmp_path, "b", 10)], batch="b")
     return [content_id(f"<p>page {i} of b: the text {i * 7}</p>") for i in range(10)]
 
@@ -142,8 +146,8 @@ def test_a_crash_before_the_logical_commit_leaves_no_visible_entry(omni, name, s
     assert lookup.tables[0].method == "index"
     view = idx.at(omni.catalog, omni.state(name))
     assert view.contains_many("base", sorted(lost + _ids(omni, name))) == set(_ids(omni, name))
-    report = verify(omni.catalog, omni.state(name), idx)
-    assert report.dangling == 10 and report.missing == 0 and report.stale == 0
+    report = verify(omni.catalog, omni.state(name), idx)  # the crashed run may still be alive: pending, no fault
+    assert report.pending == 10 and report.dangling == 0 and report.missing == 0 and report.stale == 0
 
 
 def test_a_point_read_and_a_bulk_read_keep_the_same_entries(omni, name, spec, indexed_writes, tmp_path):
@@ -679,3 +683,92 @@ def test_rebuild_after_retention_cut_the_history_indexes_the_files_below_the_cut
     assert all(t.method == "index" for t in got.tables), got.explain_text()
     assert got.rows.to_pylist() == lookup_rows(omni.catalog, state, idx, ids, ["RawData.url"],
                                                force_scan=True).rows.to_pylist()
+
+
+def _when_committing(omni, monkeypatch, operation, meanwhile):
+    """Run ``meanwhile()`` once, right before the next logical commit of ``operation``: the
+    other writer wins the race this one then loses."""
+    real_commit = omni.store.commit
+
+    def commit(*args, **kwargs):
+        if kwargs.get("operation") == operation:
+            monkeypatch.setattr(omni.store, "commit", real_commit)
+            meanwhile()
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(omni.store, "commit", commit)
+
+
+def test_a_submit_that_loses_the_race_with_the_same_content_leaves_no_entry_behind(
+        omni, name, spec, indexed_writes, tmp_path, monkeypatch):
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 10)], batch="a")
+    same = _jsonl(tmp_path, "b", 12)
+    _when_committing(omni, monkeypatch, "ingest", lambda: omni.submit(name, [same], batch="winner"))
+    loser = omni.submit(name, [same], batch="loser")
+    assert loser.written == 0 and loser.duplicates == 12  # every row was the winner's
+    idx = _index(omni, name, spec)
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert report.ok and (report.dangling, report.pending, report.rows_checked) == (0, 0, 22), report.text()
+    # the loser's entries are gone, not merely invisible: one entry per id, the winner's
+    entries = idx.backend.get_entries([bytes.fromhex(i) for i in _ids(omni, name, "winner")])
+    assert sorted(len(e) for e in entries.values()) == [1] * 12
+    assert {r.run for r in idx.all_runs()} == set(visibility.history(
+        omni.catalog, omni.state(name).base_table.identifier, omni.state(name).base_table.snapshot_id).runs)
+
+
+def test_a_backfill_whose_units_a_concurrent_backfill_committed_leaves_no_entry_behind(
+        omni, name, spec, indexed_writes, tmp_path):
+    """Two backfills with different plans share an ancestor: the loser's copy of it is left out
+    of its commit (never published), and so are its index entries."""
+    from omni_iceberg.backfill.engine import BackfillRun, LocalExecutor, start_report
+    from omni_iceberg.backfill.planner import plan_backfill
+    from tests import feature_udfs as U
+
+    omni.create_table(name)
+    omni.submit(name, [_jsonl(tmp_path, "a", 14)], batch="a")
+    omni.register_features(name, [U.t_parse, U.t_lang, U.t_len])
+    state = omni.state(name)
+    plan = plan_backfill(state, ["t_len"], has_gpu=False)
+    late = BackfillRun(omni, state, plan, start_report(state, plan, "local", "test"), LocalExecutor("inline"),
+                       progress=False)
+    late.execute()  # t_parse and t_len staged and indexed, not committed
+    omni.backfill(name, ["t_lang"], isolation="inline", progress=False)  # commits t_parse first
+    assert late.run_to_commit("backfill").raced_units == ["t_parse/a"]
+    idx = _index(omni, name, spec)
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert report.ok and (report.dangling, report.pending) == (0, 0), report.text()
+    assert report.rows_checked == 4 * 14  # base, t_parse, t_lang, t_len
+    parse = omni.state(name).physical_table(omni.state(name).feature("t_parse").table_key).identifier
+    assert [r.run for r in idx.all_runs() if r.table == parse] == [
+        u.run_id for u in omni.state(name).computed if u.feature == "t_parse"]
+
+
+def test_plain_rebuild_sweeps_what_verify_calls_dangling(omni, name, spec, indexed_writes, tmp_path, monkeypatch):
+    """A crashed writer's entries and an entry of no file: invisible, reported, and swept by a plain rebuild.
+    While the crashed run could still be a live one (within the staging grace period) they are
+    pending, not damage, and rebuild leaves them alone."""
+    lost = _crash_second_batch(omni, name, tmp_path, indexed_writes)
+    idx = _index(omni, name, spec)
+    known = _ids(omni, name)
+    idx.backend.put_entries([(bytes.fromhex(known[1]), b"\xee" * 8, 5, b"")])  # an entry of no file
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert (report.pending, report.dangling) == (10, 1) and not report.ok
+    assert "omni index rebuild" in report.text() and "--fresh" not in report.text()
+    rebuild(omni.catalog, omni.state(name), idx)
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert (report.pending, report.dangling) == (10, 0) and report.ok  # the crashed run may be alive: kept
+    assert len(idx.backend.get_entries([bytes.fromhex(i) for i in lost])) == 10
+    monkeypatch.setenv("OMNI_STAGE_GRACE_S", "0")  # now it cannot be...
+    monkeypatch.setenv("OMNI_STAGE_INGEST_GRACE_S", "0")
+    assert not verify(omni.catalog, omni.state(name), idx).dangling  # ...but its staging branch is left
+    sweep_stale_branches(omni.catalog, omni.state(name))  # as the next submit, backfill or maintain does
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert (report.pending, report.dangling) == (0, 10) and not report.ok
+    swept = rebuild(omni.catalog, omni.state(name), idx)
+    assert (swept.runs_swept, swept.entries_swept) == (1, 10)
+    report = verify(omni.catalog, omni.state(name), idx)
+    assert report.ok and (report.dangling, report.pending, report.rows_checked) == (0, 0, 10), report.text()
+    assert idx.backend.get_entries([bytes.fromhex(i) for i in lost]) == {}
+    assert get_rows(omni, name, known, columns=["RawData.url"], index=spec).column(FOUND_COLUMN).to_pylist() == \
+        [True] * 10

@@ -477,7 +477,9 @@ def index(args, omni, command_line: str) -> int:
         d = omni.rebuild_index(args.name, fresh=args.fresh, index=args.index, progress=progress).to_dict()
         emit(args, d, lambda: (
             f"rebuilt the index of {d['logical_table']} at version {d['version']}: {d['runs_indexed']} run(s), "
-            f"{d['files']} file(s), {d['rows']} row(s) indexed; {d['runs_skipped']} run(s) already indexed"))
+            f"{d['files']} file(s), {d['rows']} row(s) indexed; {d['runs_skipped']} run(s) already indexed"
+            + (f"; swept {d['entries_swept']} dangling entries ({d['runs_swept']} dead run(s))"
+               if d['entries_swept'] or d['runs_swept'] else "")))
         return 0
     if args.index_command == "seal":
         d = omni.seal_index(args.name, index=args.index, progress=progress, dry_run=args.dry_run)

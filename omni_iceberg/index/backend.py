@@ -68,6 +68,9 @@ class RunRecord:
     source: str = "writer"  # "writer" (write-then-commit) or "rebuild"
     started_ms: int = 0
     extra: dict[str, str] = field(default_factory=dict)
+    #: when the record was last written: a run not visible and silent for longer than the
+    #: staging grace period is dead, and ``rebuild`` sweeps it (0: records older than this field)
+    updated_ms: int = 0
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -305,10 +308,18 @@ class IndexBackend(ABC):
         """Remove meta records."""
 
     def write(self, entries: Sequence[Entry | FileEntries], meta: dict[bytes, bytes]) -> None:
-        """Entries, then meta records. Backends with transactions do both in one (LMDB)."""
+        """File records, then entries, then the other meta records (the run record naming the
+        files). Backends with transactions do it in one where they can (LMDB).
+
+        An entry is never stored before its file's record: an entry without one is then
+        garbage, never a write in progress, and ``rebuild`` may sweep it at any time.
+        """
+        files = {k: v for k, v in meta.items() if k.startswith(FILE_PREFIX)}
+        if files and entries:
+            self.put_meta(files)
         if entries:
             self.put_entries(entries)
-        self.put_meta(meta)
+        self.put_meta(meta if not entries else {k: v for k, v in meta.items() if k not in files})
 
     def sealing(self) -> tuple[int, int] | None:
         """(unsealed, sealed) entry counts where the backend seals its entries into sorted

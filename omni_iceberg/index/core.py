@@ -24,11 +24,13 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
+from catalog_ext.contract import ID_COLUMN
 from catalog_ext.family import FamilyState
 from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, EntryArrays, EntryRow, FileEntries, FileRecord,
-                                        IndexBackend, RunRecord, fkey_bytes, parse_value)
+                                        IndexBackend, RunRecord, fkey_bytes, parse_value, rows_as_bytes)
 from omni_iceberg.index.errors import IndexCorruptError
+from omni_iceberg.index.file_input import open_input
 from omni_iceberg.index.file_table import FileTable
 from omni_iceberg.index.inline import IndexedRows, Layout, split_rows
 from omni_iceberg.index.keys import file_key, id_key, id_matrix
@@ -181,6 +183,29 @@ class IdIndex:
 
     def all_runs(self) -> list[RunRecord]:
         return [RunRecord.from_bytes(v) for _, v in self.backend.scan_meta(RUN_PREFIX)]
+
+    def withdraw_files(self, records: dict[bytes, FileRecord], io: Any = None) -> tuple[int, list[bytes]]:
+        """Delete the entries and the records of files no version will ever pin.
+
+        The entries are found by the file's ids, read back from it (only that column); a
+        file that cannot be read any more (deleted with its abandoned branch) keeps its
+        entries and record, and its key is returned: only a pass over every entry finds
+        them (``rebuild`` makes it). Returns (entries deleted, keys left).
+        """
+        deleted, left = 0, []
+        for fkey, rec in records.items():
+            ids = read_id_keys(rec.path, io)
+            if ids is None:
+                left.append(fkey)
+                continue
+            self.backend.delete_entries([(rid, fkey) for rid in rows_as_bytes(ids)])
+            deleted += len(ids)
+        gone = [k for k in records if k not in left]
+        if gone:
+            self.backend.delete_meta([FILE_PREFIX + k for k in gone])
+            for k in gone:
+                self._files.pop(k, None)
+        return deleted, left
 
     def layout(self, fkey: bytes, rec: FileRecord) -> Layout:
         found = self._layouts.get(fkey)
@@ -351,11 +376,13 @@ class IndexWriter:
         rec = FileRecord(path=path, table=self.table, run=self.run, batch=batch, rows=count,
                          inline=rows.layout.to_json())
         starts = list(range(0, count, PUT_BATCH)) or [0]
-        for start in starts[:-1]:
-            self.index.backend.put_entries([_entries(fkey, rows, start, start + PUT_BATCH)])
+        for start in starts[:-1]:  # the file's record comes with its first entries (see IndexBackend.write)
+            self.index.backend.write([_entries(fkey, rows, start, start + PUT_BATCH)],
+                                     {FILE_PREFIX + fkey: rec.to_bytes()} if start == 0 else {})
         # the last chunk goes with the file record and the run record that lists the file:
         # one transaction where the backend has them (one fsync per file, not three)
-        self.record = replace(self.record, files=self.record.files + (fkey.hex(),), rows=self.record.rows + count)
+        self.record = replace(self.record, files=self.record.files + (fkey.hex(),), rows=self.record.rows + count,
+                              updated_ms=_now_ms())
         self.index.backend.write([_entries(fkey, rows, starts[-1], count)],
                                  {FILE_PREFIX + fkey: rec.to_bytes(), self._key: self.record.to_bytes()})
         return count
@@ -404,7 +431,8 @@ class IndexWriter:
                                                   rows=len(rows), inline=rows.layout.to_json()).to_bytes()
             keys.append(fkey.hex())
             total += len(rows)
-        self.record = replace(self.record, files=self.record.files + tuple(keys), rows=self.record.rows + total)
+        self.record = replace(self.record, files=self.record.files + tuple(keys), rows=self.record.rows + total,
+                              updated_ms=_now_ms())
         meta[self._key] = self.record.to_bytes()
         self.index.backend.write(entries, meta)
         return total
@@ -427,6 +455,29 @@ class IndexWriter:
         """Like :meth:`retire_files`, by hex file key."""
         self._save(retired=tuple(dict.fromkeys(self.record.retired + tuple(hex_keys))))
 
+    def withdraw(self, hex_keys: Iterable[str], io: Any = None) -> list[str]:
+        """Delete this run's entries of files it will never publish (see :meth:`IdIndex.withdraw_files`)
+        and drop them from its record; returns the keys of files that could not be read (left as
+        they were). Only for files of a run whose commit has not happened: a visible file's
+        entries must stay."""
+        listed = set(self.record.files)
+        want = [bytes.fromhex(k) for k in dict.fromkeys(hex_keys) if k in listed]
+        records = {k: rec for k, rec in self.index.files(want).items() if rec.run == self.run}
+        _, left = self.index.withdraw_files(records, io if io is not None else self.io)
+        gone = {k.hex() for k in records if k not in left}
+        if gone:
+            rows = sum(records[bytes.fromhex(k)].rows for k in gone)
+            self._save(files=tuple(k for k in self.record.files if k not in gone), rows=max(0, self.record.rows - rows))
+        return [k.hex() for k in left]
+
+    def discard(self, hex_keys: Iterable[str], io: Any = None) -> None:
+        """:meth:`withdraw` these files; then, if the record lists nothing any more, delete it
+        (a run that will commit nothing to this table leaves no trace in its index)."""
+        self.withdraw(hex_keys, io)
+        if not self.record.files and not self.record.retired:
+            self.index.backend.delete_meta([self._key])
+            self.record = replace(self.record, complete=False, rows=0)
+
     def finish(self, **extra: str) -> RunRecord:
         """Mark the run complete. Call after the last file, BEFORE the logical commit."""
         self._save(complete=True, extra={**self.record.extra, **extra})
@@ -434,8 +485,24 @@ class IndexWriter:
         return self.record
 
     def _save(self, **changes: Any) -> None:
-        self.record = replace(self.record, **changes)
+        self.record = replace(self.record, **changes, updated_ms=_now_ms())
         self.index.backend.put_meta({self._key: self.record.to_bytes()})
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def read_id_keys(path: str, io: Any = None) -> np.ndarray | None:
+    """The ids of a data file in row order as an (n, 16) key matrix; None when it cannot be read."""
+    import pyarrow.parquet as pq
+
+    try:
+        with open_input(path, io) as f:
+            ids = pq.ParquetFile(f).read(columns=[ID_COLUMN]).column(ID_COLUMN)
+    except (FileNotFoundError, OSError):
+        return None
+    return IndexedRows(ids, Layout(), None).id_keys(0, len(ids))
 
 
 def _entries(fkey: bytes, rows: IndexedRows, lo: int, hi: int) -> FileEntries:

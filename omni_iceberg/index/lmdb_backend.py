@@ -32,8 +32,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from omni_iceberg.index.backend import (Entry, EntryArrays, EntryColumns, EntryRow, FileEntries, IndexBackend,
-                                        Located, entry_value, fkey_bytes, key_order, parse_value, rows_as_bytes)
+from omni_iceberg.index.backend import (FILE_PREFIX, Entry, EntryArrays, EntryColumns, EntryRow, FileEntries,
+                                        IndexBackend, Located, entry_value, fkey_bytes, key_order, parse_value,
+                                        rows_as_bytes)
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
 from omni_iceberg.index.sealed import FEW_IDS, DeltaArrays, Segment, id_halves, merge_into
@@ -273,7 +274,9 @@ class LmdbBackend(IndexBackend):
         return max(1024, int(-leaves * math.log(1.0 - DIRTY_PAGE_BUDGET / leaves)))
 
     def _put_items(self, runs: list[Run], meta: dict[bytes, bytes]) -> None:
-        """Entries, then ``meta`` with the last of them: earlier transactions hold only entries.
+        """Entries, then ``meta`` with the last of them: earlier transactions hold only entries,
+        and the file records of ``meta``, which go with the first (an entry is never stored
+        before its file's record: see ``IndexBackend.write``).
 
         Entries are invisible until a run record names their file (see ``index.visibility``),
         so a crash between the transactions leaves nothing a reader can see.
@@ -281,13 +284,16 @@ class LmdbBackend(IndexBackend):
         total = sum(len(keys) for keys, _ in runs)
         chunks = _chunks(runs, self._entries_per_txn() if total > DIRTY_PAGE_BUDGET else None)
 
-        def put_runs(txn, chunk: list[Run]) -> None:
+        def put_runs(txn, chunk: list[Run], records: dict[bytes, bytes] | None = None) -> None:
+            for k, v in (records or {}).items():
+                txn.put(k, v, db=self._meta)
             cursor = txn.cursor(db=self._entries)
             for keys, values in chunk:
                 cursor.putmulti(zip(keys, values))  # no (key, value) tuple list: zip reuses one
 
-        for chunk in chunks[:-1]:
-            self._write(lambda txn, chunk=chunk: put_runs(txn, chunk))
+        files = {k: v for k, v in meta.items() if k.startswith(FILE_PREFIX)}
+        for i, chunk in enumerate(chunks[:-1]):
+            self._write(lambda txn, chunk=chunk, i=i: put_runs(txn, chunk, files if i == 0 else None))
         last = chunks[-1]
 
         def put(txn):

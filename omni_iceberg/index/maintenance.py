@@ -4,16 +4,23 @@
 table's pinned snapshot, one run at a time (the run named in the snapshot summary, so
 its entries become visible exactly where that run's rows are). It is resumable: a run
 already complete is skipped, and inside an unfinished run the files already indexed
-are skipped. ``fresh=True`` drops the index first (use it when ``verify`` finds stale
-entries: a complete run is otherwise trusted).
+are skipped. It then sweeps what ``verify`` calls dangling: the entries and records of
+dead runs, and entries of no file (one pass over the entries). ``fresh=True`` drops the
+index first (use it when ``verify`` finds stale entries: a complete run is otherwise
+trusted).
 
 ``verify`` compares the index with the tables at one logical version:
 
 * missing - a row in a pinned snapshot that a lookup through the index would not find;
 * stale - an entry a lookup would use that points at a row no longer there (a file
   removed without the run that removed it saying so, or another row of the file);
-* dangling - entries no version can see: files of runs absent from every pinned
-  history (a crashed or losing writer), or entries whose file record is gone.
+* dangling - entries no version can see: files of dead runs (absent from every pinned
+  history, with no staging branch, and silent for longer than the staging grace period
+  ``OMNI_STAGE_GRACE_S``: a crashed writer), or entries whose file record is gone;
+* pending - entries of runs no version sees yet that may still commit or be resumed (a
+  run in progress, or one that stopped within the grace period): invisible, not a fault,
+  and swept as dangling once the grace period is over. A writer that loses a race
+  withdraws its own entries (:mod:`omni_iceberg.index.staged`), so a race leaves neither.
 
 ``seal`` (:func:`seal_if_due`) merges the LMDB backend's unsealed entries into the sorted
 segment that bulk lookups search (see :mod:`omni_iceberg.index.sealed`); ``maintain``
@@ -26,6 +33,7 @@ counted as ``expired`` (reclaimable by ``rebuild --fresh``), not as a fault.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,7 +42,7 @@ from catalog_ext.family import FamilyState
 from catalog_ext.iceberg_io import snapshot_data_changes, snapshots_between
 from catalog_ext.physical import file_batch
 from omni_iceberg.index import visibility
-from omni_iceberg.index.backend import FILE_PREFIX, FileRecord
+from omni_iceberg.index.backend import FILE_PREFIX, FileRecord, RunRecord
 from omni_iceberg.index.core import IdIndex, run_key
 from omni_iceberg.index.keys import file_key, id_key, id_of
 
@@ -60,6 +68,10 @@ class RebuildReport:
     files: int = 0
     rows: int = 0
     dropped_first: bool = False
+    #: dead runs whose entries and records were deleted, and the entries deleted in all
+    #: (theirs and entries of no file): what ``verify`` called dangling
+    runs_swept: int = 0
+    entries_swept: int = 0
     #: what sealing the rebuilt entries did (:meth:`LmdbBackend.seal`), None where the backend does not seal
     sealed: dict[str, Any] | None = None
 
@@ -93,6 +105,112 @@ def _files_below_cut(table: Any, chain: list[Any]) -> tuple[list[str], list[Any]
     files = [task.file for task in table.scan(snapshot_id=oldest.snapshot_id).plan_files()
              if task.file.file_path not in own]
     return (list(cut["runs"]), files) if files else None
+
+
+@dataclass
+class InvisibleRuns:
+    """Runs with index records that no reader at the version asked about can see (see the module docstring)."""
+
+    dead: list[RunRecord] = field(default_factory=list)  # dangling: rebuild sweeps them
+    pending: list[RunRecord] = field(default_factory=list)  # may still commit or resume
+    expired: list[RunRecord] = field(default_factory=list)  # left out of an expiry record by retention
+    later: list[RunRecord] = field(default_factory=list)  # committed by a later version
+
+
+def invisible_runs(catalog: Any, state: FamilyState, index: IdIndex,
+                   visible: dict[str, frozenset[str]]) -> InvisibleRuns:
+    """Sort the index's runs on the tables of ``state`` that ``visible`` (table -> runs) leaves out.
+
+    A run is dead when the latest version does not see it either, no staging branch of it
+    is left on its table (a resumable backfill's branch keeps its entries useful), and its
+    record was last written longer ago than the staging grace period: a live writer writes
+    its record with every file it indexes and right before its commit, so a run silent that
+    long is a crashed one - the rule the staging sweep applies to branches.
+    """
+    from catalog_ext.staging import STAGING_BRANCH_PREFIX, StagingPolicy
+
+    out = InvisibleRuns()
+    candidates = [r for r in index.all_runs() if r.table in visible and r.run not in visible[r.table]]
+    if not candidates:
+        return out
+    latest = _latest_visible(catalog, state)
+    grace_ms = StagingPolicy().grace_s * 1000
+    now = time.time() * 1000
+    refs: dict[str, set[str]] = {}
+    for run in candidates:
+        if run.extra.get(EXPIRED_MARK):
+            out.expired.append(run)
+            continue
+        if latest is not None and run.run in latest.get(run.table, frozenset()):
+            out.later.append(run)
+            continue
+        if run.table not in refs:
+            try:
+                refs[run.table] = set(catalog.load_table(run.table).metadata.refs)
+            except Exception:  # noqa: BLE001 - a table dropped from the catalog: no branch can be left
+                refs[run.table] = set()
+        young = now - (run.updated_ms or run.started_ms) < grace_ms
+        (out.pending if young or f"{STAGING_BRANCH_PREFIX}{run.run}" in refs[run.table] else out.dead).append(run)
+    return out
+
+
+def _latest_visible(catalog: Any, state: FamilyState) -> dict[str, frozenset[str]] | None:
+    """Table -> runs visible at the latest version, or None when ``state`` is the latest."""
+    from catalog_ext.store import FamilyStore
+
+    latest = FamilyStore(catalog).load(state.table.namespace, state.table.name)
+    if latest.version == state.version:
+        return None
+    return {t.identifier: frozenset(visibility.history(catalog, t.identifier, t.snapshot_id).runs)
+            for t in latest.tables if t.snapshot_id is not None}
+
+
+def _visible_runs(catalog: Any, state: FamilyState) -> dict[str, frozenset[str]]:
+    return {t.identifier: frozenset(visibility.history(catalog, t.identifier, t.snapshot_id).runs)
+            for t in state.tables if t.snapshot_id is not None}
+
+
+def _orphans(index: IdIndex, files: dict[bytes, Any], also: set[bytes] = frozenset()) -> list[tuple[bytes, bytes]]:
+    """(id key, file key) of every entry whose file has no record, or whose file key is in ``also``.
+
+    ``files`` was read before the pass; a file record written meanwhile (a writer stores it
+    before the file's entries, see ``IndexBackend.write``) is looked up again after it, so
+    a write in progress is never taken for garbage.
+    """
+    found = [(rid, fkey) for rid, fkey, *_ in index.backend.scan_entries() if fkey not in files or fkey in also]
+    unknown = {fkey for _, fkey in found if fkey not in files}
+    if unknown:
+        now = {k[len(FILE_PREFIX):] for k in index.backend.get_meta([FILE_PREFIX + k for k in unknown])}
+        found = [(rid, fkey) for rid, fkey in found if fkey not in now or fkey in also]
+    return found
+
+
+def sweep(catalog: Any, state: FamilyState, index: IdIndex, report: "RebuildReport") -> None:
+    """Delete what ``verify`` calls dangling at the latest version ``state``: dead runs (their
+    entries, file records and run records) and entries of no file."""
+    dead = invisible_runs(catalog, state, index, _visible_runs(catalog, state)).dead
+    files = {k[len(FILE_PREFIX):]: FileRecord.from_bytes(v) for k, v in index.backend.scan_meta(FILE_PREFIX)}
+    unreadable: dict[bytes, FileRecord] = {}
+    for run in dead:
+        records = {k: files[k] for k in map(bytes.fromhex, run.files) if k in files and files[k].run == run.run}
+        try:
+            io = catalog.load_table(run.table).io
+        except Exception:  # noqa: BLE001 - a table dropped from the catalog: its files are read without its io
+            io = None
+        deleted, left = index.withdraw_files(records, io)
+        report.entries_swept += deleted
+        unreadable.update({k: records[k] for k in left})
+        index.backend.delete_meta([run_key(run.table, run.run)])
+        report.runs_swept += 1
+    known = {k: v for k, v in files.items() if k not in unreadable}
+    doomed = _orphans(index, known, set(unreadable))
+    if doomed:
+        index.backend.delete_entries(doomed)
+        report.entries_swept += len(doomed)
+    if unreadable:
+        index.backend.delete_meta([FILE_PREFIX + k for k in unreadable])
+    if dead or doomed:
+        index.forget_caches()
 
 
 def seal_if_due(index: IdIndex, *, force: bool = False, dry_run: bool = False,
@@ -167,8 +285,10 @@ def rebuild(catalog: Any, state: FamilyState, index: IdIndex, *, fresh: bool = F
     finally:
         if bar is not None:
             bar.close()
+    if not fresh:  # a fresh index holds nothing to sweep
+        sweep(catalog, state, index, report)
     # a rebuild reads every row anyway: leave its entries sealed, ready for bulk lookups
-    report.sealed = seal_if_due(index, force=report.rows > 0, progress=progress)
+    report.sealed = seal_if_due(index, force=report.rows > 0 or report.entries_swept > 0, progress=progress)
     return report
 
 
@@ -180,10 +300,13 @@ class VerifyReport:
     missing: int = 0
     stale: int = 0
     dangling: int = 0
+    #: entries of runs that may still commit or resume: invisible, not a fault (see the module docstring)
+    pending: int = 0
     #: entries of runs retention expired (owning no live file): invisible by design
     expired: int = 0
     lagging_tables: dict[str, list[str]] = field(default_factory=dict)
-    examples: dict[str, list[str]] = field(default_factory=lambda: {"missing": [], "stale": [], "dangling": []})
+    examples: dict[str, list[str]] = field(
+        default_factory=lambda: {"missing": [], "stale": [], "dangling": [], "pending": []})
 
     @property
     def ok(self) -> bool:
@@ -199,6 +322,8 @@ class VerifyReport:
     def text(self) -> str:
         head = (f"index of {self.logical_table} at version {self.version}: {self.rows_checked} rows checked, "
                 f"{self.missing} missing, {self.stale} stale, {self.dangling} dangling")
+        if self.pending:
+            head += f", {self.pending} pending (runs not committed yet, or stopped within the staging grace period)"
         if self.expired:
             head += f" ({self.expired} entries of expired runs, reclaimable with rebuild --fresh)"
         lines = [head + (" - OK" if self.ok else "")]
@@ -207,7 +332,7 @@ class VerifyReport:
         for kind, ex in self.examples.items():
             for e in ex:
                 lines.append(f"  {kind}: {e}")
-        if not self.ok:
+        if not self.ok:  # rebuild indexes what is missing and sweeps what dangles; only --fresh redoes stale runs
             lines.append(f"  fix: omni index rebuild {self.logical_table}" +
                          (" --fresh" if self.stale else ""))
         return "\n".join(lines)
@@ -272,21 +397,22 @@ def verify(catalog: Any, state: FamilyState, index: IdIndex, *, progress: bool |
                 report._example("stale", f"{rec.rows} entries of {rec.path} (run {rec.run}): file not in "
                                          f"snapshot {meta.snapshot_id}")
     # entries of runs no pinned history contains, and entries without a file record
-    for run in index.all_runs():
-        if run.table in visible_runs and run.run not in visible_runs[run.table]:
-            if run.extra.get(EXPIRED_MARK):
-                report.expired += run.rows
-                continue
-            report.dangling += run.rows
-            report._example("dangling", f"{run.rows} entries of run {run.run} on {run.table}: "
-                                        "never committed at this version (crashed, lost a race, or still running)")
-    orphan = 0
-    for rid, fkey, *_ in index.backend.scan_entries():
-        if fkey not in files:
-            orphan += 1
-            if orphan <= EXAMPLES:
-                report._example("dangling", f"{id_of(rid)}: entry for unknown file key {fkey.hex()}")
-    report.dangling += orphan
+    runs = invisible_runs(catalog, state, index, visible_runs)
+    report.expired = sum(r.rows for r in runs.expired)
+    for run in runs.pending:
+        report.pending += run.rows
+        if run.rows:
+            report._example("pending", f"{run.rows} entries of run {run.run} on {run.table}: not committed "
+                                       "(running, resumable, or stopped within the staging grace period)")
+    for run in runs.dead:
+        report.dangling += run.rows
+        if run.rows:
+            report._example("dangling", f"{run.rows} entries of run {run.run} on {run.table}: never committed "
+                                        "(a crashed writer)")
+    orphans = _orphans(index, files)
+    for rid, fkey in orphans[:EXAMPLES]:
+        report._example("dangling", f"{id_of(rid)}: entry for unknown file key {fkey.hex()}")
+    report.dangling += len(orphans)
     return report
 
 

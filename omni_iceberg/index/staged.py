@@ -8,9 +8,15 @@
 * ``before_commit``: right before each logical commit attempt's compare-and-swap, the
   run's record is brought in line with what its branch holds at that moment - files
   others wrote (Spark executors, the ingest race re-check's rewrites) are indexed, files
-  the branch's snapshots deleted (compaction, recomputed batches) and indexed files the
-  branch no longer holds (dropped on a rebase, written by a crashed attempt) are
-  retired - and the run is marked complete. Only then can the commit make it visible.
+  the branch's snapshots deleted (compaction, recomputed batches) are retired - and the
+  run is marked complete. Only then can the commit make it visible. Files this process
+  indexed that the branch no longer holds (left out after a lost race: units a concurrent
+  backfill committed first, ids a concurrent submit added, a dropped batch) will never be
+  published: their entries are deleted, not left behind for ``verify`` to find; the same
+  for a run that ends up with nothing on the table (its record goes too). Other indexed
+  files the branch lacks (an earlier, crashed attempt's) are retired;
+* ``abandoned``: a write given up (a failed command, a submit whose every row a
+  concurrent one added first) takes its entries with it, before its files are deleted.
 
 What the branch holds is read from the run's own snapshots (base exclusive to staged
 head), and from each only the manifests that snapshot wrote: the cost follows the run,
@@ -44,6 +50,9 @@ class WriterIndexing:
         self.run.io = writer.table.io
         self._pending: list[Future] = []
         self._queued: list[tuple[str, str]] = []
+        #: hex keys of the files this process indexed for the run: only these are withdrawn
+        #: (a file of an earlier attempt under the same run id may be another story)
+        self._mine: set[str] = set()
         self._queued_rows = 0
         self._lock = threading.Lock()
 
@@ -71,6 +80,7 @@ class WriterIndexing:
         if paths:
             self.run.reopen()
             self.run.add_files(paths)
+            self._mine.update(file_key(p).hex() for p, _ in paths)
 
     def drain(self) -> None:
         """Index what is still queued, wait for the background work; raise its failure."""
@@ -87,14 +97,40 @@ class WriterIndexing:
         todo = [f for p, f in live.items() if file_key(p).hex() not in indexed]
         live_keys = {file_key(p).hex() for p in live}
         stray = [k for k in indexed if k not in live_keys]
-        retire = [file_key(p).hex() for p in deleted] + stray
-        if self.run.record.complete and not todo and set(retire) <= set(self.run.record.retired):
+        own = [k for k in stray if k in self._mine]
+        retire = [file_key(p).hex() for p in deleted] + [k for k in stray if k not in self._mine]
+        if not own and self.run.record.complete and not todo and set(retire) <= set(self.run.record.retired):
             return  # nothing changed since the last attempt
         self.run.reopen()
+        left = self.run.withdraw(own, table.io) if own else []
+        self._mine -= set(own) - set(left)
+        retire += left
+        if not todo and not retire and not self.run.record.files and not self.run.record.retired:
+            self.run.discard([])  # nothing of this run on the table: no record for verify to call dangling
+            return
         self.run.add_files([(f.file_path, batch_of(table, f)) for f in todo])
+        self._mine.update(file_key(f.file_path).hex() for f in todo)
         if retire:
             self.run.retire_keys(retire)
         self.run.finish()
+
+    def abandoned(self, writer: StagedWrite) -> None:
+        """The write is given up: delete the entries of the files this process indexed, while
+        they can still be read. Best effort - the command is failing already, and entries
+        left behind stay invisible until ``rebuild`` sweeps the dead run."""
+        pending, self._pending = self._pending, []
+        for f in pending:
+            try:
+                f.result()
+            except Exception:  # noqa: BLE001 - a failed indexing write: withdraw what did land
+                pass
+        with self._lock:  # files queued but not indexed yet have no entries to withdraw
+            self._queued, self._queued_rows = [], 0
+        try:
+            self.run.discard(self._mine, writer.table.io)
+        except Exception:  # noqa: BLE001 - see the docstring
+            return
+        self._mine.clear()
 
 
 #: rows of written files queued before the background thread indexes them together: larger

@@ -11,8 +11,9 @@ step a crash could skip - by the physical tables themselves:
 * a logical version pins one snapshot per physical table;
 * so the runs visible at that version are exactly the runs named along the ancestry of
   the pinned snapshot. A crashed or losing writer's snapshot is never pinned, hence
-  never in any pinned ancestry: its entries stay invisible forever (``verify`` reports
-  them as dangling, ``rebuild`` drops them).
+  never in any pinned ancestry: its entries stay invisible forever. A losing writer
+  deletes its own (:mod:`omni_iceberg.index.staged`); a crashed one's are ``pending`` in
+  ``verify`` for the staging grace period, then dangling, which a plain ``rebuild`` sweeps.
 
 Retention (:mod:`governance.retention`) expires snapshots, which cuts ancestries: the
 oldest kept snapshot loses its parent. Before it does, it records in the table property
