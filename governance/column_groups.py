@@ -262,9 +262,9 @@ def regroup(store: FamilyStore, name: str, *, dry_run: bool = False, progress: b
     writers: dict[str, Any] = {}
     created: dict[str, PhysicalTable] = {}
     bar = progress_bar(progress, f"regroup {plan.logical_table}", "row", total=sum(m.rows for m in plan.moves))
-    # on failure: the files were never pinned, and no version names the new group tables
-    with staged_attempt(bar, writers.values, catalog=store.catalog,
-                        created=lambda: [g.identifier for g in created.values()]):
+    # on failure: the files were never pinned; a new group table stays, for the next regroup of
+    # these tables to reuse (a concurrent one may have adopted it already: see governance.attempt)
+    with staged_attempt(bar, writers.values):
         for move in plan.moves:
             group = _group_table(store, state, ns, table, move)
             if move.new:
@@ -493,7 +493,7 @@ def split_columns(store: FamilyStore, name: str, columns: list[str], *, dry_run:
     for path, source in plan.sources.items():
         by_source.setdefault(source, []).append(path)
     bar = progress_bar(progress, f"split {plan.logical_table}", "bucket")
-    with staged_attempt(bar, lambda: [writer], catalog=store.catalog, created=lambda: [plan.identifier]):
+    with staged_attempt(bar, lambda: [writer]):  # the new table stays for reuse (see governance.attempt)
         from catalog_ext.iceberg_io import read_data_files
 
         scanned = {key: bucket_files(store, state.physical_table(key)) for key in by_source}
