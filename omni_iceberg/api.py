@@ -30,6 +30,13 @@ from catalog_ext.config import OmniConfig
 from omni_iceberg.ingest.pipeline import SubmitReport, submit
 
 
+def _looks_like_path(text: str) -> bool:
+    """A definition file's name (missing: its own error says so), not a built-in feature's."""
+    from pathlib import Path
+
+    return "/" in text or Path(text).suffix in (".py", ".yaml", ".yml", ".json")
+
+
 class Omni:
     """Entry point for platform teams: tables, ingestion, status, versions and reads."""
 
@@ -347,13 +354,17 @@ class Omni:
 
     # ---- add columns ------------------------------------------------------------------------
     def register_features(self, name: str, definitions: list[Any], command: str = "") -> list[Any]:
-        """Register feature definitions (objects, ``@feature``-decorated UDFs or YAML/JSON paths).
+        """Register feature definitions: objects, ``@feature``-decorated UDFs, YAML/JSON/.py paths,
+        or built-in features by name (``"detected_lang"``; :meth:`udfs` lists them).
 
         All of them are validated first and committed as one logical version.
         """
-        from omni_iceberg.features.loading import load_definitions_file
+        from pathlib import Path
+
+        from omni_iceberg.features.loading import load_definition, load_definitions_file
         from omni_iceberg.features.registry import register
         from omni_iceberg.features.spec import FeatureDefinition
+        from omni_iceberg.features.udf import list_udfs
 
         defs: list[FeatureDefinition] = []
         for item in definitions:
@@ -361,6 +372,16 @@ class Omni:
                 defs.append(item)
             elif hasattr(item, "definition"):
                 defs.append(item.definition)
+            elif isinstance(item, str) and not Path(item).exists() and not _looks_like_path(item):
+                # a name, as `omni feature register --builtin NAME` takes it (a file of that name wins)
+                known = [u.name for u in list_udfs()]
+                if item not in known:
+                    from catalog_ext.errors import SourceError
+                    from catalog_ext.suggest import did_you_mean
+
+                    raise SourceError(f"{item!r} is neither a feature definition file nor a built-in feature"
+                                      f"{did_you_mean(item, known)}; 'omni feature udfs' lists the built-ins")
+                defs.append(load_definition({"udf": item}, f"built-in {item!r}"))
             else:
                 defs += load_definitions_file(str(item))
         ns, table = split_qualified(name)
