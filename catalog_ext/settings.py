@@ -124,6 +124,13 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("OMNI_HBASE_CONF", "path", "", "index", "folder holding the cluster's hbase-site.xml (pre-splits new tables)"),
     _s("OMNI_INDEX_SEAL_MIN_ENTRIES", "int", 100_000, "index",
        "maintain seals the LMDB index into a sorted segment once this many entries are unsealed", "entries", 0),
+    # ingest: what a submitted file may make a submit hold
+    _s("OMNI_MAX_DOCUMENT_BYTES", "int", 256 << 20, "ingest",
+       "a file read whole as one record (HTML page, code file, PDF) larger than this is a reject, never read",
+       "bytes", 1),
+    _s("OMNI_MAX_RECORD_BYTES", "int", 64 << 20, "ingest",
+       "a JSONL or CSV line or a WARC response body longer than this (after decompression) is a reject, "
+       "never held whole", "bytes", 1),
     # backfills
     _s("OMNI_SLICE_ROWS", "int", 8192, "backfill", "rows per slice a worker computes at most", "rows", 1),
     _s("OMNI_TARGET_SLICE_S", "float", 30.0, "backfill",

@@ -276,12 +276,16 @@ class Omni:
     # ---- add rows -----------------------------------------------------------------------
     def submit(self, name: str, sources: list[str], batch: str, *, field_map: dict[str, str] | list[str] | None = None,
                kind: str | None = None, max_reject_ratio: float | None = None, progress: bool | None = None,
-               command: str = "") -> SubmitReport:
-        """Ingest ``sources`` as batch ``batch``; returns counts and the new logical version."""
+               command: str = "", follow_links: bool = False) -> SubmitReport:
+        """Ingest ``sources`` as batch ``batch``; returns counts and the new logical version.
+
+        ``follow_links`` reads symbolic links in a submitted folder that lead out of it;
+        by default each is a reject naming it.
+        """
         ns, table = split_qualified(name)
         report = submit(self.store, ns, table, [str(s) for s in sources], batch, field_map=field_map, kind=kind,
                         max_reject_ratio=max_reject_ratio, progress=progress,
-                        command=command or f"submit {ns}.{table} --batch {batch}")
+                        command=command or f"submit {ns}.{table} --batch {batch}", follow_links=follow_links)
         if report.logical_version is not None:
             self._after_commit(name)
         return report

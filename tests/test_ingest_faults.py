@@ -4,8 +4,13 @@ Each test feeds the real pipeline (embedded SQLite catalog, real Iceberg tables)
 kind of fault from the issue list and checks what landed, what was rejected and why.
 """
 
+import gzip
+import io
 import json
 import os
+import signal
+import socket
+from contextlib import contextmanager
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -293,3 +298,216 @@ def test_bad_names_in_a_reject_are_stored_escaped(omni, tmp_path):
     r = omni.submit("web", [str(src)], batch="k")
     assert (r.written, r.rejected) == (1, 1)
     assert _rejects(omni, "k")[0]["field"] == "k\\ud800"
+
+
+# ---- 5. hostile files: never a hang, a leak or an unbounded read ------------------------------
+
+MIB = 1 << 20
+
+
+@contextmanager
+def _deadline(seconds: int):
+    """Fail, instead of hanging the test run, when the block blocks (an open of a FIFO does)."""
+    def expired(_signum, _frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _reject_pairs(omni, batch, name="web"):
+    return sorted((r["source_file"], r["line"], r["offset"], r["reason"]) for r in omni.rejects(name, batch).to_pylist())
+
+
+def test_fifos_and_sockets_in_a_folder_are_rejects_never_opened(omni, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"raw_data": "one"}\n')
+    os.mkfifo(src / "b.jsonl")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(src / "c.jsonl"))
+        (src / "d.jsonl").write_text('{"raw_data": "two"}\n')
+        with _deadline(60):
+            r = omni.submit("web", [str(src)], batch="b")
+            # named directly, a FIFO is refused the same way
+            direct = omni.submit("web", [str(src / "b.jsonl"), str(src / "d.jsonl")], batch="c")
+    assert (r.read, r.written, r.rejected) == (4, 2, 2)
+    assert _texts(omni) == ["one", "two"]
+    assert _reject_pairs(omni, "b") == [(str(src / "b.jsonl"), None, None, "not a regular file (a FIFO): not opened"),
+                                        (str(src / "c.jsonl"), None, None, "not a regular file (a socket): not opened")]
+    assert (direct.read, direct.written, direct.duplicates, direct.rejected) == (2, 0, 1, 1)
+    assert _reject_pairs(omni, "c") == [(str(src / "b.jsonl"), None, None, "not a regular file (a FIFO): not opened")]
+
+
+def test_a_fifo_among_parquet_files_does_not_hang_the_schema_check(omni, tmp_path):
+    src = tmp_path / "tables"
+    src.mkdir()
+    pq.write_table(pa.table({"raw_data": ["p1", "p2"]}), src / "a.parquet")
+    os.mkfifo(src / "b.parquet")
+    with _deadline(60):
+        r = omni.submit("web", [str(src)], batch="b")
+    assert (r.read, r.written, r.rejected) == (3, 2, 1)
+    assert _reject_pairs(omni, "b") == [(str(src / "b.parquet"), None, None, "not a regular file (a FIFO): not opened")]
+
+
+def test_a_sparse_document_is_refused_from_its_size(omni, tmp_path, monkeypatch):
+    from tests.test_sources import _tiny_pdf
+
+    monkeypatch.setenv("OMNI_MAX_DOCUMENT_BYTES", str(MIB))
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / "a.html").write_text("<p>small page</p>")
+    with open(pages / "big.html", "wb") as f:
+        f.truncate(2 << 30)  # 2 GiB of holes: nothing on disk, all of it if read
+    pdfs = tmp_path / "pdfs"
+    pdfs.mkdir()
+    (pdfs / "a.pdf").write_bytes(_tiny_pdf(["small pdf"]))
+    with open(pdfs / "big.pdf", "wb") as f:
+        f.truncate(64 * MIB)
+    r = omni.submit("web", [str(pages)], batch="html")
+    assert (r.read, r.written, r.rejected) == (2, 1, 1)
+    r = omni.submit("web", [str(pdfs)], batch="pdf")
+    assert (r.read, r.written, r.rejected) == (2, 1, 1)
+    assert _texts(omni) == ["<p>small page</p>", "small pdf"]
+    hint = "; OMNI_MAX_DOCUMENT_BYTES raises the limit"
+    assert _reject_pairs(omni, "html") == [
+        (str(pages / "big.html"), None, None, f"file larger than the limit ({2 << 30} bytes > {MIB}){hint}")]
+    assert _reject_pairs(omni, "pdf") == [
+        (str(pdfs / "big.pdf"), None, None, f"file larger than the limit ({64 * MIB} bytes > {MIB}){hint}")]
+
+
+def test_an_overlong_line_is_a_reject_and_the_rest_of_the_file_lands(omni, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNI_MAX_RECORD_BYTES", str(MIB))
+    sparse = tmp_path / "holes.jsonl"
+    with open(sparse, "wb") as f:
+        f.write(b'{"raw_data": "first"}\n')
+        f.truncate(16 * MIB)  # one line of 16 MiB of NUL bytes, never written
+    with open(sparse, "ab") as f:
+        f.write(b'\n{"raw_data": "last"}\n')
+    bomb = tmp_path / "bomb.jsonl.gz"
+    head, tail = b'{"raw_data": "', b'"}'
+    with gzip.open(bomb, "wb") as f:
+        f.write(b'{"raw_data": "before"}\n' + head)
+        for _ in range(64):
+            f.write(b"0" * MIB)  # 64 MiB of zeros on one line, about 64 KiB compressed
+        f.write(tail + b'\n{"raw_data": "after"}\n')
+    assert bomb.stat().st_size < MIB
+    r = omni.submit("web", [str(sparse), str(bomb)], batch="b")
+    assert (r.read, r.written, r.rejected) == (6, 4, 2)
+    assert _texts(omni) == ["after", "before", "first", "last"]
+    assert _reject_pairs(omni, "b") == [
+        (str(bomb), 2, None, f"line longer than the limit ({len(head) + 64 * MIB + len(tail)} bytes > {MIB}); "
+                             "OMNI_MAX_RECORD_BYTES raises the limit"),
+        (str(sparse), 2, None, f"line longer than the limit ({16 * MIB - 22} bytes > {MIB}); "
+                               "OMNI_MAX_RECORD_BYTES raises the limit"),
+    ]
+
+
+def test_an_overlong_csv_line_stops_that_file_and_the_batch_goes_on(omni, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNI_MAX_RECORD_BYTES", str(MIB))
+    bomb = tmp_path / "bomb.csv.gz"
+    with gzip.open(bomb, "wb") as f:
+        f.write(b"raw_data,n\nfirst,1\n")
+        for _ in range(32):
+            f.write(b"0" * MIB)
+        f.write(b",2\nnever,3\n")
+    good = tmp_path / "good.csv"
+    good.write_text("raw_data,n\nother,4\n")
+    r = omni.submit("web", [str(bomb), str(good)], batch="b")
+    assert (r.read, r.written, r.rejected) == (3, 2, 1)
+    assert _texts(omni) == ["first", "other"]
+    assert _reject_pairs(omni, "b") == [
+        (str(bomb), 3, None, f"line longer than the limit (more than {MIB} bytes); OMNI_MAX_RECORD_BYTES raises "
+                             "the limit. A CSV parser cannot resume inside a record: stopped reading here")]
+
+
+def test_a_warc_response_over_the_limit_is_a_reject(omni, tmp_path, monkeypatch):
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    monkeypatch.setenv("OMNI_MAX_RECORD_BYTES", str(MIB))
+    path = tmp_path / "crawl.warc.gz"
+    offsets = []
+    with open(path, "wb") as f:
+        writer = WARCWriter(f, gzip=True)
+        for url, body in [("https://a.example/", b"<p>small</p>"), ("https://b.example/", b"<p>" + b"x" * (2 * MIB)),
+                          ("https://c.example/", b"<p>after</p>")]:
+            headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
+            offsets.append(f.tell())
+            writer.write_record(writer.create_warc_record(url, "response", payload=io.BytesIO(body),
+                                                          http_headers=headers))
+    r = omni.submit("web", [str(path)], batch="b")
+    assert (r.read, r.written, r.rejected) == (3, 2, 1)
+    assert _texts(omni) == ["<p>after</p>", "<p>small</p>"]
+    assert _reject_pairs(omni, "b") == [
+        (str(path), None, offsets[1], f"response body longer than the limit (more than {MIB} bytes); "
+                                      "OMNI_MAX_RECORD_BYTES raises the limit")]
+
+
+def _outside_and_tree(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "shadow").write_text("root:$6$SHADOWHASH:19000:0:99999:7:::\n")
+    (outside / "more.html").write_text("<p>outside page</p>")
+    (outside / "secret.py").write_text("KEY = 'SHADOWKEY'\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.html").write_text("<p>inside</p>")
+    os.symlink(docs / "a.html", docs / "alias.html")      # inside the tree: read
+    os.symlink(outside, docs / "ext")                     # a folder outside
+    os.symlink(outside / "shadow", docs / "shadow.html")  # a file outside
+    return outside, docs
+
+
+def test_links_out_of_a_submitted_folder_are_refused_unless_asked_for(omni, tmp_path):
+    outside, docs = _outside_and_tree(tmp_path)
+    r = omni.submit("web", [str(docs)], batch="b")
+    assert (r.read, r.written, r.duplicates, r.rejected) == (4, 1, 1, 2)
+    assert _texts(omni) == ["<p>inside</p>"]
+    assert _reject_pairs(omni, "b") == [
+        (str(docs / "ext"), None, None, f"symbolic link to folder {outside}, outside the source tree {docs}: "
+                                        "not followed (--follow-links reads it)"),
+        (str(docs / "shadow.html"), None, None, f"symbolic link to {outside / 'shadow'}, outside the source tree "
+                                                f"{docs}: refused (--follow-links reads it)"),
+    ]
+    r = omni.submit("web", [str(docs)], batch="c", follow_links=True)
+    assert (r.read, r.written, r.duplicates, r.rejected) == (4, 2, 2, 0)
+    rows = omni.read("web", columns=["RawData"], batches=["c"]).column("RawData").to_pylist()
+    assert sorted((row["path"], row["raw_data"]) for row in rows) == [
+        ("ext/more.html", "<p>outside page</p>"), ("shadow.html", "root:$6$SHADOWHASH:19000:0:99999:7:::\n")]
+
+
+def test_links_out_of_a_code_tree_and_the_cli_flag(tmp_path):
+    outside, _docs = _outside_and_tree(tmp_path)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "main.py").write_text("print('hi')\n")
+    os.symlink(outside / "secret.py", code / "secret.py")
+    home = str(tmp_path / "home")
+    assert main(["--home", home, "table", "create", "code"]) == 0
+    assert main(["--home", home, "submit", "code", str(code), "--batch", "b", "--no-progress"]) == 0
+    omni = Omni(home=home)
+    assert _texts(omni, "code") == ["print('hi')\n"]
+    assert [(r[0], r[3]) for r in _reject_pairs(omni, "b", "code")] == [
+        (str(code / "secret.py"), f"symbolic link to {outside / 'secret.py'}, outside the source tree {code}: "
+                                  "refused (--follow-links reads it)")]
+    assert main(["--home", home, "submit", "code", str(code), "--batch", "c", "--follow-links", "--no-progress"]) == 0
+    assert _texts(omni, "code") == ["KEY = 'SHADOWKEY'\n", "print('hi')\n"]
+
+
+def test_a_parquet_link_out_of_the_tree_is_neither_read_nor_schema_checked(omni, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    pq.write_table(pa.table({"raw_data": pa.array([1, 2], pa.int64())}), outside / "x.parquet")
+    src = tmp_path / "tables"
+    src.mkdir()
+    pq.write_table(pa.table({"raw_data": ["p1"]}), src / "a.parquet")
+    os.symlink(outside / "x.parquet", src / "x.parquet")
+    r = omni.submit("web", [str(src)], batch="b")  # the outside file's long column would be a schema conflict
+    assert (r.read, r.written, r.rejected) == (2, 1, 1)
+    assert [p[0] for p in _reject_pairs(omni, "b")] == [str(src / "x.parquet")]

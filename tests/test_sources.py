@@ -123,6 +123,55 @@ def test_jsonl_streams_with_bounded_memory(tmp_path: Path) -> None:
     assert peak < 512 * 1024, f"peak {peak} bytes: the reader holds more than a few lines"
 
 
+@pytest.mark.parametrize("compressed", [True, False])
+def test_jsonl_overlong_line_is_skipped_without_holding_it(tmp_path: Path, monkeypatch, compressed: bool) -> None:
+    """A small .gz can hold gigabytes on one line: the line is rejected, the memory stays bounded."""
+    limit = 1 << 20
+    monkeypatch.setenv("OMNI_MAX_RECORD_BYTES", str(limit))
+    path = tmp_path / ("bomb.jsonl.gz" if compressed else "bomb.jsonl")
+    with (gzip.open(path, "wb", compresslevel=1) if compressed else open(path, "wb")) as f:
+        f.write(b'{"a": 1}\n')
+        for _ in range(64):
+            f.write(b"0" * (1 << 20))
+        f.write(b'\n{"a": 2}\n' + b"x" * limit + b"\n")  # a line of exactly the limit is kept to the parser
+    for read in (lambda: JsonlReader().read(str(path)), lambda: JsonlReader().read_blocks(str(path), 100)):
+        tracemalloc.start()
+        try:
+            items = list(read())
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        records, problems = split(i for item in items for i in (item.records() if hasattr(item, "records") else [item]))
+        assert [r.fields for r in records] == [{"a": 1}, {"a": 2}]
+        assert [(p.source_file, p.line, p.reason) for p in problems] == [
+            (str(path), 2, f"line longer than the limit ({64 << 20} bytes > {limit}); "
+                           "OMNI_MAX_RECORD_BYTES raises the limit"),
+            (str(path), 4, "malformed JSON at column 1: Expecting value")]
+        # a few times the limit (the longest line kept, its copies), far below the 64 MiB line
+        assert peak < 16 * limit, f"peak {peak} bytes: the reader held the over-long line"
+
+
+def test_csv_overlong_line_stops_the_file_without_holding_it(tmp_path: Path, monkeypatch) -> None:
+    limit = 1 << 20
+    monkeypatch.setenv("OMNI_MAX_RECORD_BYTES", str(limit))
+    path = tmp_path / "bomb.csv.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(b"text,n\nfirst,1\n")
+        for _ in range(64):
+            f.write(b"0" * (1 << 20))
+        f.write(b",2\nlast,3\n")
+    tracemalloc.start()
+    try:
+        records, problems = split(CsvReader().read(str(path)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [r.fields for r in records] == [{"text": "first", "n": "1"}]
+    assert [(p.line, p.reason.split(";")[0]) for p in problems] == [
+        (3, f"line longer than the limit (more than {limit} bytes)")]
+    assert peak < 16 * limit, f"peak {peak} bytes: the reader held the over-long line"
+
+
 # -- CSV and Parquet ------------------------------------------------------------
 
 
@@ -309,7 +358,7 @@ def test_code_tree_too_large_binary_and_languages(tmp_path: Path) -> None:
     assert [(r.fields["path"], r.fields["language"]) for r in records] == [("src/main.rs", "rust")]
     reasons = {Path(p.source_file).name: p.reason for p in problems}
     assert set(reasons) == {"big.c", "blob.js", "latin.py"}
-    assert reasons["big.c"].startswith("file too large")
+    assert reasons["big.c"] == f"file larger than the limit ({MAX_CODE_BYTES + 1} bytes > {MAX_CODE_BYTES})"
     assert reasons["blob.js"].startswith("binary file")
     assert "invalid UTF-8 at byte 2" in reasons["latin.py"]
 

@@ -107,7 +107,8 @@ def pin(args, omni, command_line: str) -> int:
 
 def submit(args, omni, command_line: str) -> int:
     report = omni.submit(args.name, args.sources, args.batch, field_map=args.map, kind=args.kind,
-                         max_reject_ratio=args.max_reject_ratio, progress=progress(args), command=command_line)
+                         max_reject_ratio=args.max_reject_ratio, progress=progress(args), command=command_line,
+                         follow_links=args.follow_links)
     for message in report.warnings:
         print(f"omni: warning: {message}", file=sys.stderr)
     for message in report.reject_messages:

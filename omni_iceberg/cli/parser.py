@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kind", help="source kind (jsonl, parquet, csv, warc, html_dir, code_tree, pdf); default: guessed")
     s.add_argument("--max-reject-ratio", type=float, default=None,
                    help="commit nothing when more than this fraction of records is rejected")
+    s.add_argument("--follow-links", action="store_true",
+                   help="read symbolic links in a folder that lead out of it (default: each is a reject)")
 
     # ---- look ----------------------------------------------------------------------------
     st = command(sub, "status", "batches, columns, physical tables, version", "omni status web",

@@ -12,6 +12,11 @@ What is a reject and what stops the batch:
   reject naming file, line/offset and field; the rest of the batch lands;
 - a file that breaks while being read (truncated Parquet, gzip or WARC) is one
   reject at the place it broke, and the other files of the batch still land;
+- a file of a folder that is not a regular file (a FIFO would block the submit), a
+  link leading out of the folder (without ``follow_links``), a document over
+  ``OMNI_MAX_DOCUMENT_BYTES`` or a line or response over ``OMNI_MAX_RECORD_BYTES``
+  is one reject naming it, and is never opened or never held whole (see
+  :mod:`.sources.files`);
 - input with no records at all, or whose every record is rejected, commits
   nothing and leaves the batch name free (exit 2 and 4), so the corrected
   resubmit is not answered with "already committed";
@@ -52,7 +57,9 @@ from omni_iceberg.ingest.dedup import ExistingIds
 from omni_iceberg.ingest.identity import content_id, random_id
 from omni_iceberg.ingest.recheck import WinnerCheck
 from omni_iceberg.ingest.sources import iter_sources, reader_for
+from omni_iceberg.ingest.sources.files import ReadPolicy, open_file, source_files
 from omni_iceberg.ingest.sources.records import RecordProblem, SourceBlock, SourceRecord
+from omni_iceberg.ingest.sources.tabular import PARQUET_SUFFIXES
 from omni_iceberg.ui.progress import progress_bar
 
 CHUNK_ROWS = 20_000
@@ -163,10 +170,16 @@ def submit(
     progress: bool | None = None,
     chunk_rows: int = CHUNK_ROWS,
     chunk_bytes: int = CHUNK_BYTES,
+    follow_links: bool = False,
 ) -> SubmitReport:
-    """Ingest ``sources`` as batch ``batch`` of ``namespace.name``; see module docstring."""
+    """Ingest ``sources`` as batch ``batch`` of ``namespace.name``; see module docstring.
+
+    ``follow_links`` reads symbolic links in a submitted folder that lead out of it
+    (refused by default, see :mod:`.sources.files`).
+    """
     started = time.perf_counter()
     check_batch_name(batch)
+    policy = ReadPolicy(follow_links=follow_links)  # a malformed limit in the environment stops here
     field_map = F.parse_field_map(field_map)
     state = store.load(namespace, name)
     report = SubmitReport(logical_table=state.table.identifier, batch=batch, submit_id=uuid.uuid4().hex[:16])
@@ -183,7 +196,7 @@ def submit(
     sweep_stale_branches(store.catalog, state, table_keys=[state.base_table.key])
 
     types = _raw_field_types(state)
-    _check_declared_schemas(sources, field_map, types, state)
+    _check_declared_schemas(sources, field_map, types, state, policy)
     # fields the base table's RawData struct holds; a field only declared (a feature reading
     # RawData.content_type before any batch had it) still needs its physical column
     known_fields = {c.leaf for c in state.stage_fields(RAW_STAGE) if state.physical_columns_of(c.path)}
@@ -214,7 +227,7 @@ def submit(
             chunk.add(rid, record, len(raw))
 
     try:
-        for item in iter_sources(sources, kind, block_rows=min(BLOCK_ROWS, chunk_rows)):
+        for item in iter_sources(sources, kind, block_rows=min(BLOCK_ROWS, chunk_rows), policy=policy):
             count = len(item) if isinstance(item, SourceBlock) else 1
             report.read += count
             if bar is not None:
@@ -297,22 +310,25 @@ def _raw_field_types(state: FamilyState) -> dict[str, str]:
     return {c.leaf: c.type for c in state.stage_fields(RAW_STAGE)}
 
 
-def _declared_columns(path: str) -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+def _declared_columns(path: str, policy: ReadPolicy) -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
     """(file, [(column, type or None)]) of each typed source file (Parquet); other formats declare none.
 
-    A Parquet file whose footer cannot be read is passed over here: the reader
-    rejects it, naming the file, and the batch's other files still land.
+    The files are the ones the reader will read, found and opened under the same rules
+    (no FIFO, no link out of the folder). A file refused by those rules, or whose footer
+    cannot be read, is passed over here: the reader rejects it, naming the file, and the
+    batch's other files still land.
     """
-    from pathlib import Path
-
     import pyarrow.parquet as pq
 
-    files = [Path(path)] if Path(path).is_file() else sorted(Path(path).rglob("*.parquet"))
-    for f in files:
-        if f.suffix != ".parquet":
+    for f in source_files(path, PARQUET_SUFFIXES, policy):
+        if isinstance(f, RecordProblem) or f.path.suffix != ".parquet":
+            continue
+        opened = open_file(f)
+        if isinstance(opened, RecordProblem):
             continue
         try:
-            schema = pq.read_schema(f)
+            with opened:
+                schema = pq.read_schema(opened)
         except (pa.ArrowException, OSError):
             continue
         out = []
@@ -326,10 +342,10 @@ def _declared_columns(path: str) -> Iterator[tuple[str, list[tuple[str, str | No
 
 
 def _check_declared_schemas(sources: list[str], field_map: dict[str, str], types: dict[str, str],
-                            state: FamilyState) -> None:
+                            state: FamilyState, policy: ReadPolicy) -> None:
     """A typed source whose columns contradict the table, or collide, is refused before anything is written."""
     for path in sources:
-        for where, columns in _declared_columns(path):
+        for where, columns in _declared_columns(path, policy):
             clash = F.collision([c for c, _ in columns], field_map)
             if clash is not None:
                 raise SchemaConflictError(f"{where}: " + F.collision_reason(*clash, field_map))

@@ -7,7 +7,9 @@ Every reader streams :class:`SourceRecord` and :class:`RecordProblem` items (see
   at all: the path does not exist, cannot be opened or listed, or has no known format;
 - :class:`RecordProblem` (yielded) for anything wrong *inside* a file: a bad line or
   row, undecodable text, a damaged PDF, a corrupt or truncated gzip/WARC tail (then
-  the rest of that file is skipped, and the next file of a folder is still read).
+  the rest of that file is skipped, and the next file of a folder is still read);
+  and for a file of a folder that is not read at all: not a regular file (a FIFO),
+  a link out of the folder, larger than the limit (:mod:`.files`, :class:`ReadPolicy`).
 
 Detection rule of :func:`reader_for` when no kind is given:
 
@@ -39,6 +41,7 @@ from pathlib import Path
 
 from catalog_ext.errors import SourceError
 from omni_iceberg.ingest.sources.code_tree import CodeTreeReader
+from omni_iceberg.ingest.sources.files import ReadPolicy
 from omni_iceberg.ingest.sources.html_dir import HtmlDirReader, iter_files
 from omni_iceberg.ingest.sources.jsonl import JsonlReader
 from omni_iceberg.ingest.sources.pdf import PdfReader
@@ -127,23 +130,26 @@ def missing_reason(path: Path) -> str:
 
 def iter_sources(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], kind: str | None = None,
-    *, block_rows: int = 0,
+    *, block_rows: int = 0, policy: ReadPolicy | None = None,
 ) -> Iterator[SourceItem | SourceBlock]:
     """Read several sources one after the other, as one stream of records and problems.
 
     Every path is resolved to a reader before the first record is read, so a typo in
     the last path fails at once instead of after a long read. With ``block_rows``,
     readers that can (JSONL) yield :class:`SourceBlock` of up to that many records
-    where the input allows it; the others ignore it.
+    where the input allows it; the others ignore it. ``policy`` says what may be
+    opened and how much of it held (default: links stay inside, limits from the
+    environment).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    policy = policy or ReadPolicy()
     plan = [(reader_for(p, kind), os.fspath(p)) for p in paths]
     for reader, path in plan:
         if block_rows and hasattr(reader, "read_blocks"):
-            yield from reader.read_blocks(path, block_rows)
+            yield from reader.read_blocks(path, block_rows, policy)
         else:
-            yield from reader.read(path)
+            yield from reader.read(path, policy)
 
 
 def _detect_file(path: Path) -> SourceReader | None:
@@ -171,6 +177,7 @@ def _detect_folder(path: Path) -> SourceReader | None:
 __all__ = [
     "READERS",
     "FOLDER_PRIORITY",
+    "ReadPolicy",
     "RecordProblem",
     "SourceBlock",
     "SourceItem",

@@ -5,12 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from omni_iceberg.ingest.sources.html_dir import (
-    iter_files,
-    read_text_file,
-    relative_name,
-    walk_root,
-)
+from omni_iceberg.ingest.sources.files import ReadPolicy, source_files
+from omni_iceberg.ingest.sources.html_dir import document_limit, read_text_file, relative_name
 from omni_iceberg.ingest.sources.records import RecordProblem, SourceItem, SourceRecord
 
 #: extension -> language name stored in the ``language`` field
@@ -54,11 +50,15 @@ class CodeTreeReader:
         p = Path(path)
         return p.is_dir() or language_of(p) is not None
 
-    def read(self, path: str) -> Iterator[SourceItem]:
+    def read(self, path: str, policy: ReadPolicy | None = None) -> Iterator[SourceItem]:
         """One :class:`SourceRecord` per code file."""
-        root, files = walk_root(path)
-        for file in files if files is not None else iter_files(root, self.suffixes):
-            text = read_text_file(file, MAX_CODE_BYTES)
+        policy = policy or ReadPolicy()
+        limit, setting = document_limit(MAX_CODE_BYTES, policy)
+        for file in source_files(path, self.suffixes, policy):
+            if isinstance(file, RecordProblem):
+                yield file
+                continue
+            text = read_text_file(file, limit, setting)
             if isinstance(text, RecordProblem):
                 yield text
                 continue
@@ -66,13 +66,13 @@ class CodeTreeReader:
             if nul >= 0:
                 # NUL is valid UTF-8 but never appears in source text: it is a binary file
                 yield RecordProblem(
-                    str(file), f"binary file (NUL character at position {nul})", field="raw_data"
+                    str(file.path), f"binary file (NUL character at position {nul})", field="raw_data"
                 )
                 continue
             fields = {
                 "raw_data": text,
-                "path": relative_name(file, root),
-                "language": language_of(file),
+                "path": relative_name(file.path, file.root),
+                "language": language_of(file.path),
             }
             # code is no markup: it reaches parsed_text byte for byte
-            yield SourceRecord(fields=fields, source_file=str(file), content_type=f"text/x-{fields['language']}")
+            yield SourceRecord(fields=fields, source_file=str(file.path), content_type=f"text/x-{fields['language']}")

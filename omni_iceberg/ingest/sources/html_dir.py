@@ -3,7 +3,8 @@
 This module also holds the small helpers the other readers share
 (:func:`iter_files`, :func:`read_text_file`, :func:`utf8_reason`, :func:`one_line`),
 so that all of them visit files in the same deterministic order and word problems
-the same way.
+the same way. Readers walk and open files through :mod:`.files`, which refuses what a
+hostile folder could do to a submit (FIFOs, links out of the tree, huge files).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from catalog_ext.errors import SourceError
+from omni_iceberg.ingest.sources.files import MAX_DOCUMENT_ENV, ReadPolicy, SourceFile, read_document, source_files
 from omni_iceberg.ingest.sources.records import TEXT_HTML, RecordProblem, SourceItem, SourceRecord
 
 HTML_SUFFIXES = (".html", ".htm")
@@ -29,8 +31,11 @@ def iter_files(root: str | os.PathLike[str], suffixes: tuple[str, ...]) -> Itera
     of a folder before its sub-folders' files. Hidden folders (``.git``, ``.venv``)
     and ``__pycache__`` are skipped because they hold tooling state, not content.
     Symbolic links to folders are not followed (no cycles); links to files are
-    yielded and a broken one surfaces as a read problem, not a silent gap. A folder
-    that cannot be listed raises :class:`SourceError` for the same reason.
+    yielded. A folder that cannot be listed raises :class:`SourceError`.
+
+    Names only, for telling a folder's kind and for trusted trees (the demo corpora):
+    readers walk with :func:`.files.source_files`, which applies the rules on what may
+    be opened.
     """
     for folder, dirnames, filenames in os.walk(root, onerror=_unlistable):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
@@ -55,23 +60,27 @@ def relative_name(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def read_text_file(path: Path, max_bytes: int) -> str | RecordProblem:
+def read_text_file(file: SourceFile, max_bytes: int, setting: str | None) -> str | RecordProblem:
     """Return the file's text (strict UTF-8, a BOM is dropped) or the problem why not.
 
-    Checks the size before reading so an oversized file is never loaded.
+    Checks the size before reading so an oversized file is never loaded; ``setting``
+    names the variable that raises ``max_bytes`` (None when a reader's own cap binds).
     """
-    where = str(path)
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            return RecordProblem(where, f"file too large: {size} bytes, limit {max_bytes}")
-        data = path.read_bytes()
-    except OSError as e:
-        return RecordProblem(where, f"cannot read file: {e.strerror or e}")
+    data = read_document(file, max_bytes, setting)
+    if isinstance(data, RecordProblem):
+        return data
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        return RecordProblem(where, utf8_reason(e), field="raw_data")
+        return RecordProblem(str(file.path), utf8_reason(e), field="raw_data")
+
+
+def document_limit(cap: int | None, policy: ReadPolicy) -> tuple[int, str | None]:
+    """The size limit of a file read whole: the reader's own ``cap`` or the setting's, the
+    lower, and the variable to name when it is the setting's."""
+    if cap is None or policy.max_document_bytes < cap:
+        return policy.max_document_bytes, MAX_DOCUMENT_ENV
+    return cap, None
 
 
 def utf8_reason(e: UnicodeDecodeError, *, unit: str = "file") -> str:
@@ -84,20 +93,6 @@ def one_line(e: BaseException) -> str:
     """``Type: first line of the message`` - problem reasons must stay on one line."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     return f"{type(e).__name__}: {lines[0] if lines else ''}"
-
-
-def walk_root(path: str | os.PathLike[str]) -> tuple[Path, list[Path] | None]:
-    """Split a source path into (root folder, explicit file list or None to walk).
-
-    A single file is read as a one-file folder so its ``path`` field is its name.
-    Raises :class:`SourceError` when the path does not exist.
-    """
-    p = Path(path)
-    if p.is_dir():
-        return p, None
-    if p.is_file():
-        return p.parent, [p]
-    raise SourceError(f"source not found: {p} (check the path exists and is readable)")
 
 
 class HtmlDirReader:
@@ -120,13 +115,17 @@ class HtmlDirReader:
             return has_files(p, HTML_SUFFIXES)
         return p.name.lower().endswith(HTML_SUFFIXES)
 
-    def read(self, path: str) -> Iterator[SourceItem]:
+    def read(self, path: str, policy: ReadPolicy | None = None) -> Iterator[SourceItem]:
         """One :class:`SourceRecord` per page, sorted by relative path."""
-        root, files = walk_root(path)
-        for file in files if files is not None else iter_files(root, HTML_SUFFIXES):
-            text = read_text_file(file, MAX_HTML_BYTES)
+        policy = policy or ReadPolicy()
+        limit, setting = document_limit(MAX_HTML_BYTES, policy)
+        for file in source_files(path, HTML_SUFFIXES, policy):
+            if isinstance(file, RecordProblem):
+                yield file
+                continue
+            text = read_text_file(file, limit, setting)
             if isinstance(text, RecordProblem):
                 yield text
                 continue
-            fields = {"raw_data": text, "path": relative_name(file, root), "url": None}
-            yield SourceRecord(fields=fields, source_file=str(file), content_type=TEXT_HTML)
+            fields = {"raw_data": text, "path": relative_name(file.path, file.root), "url": None}
+            yield SourceRecord(fields=fields, source_file=str(file.path), content_type=TEXT_HTML)

@@ -12,14 +12,13 @@ the line-by-line path, so problems are reported exactly as before.
 
 Lines are read as bytes and decoded one at a time, so one line with invalid UTF-8
 or broken JSON becomes a :class:`RecordProblem` and the rest of the file is still
-read. A corrupt or truncated gzip stream ends the file with one problem naming the
-line where reading stopped.
+read. A line longer than ``OMNI_MAX_RECORD_BYTES`` is such a problem too, found
+without holding it (see :mod:`.files`). A corrupt or truncated gzip stream ends the
+file with one problem naming the line where reading stopped.
 """
 
 from __future__ import annotations
 
-import errno
-import gzip
 import io
 import json
 import re
@@ -27,44 +26,24 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from catalog_ext.errors import SourceError
-from omni_iceberg.ingest.sources.html_dir import iter_files, one_line, utf8_reason
+from omni_iceberg.ingest.sources.files import (
+    MAX_RECORD_ENV,
+    ReadPolicy,
+    SourceFile,
+    decompressed,
+    open_file,
+    read_line,
+    source_files,
+)
+from omni_iceberg.ingest.sources.html_dir import one_line, utf8_reason
 from omni_iceberg.ingest.sources.records import TEXT_PLAIN, RecordProblem, SourceBlock, SourceItem, SourceRecord
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson", ".ndjson.gz")
 #: a block is also cut at this many bytes of lines (bounds memory with long records)
 BLOCK_BYTES = 8 * 1024 * 1024
 
-_GZIP_MAGIC = b"\x1f\x8b"
-
 #: What a damaged file raises while being read (gzip.BadGzipFile is an OSError).
 STREAM_ERRORS = (OSError, EOFError, zlib.error)
-
-
-def open_raw(path: Path) -> io.BufferedReader:
-    """Open ``path`` for reading bytes as stored; :class:`SourceError` when impossible."""
-    try:
-        return open(path, "rb")
-    except FileNotFoundError as e:
-        raise SourceError(f"source not found: {path} (check the path exists)") from e
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise SourceError(f"symbolic link loop at {path}: point the link at a real file") from e
-        raise SourceError(f"cannot open {path}: {e.strerror or e} (check its permissions)") from e
-
-
-def open_binary(path: Path) -> io.BufferedIOBase:
-    """Open ``path`` for streaming bytes, decompressing gzip by suffix or magic number.
-
-    Raises :class:`SourceError` when the file cannot be opened at all.
-    """
-    f = open_raw(path)
-    # the magic check also catches gzip data behind a plain name (a common export bug)
-    if path.name.lower().endswith(".gz") or f.peek(2)[:2] == _GZIP_MAGIC:
-        # reopen by name: a GzipFile over a fileobj would not close that file
-        f.close()
-        return gzip.open(path, "rb")
-    return f
 
 
 def stream_failure(source_file: str, line: int, e: BaseException) -> RecordProblem:
@@ -74,17 +53,6 @@ def stream_failure(source_file: str, line: int, e: BaseException) -> RecordProbl
         f"corrupt or truncated file, stopped reading here: {one_line(e)}",
         line=line,
     )
-
-
-def input_files(path: str, suffixes: tuple[str, ...]) -> Iterator[Path]:
-    """The file itself, or the matching files of a folder in sorted order."""
-    p = Path(path)
-    if p.is_dir():
-        yield from iter_files(p, suffixes)
-    elif p.exists():
-        yield p
-    else:
-        raise SourceError(f"source not found: {p} (check the path exists and is readable)")
 
 
 class JsonlReader:
@@ -101,19 +69,28 @@ class JsonlReader:
         """True for ``.jsonl``, ``.jsonl.gz``, ``.json.gz``, ``.ndjson`` (``.gz``) files."""
         return Path(path).name.lower().endswith(JSONL_SUFFIXES)
 
-    def read(self, path: str) -> Iterator[SourceItem]:
+    def read(self, path: str, policy: ReadPolicy | None = None) -> Iterator[SourceItem]:
         """Stream records and per-line problems from a file or folder."""
-        for file in input_files(path, JSONL_SUFFIXES):
-            yield from self._read_file(file)
+        policy = policy or ReadPolicy()
+        for file in source_files(path, JSONL_SUFFIXES, policy):
+            if isinstance(file, RecordProblem):
+                yield file
+            else:
+                yield from self._read_file(file, policy)
 
-    def read_blocks(self, path: str, block_rows: int) -> Iterator[SourceItem | SourceBlock]:
+    def read_blocks(self, path: str, block_rows: int,
+                    policy: ReadPolicy | None = None) -> Iterator[SourceItem | SourceBlock]:
         """Like :meth:`read`, but clean runs of up to ``block_rows`` lines come as one
         :class:`SourceBlock` (see the module docstring)."""
-        for file in input_files(path, JSONL_SUFFIXES):
-            src = str(file)
+        policy = policy or ReadPolicy()
+        for file in source_files(path, JSONL_SUFFIXES, policy):
+            if isinstance(file, RecordProblem):
+                yield file
+                continue
+            src = str(file.path)
             pending: list[tuple[int, bytes]] = []
             size = 0
-            for item in self._lines(file):
+            for item in self._lines(file, policy.max_record_bytes):
                 if isinstance(item, RecordProblem):  # the stream broke: what came before still counts
                     yield from self._block(pending, src)
                     pending, size = [], 0
@@ -139,27 +116,35 @@ class JsonlReader:
         else:
             yield SourceBlock(table, src, [line_no for line_no, _ in pending], one_by_one, TEXT_PLAIN)
 
-    def _read_file(self, path: Path) -> Iterator[SourceItem]:
-        src = str(path)
-        for item in self._lines(path):
+    def _read_file(self, file: SourceFile, policy: ReadPolicy) -> Iterator[SourceItem]:
+        src = str(file.path)
+        for item in self._lines(file, policy.max_record_bytes):
             yield item if isinstance(item, RecordProblem) else self._parse_line(item[1], src, item[0])
 
     @staticmethod
-    def _lines(path: Path) -> Iterator[tuple[int, bytes] | RecordProblem]:
-        """(line number, bytes) of each non-blank line; a broken stream ends with its problem."""
-        src = str(path)
-        with open_binary(path) as stream:
-            lines = iter(stream)
+    def _lines(file: SourceFile, limit: int) -> Iterator[tuple[int, bytes] | RecordProblem]:
+        """(line number, bytes) of each non-blank line; a line over ``limit`` bytes is a problem;
+        a broken stream ends with its problem."""
+        src = str(file.path)
+        opened = open_file(file)
+        if isinstance(opened, RecordProblem):
+            yield opened
+            return
+        with decompressed(opened, file.path) as stream:
             line_no = 0
             while True:
                 try:
-                    raw = next(lines)
-                except StopIteration:
-                    return
+                    raw, length = read_line(stream, limit)
                 except STREAM_ERRORS as e:
                     yield stream_failure(src, line_no + 1, e)
                     return
+                if not raw and not length:
+                    return
                 line_no += 1
+                if not raw:
+                    yield RecordProblem(src, f"line longer than the limit ({length} bytes > {limit}); "
+                                        f"{MAX_RECORD_ENV} raises the limit", line=line_no)
+                    continue
                 if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]  # a UTF-8 BOM is an editor artefact, not data
                 if not raw.strip():

@@ -5,13 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from omni_iceberg.ingest.sources.html_dir import (
-    has_files,
-    iter_files,
-    one_line,
-    relative_name,
-    walk_root,
-)
+from omni_iceberg.ingest.sources.files import ReadPolicy, SourceFile, open_file, source_files
+from omni_iceberg.ingest.sources.html_dir import document_limit, has_files, one_line, relative_name
 from omni_iceberg.ingest.sources.records import TEXT_PLAIN, RecordProblem, SourceItem, SourceRecord
 
 PDF_SUFFIXES = (".pdf",)
@@ -40,20 +35,25 @@ class PdfReader:
             return has_files(p, PDF_SUFFIXES)
         return p.name.lower().endswith(PDF_SUFFIXES)
 
-    def read(self, path: str) -> Iterator[SourceItem]:
+    def read(self, path: str, policy: ReadPolicy | None = None) -> Iterator[SourceItem]:
         """One record (or problem) per PDF, sorted by relative path."""
-        root, files = walk_root(path)
-        for file in files if files is not None else iter_files(root, PDF_SUFFIXES):
-            yield _read_pdf(file, relative_name(file, root))
+        policy = policy or ReadPolicy()
+        limit, setting = document_limit(None, policy)
+        for file in source_files(path, PDF_SUFFIXES, policy):
+            yield file if isinstance(file, RecordProblem) else _read_pdf(file, limit, setting)
 
 
-def _read_pdf(file: Path, rel: str) -> SourceItem:
+def _read_pdf(file: SourceFile, limit: int, setting: str | None) -> SourceItem:
     import pypdf
 
-    src = str(file)
+    src = str(file.path)
+    rel = relative_name(file.path, file.root)
+    opened = open_file(file, limit, setting)
+    if isinstance(opened, RecordProblem):
+        return opened
     try:
         # an open file, not a path: given a path pypdf loads the whole file into memory
-        with open(file, "rb") as fh:
+        with opened as fh:
             reader = pypdf.PdfReader(fh)
             if reader.is_encrypted and not reader.decrypt(""):
                 return RecordProblem(src, "encrypted PDF: needs a password; decrypt it first")

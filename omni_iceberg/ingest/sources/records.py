@@ -102,8 +102,11 @@ class SourceReader(Protocol):
         """True when this reader handles ``path`` (by suffix, or a folder's content)."""
         ...
 
-    def read(self, path: str) -> Iterator[SourceItem]:
-        """Yield records and problems, streaming: never load the whole input."""
+    def read(self, path: str, policy: Any = None) -> Iterator[SourceItem]:
+        """Yield records and problems, streaming: never load the whole input.
+
+        ``policy`` (a :class:`~.files.ReadPolicy`) says which files may be opened and
+        how much of one is held at once."""
         ...
 
 

@@ -1,7 +1,9 @@
 """Read tables: Parquet (one record per row) and CSV with a header row.
 
 Both stream: Parquet by record batches, CSV row by row from a text stream, so
-memory stays bounded by one batch (or one row) whatever the file size.
+memory stays bounded by one batch (or one row) whatever the file size; a CSV line
+longer than ``OMNI_MAX_RECORD_BYTES`` ends its file with a problem, found without
+holding the line (see :mod:`.files`).
 """
 
 from __future__ import annotations
@@ -12,14 +14,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from catalog_ext.errors import SourceError
-from omni_iceberg.ingest.sources.html_dir import one_line
-from omni_iceberg.ingest.sources.jsonl import (
-    STREAM_ERRORS,
-    input_files,
-    open_binary,
-    stream_failure,
+from omni_iceberg.ingest.sources.files import (
+    MAX_RECORD_ENV,
+    BoundedTextLines,
+    LineTooLong,
+    ReadPolicy,
+    SourceFile,
+    decompressed,
+    open_file,
+    source_files,
 )
+from omni_iceberg.ingest.sources.html_dir import one_line
+from omni_iceberg.ingest.sources.jsonl import STREAM_ERRORS, stream_failure
 from omni_iceberg.ingest.sources.records import TEXT_PLAIN, RecordProblem, SourceItem, SourceRecord
 
 PARQUET_SUFFIXES = (".parquet",)
@@ -44,24 +50,30 @@ class ParquetReader:
         """True for ``.parquet`` files."""
         return Path(path).name.lower().endswith(PARQUET_SUFFIXES)
 
-    def read(self, path: str) -> Iterator[SourceItem]:
+    def read(self, path: str, policy: ReadPolicy | None = None) -> Iterator[SourceItem]:
         """Stream rows of a file, or of every Parquet file of a folder (sorted)."""
-        for file in input_files(path, PARQUET_SUFFIXES):
-            yield from self._read_file(file)
+        for file in source_files(path, PARQUET_SUFFIXES, policy or ReadPolicy()):
+            if isinstance(file, RecordProblem):
+                yield file
+            else:
+                yield from self._read_file(file)
 
-    def _read_file(self, path: Path) -> Iterator[SourceItem]:
+    def _read_file(self, file: SourceFile) -> Iterator[SourceItem]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        src = str(path)
+        src = str(file.path)
+        opened = open_file(file)
+        if isinstance(opened, RecordProblem):
+            yield opened
+            return
         try:
-            pf = pq.ParquetFile(path)
-        except FileNotFoundError as e:
-            raise SourceError(f"source not found: {path} (check the path exists)") from e
+            pf = pq.ParquetFile(opened)
         except (pa.ArrowException, OSError) as e:
+            opened.close()
             yield RecordProblem(src, f"not a readable Parquet file: {one_line(e)}", offset=0)
             return
-        with pf:
+        with opened, pf:
             row = 0
             batches = pf.iter_batches(batch_size=PARQUET_BATCH_ROWS)
             while True:
@@ -121,20 +133,28 @@ class CsvReader:
         """True for ``.csv`` and ``.csv.gz`` files."""
         return Path(path).name.lower().endswith(CSV_SUFFIXES)
 
-    def read(self, path: str) -> Iterator[SourceItem]:
+    def read(self, path: str, policy: ReadPolicy | None = None) -> Iterator[SourceItem]:
         """Stream rows of a file, or of every CSV file of a folder (sorted)."""
-        for file in input_files(path, CSV_SUFFIXES):
-            yield from self._read_file(file)
+        policy = policy or ReadPolicy()
+        for file in source_files(path, CSV_SUFFIXES, policy):
+            if isinstance(file, RecordProblem):
+                yield file
+            else:
+                yield from self._read_file(file, policy.max_record_bytes)
 
-    def _read_file(self, path: Path) -> Iterator[SourceItem]:
-        src = str(path)
-        with open_binary(path) as raw:
+    def _read_file(self, file: SourceFile, limit: int) -> Iterator[SourceItem]:
+        src = str(file.path)
+        opened = open_file(file)
+        if isinstance(opened, RecordProblem):
+            yield opened
+            return
+        with decompressed(opened, file.path) as raw:
             # surrogateescape keeps undecodable bytes in the text so the csv module
             # still sees the line structure; each value is checked after parsing
             text = io.TextIOWrapper(
                 raw, encoding="utf-8-sig", errors="surrogateescape", newline=""  # type: ignore[type-var]
             )
-            reader = csv.reader(text)
+            reader = csv.reader(BoundedTextLines(text, limit))
             header: list[str] | None = None
             while True:
                 start = reader.line_num + 1
@@ -144,6 +164,11 @@ class CsvReader:
                     return
                 except STREAM_ERRORS as e:
                     yield stream_failure(src, start, e)
+                    return
+                except LineTooLong as e:
+                    yield RecordProblem(src, f"line longer than the limit (more than {limit} bytes); "
+                                        f"{MAX_RECORD_ENV} raises the limit. A CSV parser cannot resume "
+                                        "inside a record: stopped reading here", line=e.line)
                     return
                 except csv.Error as e:
                     # the parser's position is unknown after an error: stop, don't guess

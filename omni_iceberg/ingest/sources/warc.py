@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from omni_iceberg.ingest.sources.files import MAX_RECORD_ENV, ReadPolicy, SourceFile, open_file, source_files
 from omni_iceberg.ingest.sources.html_dir import one_line
-from omni_iceberg.ingest.sources.jsonl import input_files, open_raw
 from omni_iceberg.ingest.sources.records import RecordProblem, SourceItem, SourceRecord
 
 WARC_SUFFIXES = (".warc", ".warc.gz")
@@ -69,17 +69,25 @@ class WarcReader:
         """True for ``.warc`` and ``.warc.gz`` files."""
         return Path(path).name.lower().endswith(WARC_SUFFIXES)
 
-    def read(self, path: str) -> Iterator[SourceItem]:
+    def read(self, path: str, policy: ReadPolicy | None = None) -> Iterator[SourceItem]:
         """Stream HTML responses (and problems) from a file or folder."""
-        for file in input_files(path, WARC_SUFFIXES):
-            yield from self._read_file(file)
+        policy = policy or ReadPolicy()
+        for file in source_files(path, WARC_SUFFIXES, policy):
+            if isinstance(file, RecordProblem):
+                yield file
+            else:
+                yield from self._read_file(file, policy.max_record_bytes)
 
-    def _read_file(self, path: Path) -> Iterator[SourceItem]:
+    def _read_file(self, file: SourceFile, limit: int) -> Iterator[SourceItem]:
         from warcio.archiveiterator import WARCIterator
 
-        src = str(path)
-        # raw bytes, not open_binary: warcio decompresses per record to know offsets
-        with open_raw(path) as f:
+        src = str(file.path)
+        # raw bytes, not decompressed: warcio decompresses per record to know offsets
+        f = open_file(file)
+        if isinstance(f, RecordProblem):
+            yield f
+            return
+        with f:
             size = os.fstat(f.fileno()).st_size
             records = WARCIterator(f)
             it = iter(records)
@@ -103,7 +111,8 @@ class WarcReader:
                     return
                 try:
                     mime, charset = _html_type(rec)
-                    body = rec.content_stream().read() if mime else None
+                    # at most one byte past the limit: a body may also be gzip or chunked inside
+                    body = rec.content_stream().read(limit + 1) if mime else None
                     missing = _drain(rec)
                     records.read_to_end()  # moves records.offset to the next record
                 except Exception as e:  # noqa: BLE001 - same reason as above
@@ -118,7 +127,10 @@ class WarcReader:
                 # never behind the record's start: warcio's offset is garbage for a
                 # gzip that is one member for many records (reported on the next one)
                 end = max(records.offset, start)
-                if body is not None:
+                if body is not None and len(body) > limit:
+                    yield RecordProblem(src, f"response body longer than the limit (more than {limit} bytes); "
+                                        f"{MAX_RECORD_ENV} raises the limit", offset=start, field="raw_data")
+                elif body is not None:
                     yield _item(rec, body, charset, src, start)
             if end < size:
                 # warcio ends quietly when a file is cut inside a record's headers:
