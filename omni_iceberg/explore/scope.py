@@ -38,11 +38,6 @@ class Source:
     node: exp.Expression
     cte: exp.CTE | None = None  # the CTE a table reference names (None: a table)
 
-    @property
-    def is_table(self) -> bool:
-        """A reference to a table (logical or system), not a CTE, subquery or unnest."""
-        return isinstance(self.node, exp.Table) and self.cte is None and not isinstance(self.node.this, exp.Unnest)
-
 
 @dataclass
 class SelectScope:
@@ -72,7 +67,6 @@ class Scopes:
     tables: list[exp.Table] = field(default_factory=list)  # references to tables, in the query's order
     all_ctes: list[exp.CTE] = field(default_factory=list)
     column_scope: dict[int, SelectScope] = field(default_factory=dict)  # id(Column) -> its SELECT
-    select_scope: dict[int, SelectScope] = field(default_factory=dict)  # id(Select) -> its scope
 
     def names_cte(self, table: exp.Table) -> bool:
         return id(table) in self.ctes
@@ -119,7 +113,6 @@ def scopes(tree: exp.Expression) -> Scopes:
                     children_env[name] = cte
         if isinstance(node, exp.Select):
             scope = SelectScope(node, scope)
-            out.select_scope[id(node)] = scope
             for item in from_items(node):
                 src = _source(item, children_env)
                 scope.sources.setdefault(src.name, src)
