@@ -121,6 +121,9 @@ def test_compact_backfill_and_duplicate_submit_say_what_happened_in_words(tmp_pa
     assert done.out.strip() == (f"aidata.web: nothing to do: every requested feature is up to date for batches b1 "
                                 f"(version {version}); nothing committed")
     assert done.err == "" and api.state("web").version == version
+    assert main([*backfill, "--retry-failed"]) == 0
+    assert capsys.readouterr().out.strip() == ("aidata.web: nothing to retry: no record of text_length failed "
+                                               "without getting a value since; nothing committed")
 
     src.write_text("".join(json.dumps({"text": f"<p>b1 doc {i}</p>"}) + "\n" for i in range(40)))
     assert main([*home, "submit", "web", str(src), "--batch", "b3", "--map", "text=raw_data"]) == 0

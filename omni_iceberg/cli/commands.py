@@ -419,8 +419,7 @@ def backfill(args, omni, command_line: str) -> int:
         report = omni.retry_failed(args.name, features, args.error_class, engine=args.engine,
                                    spark_master=args.spark_master, isolation=args.isolation,
                                    progress=progress(args), command=command_line)
-        emit(args, report.to_dict(), lambda: f"{report.logical_table}: retry {report.status}; "
-             f"recomputed {report.rows}, still failing {report.errors} -> version {report.logical_version}")
+        emit(args, report.to_dict(), lambda: render.retry_text(report, features))
         return 0
     plan = omni.plan(args.name, features, batches)
     if args.dag:

@@ -92,6 +92,14 @@ def compact_text(r: dict, min_files: int) -> str:
     return "\n".join(lines + tail)
 
 
+def retry_text(report: Any, features: list[str]) -> str:
+    if report.status == "nothing to do":
+        return (f"{report.logical_table}: nothing to retry: no record of {', '.join(features)} failed without "
+                "getting a value since; nothing committed")
+    return (f"{report.logical_table}: retry {report.status}; recomputed {report.rows}, still failing {report.errors} "
+            f"-> version {report.logical_version}")
+
+
 def backfill_text(report: Any, batches: list[str] | None) -> str:
     if report.status == "nothing to do":
         which = f"batches {', '.join(batches)}" if batches else "every batch"
