@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from catalog_ext import iceberg_io, settings, staging, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
-from catalog_ext.errors import OmniError
+from catalog_ext.errors import CommitConflictError, OmniError
 from catalog_ext.staging import STAGING_BRANCH_PREFIX
 
 #: snapshot property of a staged delete: the batches whose old rows a run replaces
@@ -134,11 +134,21 @@ def create_physical_table(
     return catalog.load_table(identifier), snapshot_id
 
 
+#: spec updates :func:`ensure_bucket_spec` makes at most: two, plus two per writer commit that
+#: resets the default spec in between
+SPEC_STEPS = 8
+
+
 def ensure_bucket_spec(catalog: Any, identifier: str, count: int) -> int:
     """The spec id of ``bucket(count, id)`` on a family table, adding that spec if it has none.
 
     Two spec updates: pyiceberg will not remove a field and add one of the same name in
     one. Only the default spec moves; omni's writers name their spec (``StagedWrite``).
+    But each writer's commit makes its own spec the default again (``iceberg_io.use_spec``),
+    so a writer of the old count committing between the two updates puts the old field back:
+    the steps go on until the spec is there, a few more times than two, and a table that
+    writers keep resetting fails as a lost race (before, a submit racing a re-bucketing made
+    it fail with "no bucket(8) spec after adding it").
     """
     from pyiceberg.transforms import BucketTransform
 
@@ -152,11 +162,12 @@ def ensure_bucket_spec(catalog: Any, identifier: str, count: int) -> int:
                 update.add_field(ID_COLUMN, BucketTransform(count), BUCKET_FIELD)
         return table
 
-    for _ in range(2):  # remove the old field, then add the new one
+    for _ in range(SPEC_STEPS):  # remove the old field, then add the new one (again, if a writer reset it)
         found = iceberg_io.bucket_spec_id(iceberg_io.with_table_retry(catalog, identifier, step), count)
         if found is not None:
             return found
-    raise RuntimeError(f"{identifier}: no bucket({count}) spec after adding it")  # an invariant
+    raise CommitConflictError(f"{identifier}: concurrent writers kept resetting its partition spec while a "
+                              f"bucket({count}) spec was added; nothing was committed - run the command again")
 
 
 def first_snapshot_id(catalog: Any, identifier: str) -> int:

@@ -161,3 +161,33 @@ def test_held_rows_are_written_once_the_buffer_is_full_and_dropped_by_abandon(tm
     w.write(_rows(_ids("e", 10), "c", 1))
     w.abandon()  # a failed run: nothing held survives to a later checkpoint
     assert w.data_files == [] and w.staged_snapshot_id is None
+
+
+def test_a_new_bucket_spec_is_added_while_writers_of_the_old_count_commit(tmp_path, monkeypatch):
+    """Adding a spec takes two spec updates on the default spec (remove the bucket field, add
+    the new one), and every writer's commit makes its own count's spec the default again: a
+    re-bucketing racing a submit found the field back after its second step and failed with
+    "no bucket(8) spec after adding it". It keeps going until the spec is there."""
+    from catalog_ext import iceberg_io
+    from catalog_ext.iceberg_io import bucket_spec_id, spec_bucket_count
+    from catalog_ext.physical import ensure_bucket_spec
+
+    omni, state, table, _ = _feature_table_writer(tmp_path, "bf-spec")
+    w = StagedWrite(omni.catalog, table.identifier, table.snapshot_id, "bf-spec", {"omni.operation": "backfill"},
+                    bucket_count=state.table.bucket_count)  # labels its files with its count's spec: the default
+    real = iceberg_io.with_table_retry
+    writes = []
+
+    def a_writer_commits_after_each_step(catalog, identifier, action, attempts=20):
+        out = real(catalog, identifier, action, attempts)
+        if len(writes) < 2 and getattr(action, "__name__", "") == "step":  # a spec step, not the writer's own
+            w.write(_rows(_ids(f"w{len(writes)}", 3), "a", 1))  # a writer of the old count commits meanwhile
+            writes.append(w.checkpoint())
+        return out
+
+    monkeypatch.setattr(iceberg_io, "with_table_retry", a_writer_commits_after_each_step)
+    spec_id = ensure_bucket_spec(omni.catalog, table.identifier, 8)
+    ice = omni.catalog.load_table(table.identifier)
+    assert len(writes) == 2 and spec_bucket_count(ice.specs()[spec_id]) == 8
+    assert bucket_spec_id(ice, 8) == spec_id and bucket_spec_id(ice, 16) == w.spec_id  # both counts still written
+    assert ice.scan(snapshot_id=w.staged_snapshot_id).to_arrow().num_rows == 6
