@@ -668,3 +668,37 @@ def test_a_batch_whose_inputs_are_all_null_fails_instead_of_committing_nulls(tmp
     assert o.state("web").version == before and o.state("web").computed == ()
     [run] = o.runs("web")
     assert run["status"] == "failed" and "NullInputsError" in run["message"]
+
+
+RESUME_TWO = RESUME_SCRIPT.replace('["t_die"]', '["t_die", "t_fragile"]')
+
+
+def test_a_unit_resumed_by_the_next_attempt_keeps_the_errors_of_the_attempt_that_computed_it(tmp_path):
+    """The killed first attempt finished batch a (one record failed there) and died in batch b;
+    its rerun resumes a: that failure is still the unit's, shown once, as attempt 1's."""
+    home = tmp_path / "h"
+    o = Omni(home=home)
+    o.create_table("web")
+    for batch in ("a", "b"):
+        src = tmp_path / f"{batch}.jsonl"
+        src.write_text("".join(json.dumps({"raw_data": f"{batch} doc {i}" + (" POISON" if batch == "a" and i == 2 else "")
+                                           + (" DIE" if batch == "b" and i == 3 else "")}) + "\n" for i in range(10)))
+        o.submit("web", [str(src)], batch=batch)
+    o.register_features("web", [U.t_die, U.t_fragile])
+    marker = tmp_path / "die"
+    marker.write_text("x")
+    env = dict(os.environ, OMNI_TEST_DIE_MARKER=str(marker))
+    root = Path(__file__).resolve().parents[1]
+    killed = subprocess.run([sys.executable, "-c", RESUME_TWO, str(home)], cwd=root, env=env,
+                            capture_output=True, text=True)
+    assert killed.returncode == 13
+    marker.unlink()
+    done = subprocess.run([sys.executable, "-c", RESUME_TWO, str(home)], cwd=root, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == "2"  # both features' units of batch a were resumed
+    shown = o.errors("web").to_pylist()
+    assert [(e["batch"], e["feature"], e["attempt"]) for e in shown] == [("a", "t_fragile", 1)]
+    assert len(o.errors("web", all_attempts=True)) == 1
+    [run] = o.runs("web")  # the killed attempt wrote no row; the rerun counts only batch b
+    assert (run["attempt"], run["status"], run["rows"], run["errors"]) == (2, "succeeded", 20, 0)

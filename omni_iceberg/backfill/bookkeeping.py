@@ -5,7 +5,7 @@ with :data:`UNIT_PROPERTY` and the unit's counts - and its failed records become
 of ``omni_sys.errors``. Both engines build these records here, so a run resumed or
 audited later reads the same labels and columns whichever engine wrote them.
 
->>> class S: feature, batch, rows, errors, reused, started_ms, finished_ms = "f", "b", 3, 1, 0, 10, 20
+>>> class S: feature, batch, rows, errors, reused, started_ms, finished_ms, attempt = "f", "b", 3, 1, 0, 10, 20, 1
 >>> checkpoint_properties(S())["omni.unit"]
 'f/b'
 """
@@ -19,6 +19,8 @@ from catalog_ext.contract import ID_COLUMN
 
 #: snapshot property naming the unit a checkpoint finished: ``<feature>/<batch>``
 UNIT_PROPERTY = "omni.unit"
+#: snapshot property with the attempt of the run that computed the unit (a rerun resuming it keeps it)
+UNIT_ATTEMPT_PROPERTY = "omni.unit-attempt"
 
 
 def unit_label(feature: str, batch: str) -> str:
@@ -30,7 +32,8 @@ def checkpoint_properties(stats: Any) -> dict[str, str]:
     return {
         UNIT_PROPERTY: unit_label(stats.feature, stats.batch), "omni.unit-rows": str(stats.rows),
         "omni.unit-errors": str(stats.errors), "omni.unit-reused": str(stats.reused),
-        "omni.unit-started": str(stats.started_ms), "omni.unit-finished": str(stats.finished_ms)}
+        "omni.unit-started": str(stats.started_ms), "omni.unit-finished": str(stats.finished_ms),
+        UNIT_ATTEMPT_PROPERTY: str(stats.attempt)}
 
 
 def error_row(*, run_id: str, logical_table: str, feature: str, version: str, record_id: str, batch: str,

@@ -35,12 +35,14 @@ from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.physical import StagedWrite, StagingBranchTakenError, abandon_all, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, MarkRetried, PinSnapshot
 from catalog_ext.errors import ConfigError, OmniError
-from omni_iceberg.backfill.bookkeeping import UNIT_PROPERTY, checkpoint_properties, error_row, unit_label
+from omni_iceberg.backfill.bookkeeping import (UNIT_ATTEMPT_PROPERTY, UNIT_PROPERTY, checkpoint_properties,
+                                               error_row, unit_label)
 from omni_iceberg.backfill.phases import PhaseClock
 from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, plan_backfill
 from omni_iceberg.backfill.protocol import Unit, UnitExecutor
 from omni_iceberg.backfill.reuse import ReuseIndex
-from omni_iceberg.backfill.run_stats import ATTEMPT_KEY, RERUN_MARK, latest_attempts, next_attempt, recorded_attempt
+from omni_iceberg.backfill.run_stats import (ATTEMPT_KEY, RERUN_MARK, UNITS_KEY, next_attempt, recorded_attempt,
+                                             shown_error_attempts)
 from omni_iceberg.backfill.tuning import tune_run
 from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult, WorkerCrashedError, holds_models
 from omni_iceberg.features.registry import physical_column_name
@@ -82,6 +84,8 @@ class UnitStats:
     started_ms: int = 0
     finished_ms: int = 0
     resumed: bool = False
+    #: the attempt of the run that computed the unit (a resumed unit keeps its own; 0: not recorded)
+    attempt: int = 0
 
 
 @dataclass
@@ -229,18 +233,21 @@ def errors_of(catalog: Any, logical_table: str, run_id: str | None = None, *, al
     """Rows of ``omni_sys.errors`` for ``logical_table`` (optionally one run).
 
     A rerun of the same plan is another attempt of the same run (same run id): by
-    default only each run's latest attempt's records are returned, so a record that
-    failed in a failed attempt and again in its rerun is listed once. ``all_attempts``
-    returns every attempt's rows (each with its ``attempt`` number).
+    default each unit's records are those of the attempt whose work on it is current
+    (see :func:`~omni_iceberg.backfill.run_stats.shown_error_attempts`), so a record that
+    failed in a failed attempt and again in its rerun is listed once, and a unit the rerun
+    resumed from a checkpoint keeps the records of the attempt that computed it.
+    ``all_attempts`` returns every attempt's rows (each with its ``attempt`` number).
     """
     where = f"logical_table == '{logical_table}'" + (f" and run_id == '{run_id}'" if run_id else "")
     errors = system_tables.read_rows(catalog, system_tables.ERRORS, where)
     if all_attempts or errors.num_rows == 0:
         return errors
     runs = system_tables.read_rows(catalog, system_tables.RUNS, where).select(["run_id", "plan"]).to_pylist()
-    pairs = list(zip(errors.column("run_id").to_pylist(), errors.column("attempt").to_pylist()))
-    latest = latest_attempts(runs, pairs)
-    return errors.filter(pa.array([latest[rid] == n for rid, n in pairs], pa.bool_()))
+    rows = [(r["run_id"], unit_label(r["feature"], r["batch"]), r["attempt"])
+            for r in errors.select(["run_id", "feature", "batch", "attempt"]).to_pylist()]
+    shown = shown_error_attempts(runs, rows)
+    return errors.filter(pa.array([shown[(rid, unit)] == n for rid, unit, n in rows], pa.bool_()))
 
 
 class BackfillRun:
@@ -288,6 +295,8 @@ class BackfillRun:
         self.raced: set[tuple[str, str]] = set()
         #: the unit being finished: a failed attempt's runs row counts it too
         self.unfinished: dict[str, UnitStats] = {}
+        #: the run failed and dropped its staged work: no unit of it is kept for a rerun to resume
+        self.abandoned = False
         #: this attempt of the run (a rerun of the same plan is the next one); its error rows carry it
         self.attempt = next_attempt(self.store.catalog, state.table.identifier, report.run_id) if report.run_id else 1
         # branches of killed or superseded runs on these tables go first (metadata only;
@@ -304,7 +313,8 @@ class BackfillRun:
                 self.stats[(fname, batch)] = UnitStats(
                     fname, batch, int(props.get("omni.unit-rows", 0)), int(props.get("omni.unit-errors", 0)),
                     int(props.get("omni.unit-reused", 0)), 0, int(props.get("omni.unit-started", 0)),
-                    int(props.get("omni.unit-finished", 0)), resumed=True)
+                    int(props.get("omni.unit-finished", 0)), resumed=True,
+                    attempt=int(props.get(UNIT_ATTEMPT_PROPERTY, 0)))
             self.writers[f] = w
         report.resumed_units = len(self.done)
         self.reuse = ReuseIndex.build(self.store, state, list(self.bindings.values()))
@@ -410,6 +420,7 @@ class BackfillRun:
         for f in unit.features:
             s = stats[f]
             s.finished_ms = now_ms()
+            s.attempt = self.attempt
             props = checkpoint_properties(s)
             with self.clock.span("checkpoint_s"):
                 if checkpoint is None:
@@ -562,6 +573,7 @@ class BackfillRun:
             abandon_all(w for _, w in self.nulled)  # cheap to redo from the pinned version on a rerun
         if isinstance(error, (FeatureDefinitionError, ErrorBudgetExceededError, NullInputsError)):
             abandon_all(self.writers.values())  # a definition bug, budget breach or NULL input: do not resume this work
+            self.abandoned = True
         rerun = self.reruns_after(error)
         self._record_run("failed", None, (RERUN_MARK if rerun else "") + f"{type(error).__name__}: {error}")
 
@@ -609,7 +621,11 @@ class BackfillRun:
         kept = [s for k, s in self.stats.items() if k not in self.raced and not s.resumed]
         if status != "succeeded":
             kept += list(self.unfinished.values())
-        plan = {**self.report.plan, ATTEMPT_KEY: self.attempt}
+        # which attempt computed each unit whose work stands (resumed ones keep theirs): the units
+        # whose error rows 'omni errors' shows by default
+        units = {} if self.abandoned else {unit_label(f, b): s.attempt for (f, b), s in sorted(self.stats.items())
+                                           if (f, b) not in self.raced}
+        plan = {**self.report.plan, ATTEMPT_KEY: self.attempt, UNITS_KEY: units}
         if self.tuning:
             plan["tuning"] = self._tuning_record()
         try:

@@ -4,8 +4,9 @@ Every attempt of a run writes one row (a run's id is a hash of its plan, so reru
 command after a failure is another attempt of the same run). Attempts are numbered per
 run from 1 (:func:`next_attempt`); the number is kept in the row's ``plan`` JSON under
 :data:`ATTEMPT_KEY` (the table has no column for it, and existing catalogs keep their
-schema) and in every ``omni_sys.errors`` row the attempt wrote, so ``omni errors`` can
-show the latest attempt's records instead of every attempt's. A row's ``rows`` and
+schema), with the attempt that computed each unit whose work stands (:data:`UNITS_KEY`),
+and in every ``omni_sys.errors`` row the attempt wrote, so ``omni errors`` can show each
+unit's current records instead of every attempt's (:func:`shown_error_attempts`). A row's ``rows`` and
 ``errors`` count what that attempt computed itself: units resumed from an earlier
 attempt's checkpoints are not counted again, and a failed attempt counts the unit it
 failed in. ``--stats`` answers, per feature set and overall:
@@ -31,6 +32,9 @@ RERUN_MARK = "[rerun with smaller batches] "
 
 #: key of the attempt number in the ``plan`` JSON of an ``omni_sys.runs`` row
 ATTEMPT_KEY = "run_attempt"
+#: key of ``{"feature/batch": attempt that computed it}`` in that JSON: the units whose work
+#: stands after the attempt (none for an attempt that failed and dropped its work)
+UNITS_KEY = "units"
 
 
 def recorded_attempt(row: dict[str, Any]) -> int | None:
@@ -77,20 +81,39 @@ def next_attempt(catalog: Any, logical_table: str, run_id: str) -> int:
     return max(seen, default=0) + 1
 
 
-def latest_attempts(runs: list[dict[str, Any]], error_attempts: list[tuple[str, int]]) -> dict[str, int]:
-    """Run id -> its latest attempt, from recorded runs rows and the errors' own attempt numbers.
+def shown_error_attempts(runs: list[dict[str, Any]], errors: list[tuple[str, str, int]]
+                         ) -> dict[tuple[str, str], int]:
+    """(run id, ``feature/batch``) -> the attempt whose error rows stand for that unit.
 
-    Runs rows from before attempts were recorded are left out: their errors were all
-    written as attempt 1, and numbering those rows by position would hide them all.
+    ``errors``: (run id, unit, attempt) of error rows. A unit's current attempt is, in order:
+    an attempt newer than every attempt with a runs row (it is running, or was killed before
+    it wrote one) that recorded errors for it; else the attempt that computed it as the
+    latest runs row mapping it says (:data:`UNITS_KEY`; a unit a rerun resumed keeps the
+    attempt that computed it); else the latest attempt that recorded errors for it (every
+    attempt that ran it failed). Runs rows from before attempts were recorded are left out:
+    their errors were all written as attempt 1, and they stay shown.
     """
+    import json
+
     latest: dict[str, int] = {}
+    mapped: dict[tuple[str, str], tuple[int, int]] = {}  # unit -> (attempt of the runs row, attempt computing it)
     for r in runs:
         n = recorded_attempt(r)
-        if n is not None:
-            latest[r["run_id"]] = max(latest.get(r["run_id"], 0), n)
-    for run_id, n in error_attempts:
-        latest[run_id] = max(latest.get(run_id, 0), n)
-    return latest
+        if n is None:
+            continue
+        latest[r["run_id"]] = max(latest.get(r["run_id"], 0), n)
+        for unit, computed in (json.loads(r["plan"]).get(UNITS_KEY) or {}).items():
+            key = (r["run_id"], unit)
+            if computed and (key not in mapped or mapped[key][0] < n):
+                mapped[key] = (n, computed)
+    by_unit: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for run_id, unit, n in errors:
+        by_unit[(run_id, unit)].append(n)
+    shown = {}
+    for key, attempts in by_unit.items():
+        newer = [n for n in attempts if n > latest.get(key[0], 0)]
+        shown[key] = max(newer) if newer else mapped[key][1] if key in mapped else max(attempts)
+    return shown
 
 
 def failure_cause(row: dict[str, Any]) -> str:
