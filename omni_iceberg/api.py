@@ -524,8 +524,9 @@ class Omni:
     def errors(self, name: str, run_id: str | None = None, *, all_attempts: bool = False) -> pa.Table:
         """Failed records of ``name`` from ``omni_sys.errors`` (optionally one run).
 
-        A rerun of the same command is another attempt of the same run: only each run's
-        latest attempt is returned unless ``all_attempts`` (each row has its ``attempt``).
+        A rerun of the same command is another attempt of the same run: per unit, only the
+        records of the attempt whose work stands are returned, unless ``all_attempts`` (each
+        row has its ``attempt``).
         """
         from catalog_ext.contract import check_identifier
         from omni_iceberg.backfill.engine import errors_of

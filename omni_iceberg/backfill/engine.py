@@ -200,7 +200,8 @@ def run_errors(omni: Any, name: str, run_id: str | None = None, *, all_attempts:
 
     Failed attempts keep their records in ``omni_sys.errors`` too: ``run_status`` tells
     them apart (``succeeded``, ``failed``, or ``running`` while an attempt has no outcome
-    yet). By default only each run's latest attempt is shown (see :func:`errors_of`).
+    yet). By default only the records of the attempt whose work on each unit stands are
+    shown (see :func:`errors_of`).
     """
     errors = omni.errors(name, run_id, all_attempts=all_attempts)
     ns, table = split_qualified(name)

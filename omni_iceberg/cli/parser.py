@@ -334,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     er.add_argument("--run", help="only this backfill run id")
     er.add_argument("--all-attempts", action="store_true",
                     help="every attempt's records (a rerun of a command is another attempt of its run); "
-                         "default: each run's latest attempt")
+                         "default: per unit, the attempt whose work stands")
 
     li = command(sub, "lineage", "upstream tree of a logical column: NAME.COLUMN",
                  "omni lineage web.math_recall --picture lineage.svg",
