@@ -12,7 +12,8 @@ The checks are the invariants a reader relies on, read back with pyiceberg:
   ``count(*) == count(distinct _ai_unique_id_)``, and so has the logical table;
 - every batch the logical version lists is complete (its rows in the table equal the
   rows it recorded), so a killed submit is all or nothing;
-- logical versions are 1..n, each the parent of the next.
+- logical versions are 1..n (or k..n once retention expired the oldest), each the parent
+  of the next.
 """
 
 from __future__ import annotations
@@ -215,9 +216,10 @@ def check_family(omni: Any, name: str) -> FamilyReport:
                              f"{len(set(tids))} distinct ids")
         if t.role == "base" and set(tids) != set(ids):
             anomalies.append(f"base table {t.identifier} and the logical table disagree on ids")
-    versions = [v.version for v in omni.log(name)]
-    if sorted(versions) != list(range(1, len(versions) + 1)):
-        anomalies.append(f"logical versions are not 1..n: {sorted(versions)}")
+    versions = sorted(v.version for v in omni.log(name))
+    first = versions[0] if versions else 1  # retention expires the oldest versions (omni expire --keep-last)
+    if versions != list(range(first, state.version + 1)):
+        anomalies.append(f"logical versions are not {first}..{state.version}: {versions}")
     for v in versions:
         parent = omni.state(name, as_of=v).parent_version
         if v > 1 and parent != v - 1:
@@ -271,3 +273,127 @@ def staging_leftovers(omni: Any, name: str) -> list[str]:
         refs = omni.catalog.load_table(t.identifier).metadata.refs
         left += [f"{t.identifier}:{r}" for r in refs if r.startswith(STAGING_BRANCH_PREFIX)]
     return left
+
+
+# ---- two writers racing ------------------------------------------------------------------
+
+#: every writer of a logical table, raced pairwise by ``tests/test_writer_races.py`` (threads, in
+#: one process) and ``python -m benchmarks.reliability --races N`` (two ``omni`` processes)
+WRITERS = ("submit", "backfill", "compact", "regroup", "rebucket", "drop-batch", "materialize", "retention")
+RACE_FEATURES = ("html_parser", "punctuation_ratio", "digit_ratio", "uppercase_ratio", "avg_word_length")
+
+
+def writer_pairs() -> list[tuple[str, str]]:
+    """Every unordered pair of :data:`WRITERS`, a writer with itself included."""
+    return [(a, b) for i, a in enumerate(WRITERS) for b in WRITERS[i:]]
+
+
+def race_table(folder: Path, docs: int = 6) -> Path:
+    """A logical table ``web`` on which every writer has work to race for; returns its home.
+
+    Batches ``b0`` and ``b1`` have ``html_parser``, ``punctuation_ratio`` and ``digit_ratio``
+    computed; ``b2`` came later and has none, so two backfills of different features both
+    need ``html_parser`` for it (a shared ancestor). 4 id buckets, so every partition of
+    every table holds several small files (compaction has work) and re-bucketing to 8 or 2 is
+    allowed. ``uppercase_ratio`` and ``avg_word_length`` are registered, never computed: a
+    backfill of either writes a table the family had no rows in. ``new.jsonl`` is content no
+    batch holds yet, for the submits.
+    """
+    from omni_iceberg.api import Omni
+    from omni_iceberg.features.library import BUILTINS
+
+    home = folder / "home"
+    omni = Omni(home=home)
+    omni.create_table("web", bucket_count=4)
+    for i, batch in enumerate(("b0", "b1", "b2")):
+        write_docs(folder / f"{batch}.jsonl", i * docs, docs, tag=batch)
+        omni.submit("web", [str(folder / f"{batch}.jsonl")], batch=batch, progress=False)
+        if batch == "b1":
+            omni.register_features("web", [b for b in BUILTINS if b.definition.name in RACE_FEATURES])
+            omni.backfill("web", ["punctuation_ratio", "digit_ratio"], isolation="inline", progress=False)
+    write_docs(folder / "new.jsonl", 3 * docs, docs, tag="new")
+    return home
+
+
+def writer_argv(writer: str, side: str, folder: Path) -> list[str]:
+    """``omni`` arguments of ``writer`` on :func:`race_table`'s table (``side`` "a" or "b": a writer
+    raced with itself does different work on each side where that makes the race meaningful)."""
+    a = side == "a"
+    return {
+        "submit": ["submit", "web", str(folder / "new.jsonl"), "--batch", f"new-{side}"],  # same content
+        "backfill": ["backfill", "web", "--features", "uppercase_ratio" if a else "avg_word_length",
+                     "--isolation", "inline"],
+        "compact": ["compact", "web", "--min-files", "2"],
+        "regroup": ["regroup", "web"],
+        "rebucket": ["rebucket", "web", "--buckets", "8" if a else "2"],
+        "drop-batch": ["drop-batch", "web", "b1"],
+        "materialize": ["accelerate", "web", "--materialize", "punctuation_ratio" if a else "digit_ratio"],
+        "retention": ["expire", "web", "--keep-last", "2", "--min-age", "0"],
+    }[writer] + ["--no-progress"]
+
+
+def run_writer(omni: Any, writer: str, side: str, folder: Path) -> Any:
+    """The command of :func:`writer_argv` through the Python API (for races between threads)."""
+    a = side == "a"
+    if writer == "submit":
+        return omni.submit("web", [str(folder / "new.jsonl")], batch=f"new-{side}", progress=False)
+    if writer == "backfill":
+        return omni.backfill("web", ["uppercase_ratio" if a else "avg_word_length"], isolation="inline",
+                             progress=False)
+    if writer == "compact":
+        return omni.compact("web", min_files=2, progress=False)
+    if writer == "regroup":
+        return omni.regroup("web", progress=False)
+    if writer == "rebucket":
+        return omni.rebucket("web", 8 if a else 2, progress=False)
+    if writer == "drop-batch":
+        return omni.drop_batch("web", "b1", progress=False)
+    if writer == "materialize":
+        return omni.materialize("web", ["punctuation_ratio" if a else "digit_ratio"], progress=False)
+    if writer == "retention":
+        return omni.expire("web", keep_last=2, min_age_s=0, progress=False)
+    raise ValueError(f"unknown writer {writer!r}")
+
+
+def clean_failure(error: BaseException) -> bool:
+    """A writer that lost a race may fail, but only as a conflict (exit 3) or a refusal of what
+    the winner made impossible (exit 2: the batch it drops is gone, a count no longer allowed)."""
+    from catalog_ext.errors import OmniError
+
+    return isinstance(error, OmniError) and error.exit_code in (2, 3)
+
+
+def duplicate_pairs(omni: Any, name: str) -> dict[str, int]:
+    """Per physical table of the latest version: rows whose (id, batch) pair an earlier row has."""
+    out: dict[str, int] = {}
+    for t in omni.state(name).tables:
+        if t.snapshot_id is None:
+            continue
+        rows = omni.catalog.load_table(t.identifier).scan(
+            snapshot_id=t.snapshot_id, selected_fields=(KEY, "_ai_append_name_")).to_arrow()
+        pairs = list(zip(rows.column(KEY).to_pylist(), rows.column("_ai_append_name_").to_pylist()))
+        if len(pairs) != len(set(pairs)):
+            out[t.identifier] = len(pairs) - len(set(pairs))
+    return out
+
+
+def race_problems(omni: Any, name: str) -> tuple[list[str], dict[str, Any]]:
+    """Every broken invariant after a race (family, duplicated (id, batch) pairs, the id index,
+    leftover branches), and the counts behind them; a check that cannot even read the family
+    (a table the version pins is gone) is a problem too, not a crash of the campaign."""
+    counts: dict[str, Any] = {"duplicate_pairs": None, "verify_ok": None}
+    problems: list[str] = []
+    try:
+        duplicated = duplicate_pairs(omni, name)
+        counts["duplicate_pairs"] = sum(duplicated.values())
+        problems += [f"{t}: {n} duplicated (id, batch) pairs" for t, n in duplicated.items()]
+        problems += check_family(omni, name).anomalies + computed_twice(omni, name)
+        report = omni.verify_index(name, progress=False)
+        counts.update({"verify_ok": report.ok, **{k: getattr(report, k) for k in
+                                                   ("missing", "stale", "dangling", "pending")}})
+        if not report.ok or report.pending:
+            problems.append("index verify: " + report.text().replace("\n", " | "))
+        problems += [f"left behind: {r}" for r in staging_leftovers(omni, name)]
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        problems.append(f"the family cannot be read back: {type(e).__name__}: {e}")
+    return problems, counts
