@@ -42,18 +42,18 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pyarrow as pa
 
+from catalog_ext import settings
+
 #: snapshot-summary key naming the spool file an append came from
 TOKEN_PROPERTY = "omni.spool-token"
-DEFAULT_FLUSH_ROWS = 200
-DEFAULT_FLUSH_SECONDS = 60.0
 
 
 def flush_rows() -> int:
-    return max(1, int(os.environ.get("OMNI_QUERY_LOG_FLUSH_ROWS", DEFAULT_FLUSH_ROWS)))
+    return settings.value("OMNI_QUERY_LOG_FLUSH_ROWS")
 
 
 def flush_seconds() -> float:
-    return float(os.environ.get("OMNI_QUERY_LOG_FLUSH_S", DEFAULT_FLUSH_SECONDS))
+    return float(settings.value("OMNI_QUERY_LOG_FLUSH_S"))
 
 
 #: ports a URI may leave out: written or not, they name the same server

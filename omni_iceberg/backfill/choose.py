@@ -6,11 +6,9 @@ for a retry of a few records - and picks Spark at or above a threshold: below it
 Spark session's start-up (seconds) costs more than it saves. The report states the
 engine and the reason.
 
-The threshold comes from the caller, else ``OMNI_SPARK_THRESHOLD_BYTES``, else
-:data:`DEFAULT_THRESHOLD_BYTES`, set from benchmarks/spark_crossover: on one 2-core
-machine Spark ``local[2]`` never overtook the local engine (its per-record cost was
-~3.9x the local engine's), so the default only sends inputs of a terabyte or more to
-Spark. On a real cluster measure again and set the variable.
+The threshold comes from the caller, else the ``OMNI_SPARK_THRESHOLD_BYTES`` setting,
+whose default (1 TiB) comes from benchmarks/spark_crossover (see benchmarks/RESULTS.md):
+measure on your cluster and set it.
 
 >>> choose_engine(None, None, "auto", 100, input_size=250)
 ('spark', 'auto: the inputs are 250 B, at or above the Spark threshold of 100 B')
@@ -20,28 +18,18 @@ Spark. On a real cluster measure again and set the variable.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
+from catalog_ext import settings
 from catalog_ext.contract import BATCH_COLUMN
 from catalog_ext.errors import ConfigError
 
 ENGINES = ("local", "spark", "auto")
-#: measured by benchmarks/spark_crossover (no crossover on 2 cores); override with OMNI_SPARK_THRESHOLD_BYTES
-DEFAULT_THRESHOLD_BYTES = 1 << 40
 
 
 def threshold_bytes_from_env() -> int:
-    raw = os.environ.get("OMNI_SPARK_THRESHOLD_BYTES")
-    if not raw:
-        return DEFAULT_THRESHOLD_BYTES
-    try:
-        value = int(float(raw))
-    except ValueError:
-        raise ConfigError(f"OMNI_SPARK_THRESHOLD_BYTES={raw!r} is not a number of bytes (e.g. 268435456)") from None
-    if value < 0:
-        raise ConfigError(f"OMNI_SPARK_THRESHOLD_BYTES={raw!r} must be >= 0")
-    return value
+    """The ``OMNI_SPARK_THRESHOLD_BYTES`` setting: ``--engine auto`` picks Spark from this much input up."""
+    return int(settings.value("OMNI_SPARK_THRESHOLD_BYTES"))
 
 
 def _size(n: float) -> str:

@@ -17,7 +17,6 @@ in ``BackfillReport.phases`` (see :mod:`omni_iceberg.backfill.phases`).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog_ext import system_tables
+from catalog_ext import settings, system_tables
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, RAW_STAGE, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
 from catalog_ext.group_values import null_recomputed
@@ -51,7 +50,7 @@ from omni_iceberg.features.udf import get_udf
 from omni_iceberg.ui.progress import progress_bar
 from omni_iceberg.explore.reader import iter_logical_slices
 
-SLICE_ROWS = int(os.environ.get("OMNI_SLICE_ROWS", "8192"))
+SLICE_ROWS = settings.value("OMNI_SLICE_ROWS")
 #: a backfill whose worker is killed for memory reruns with batches halved, down to 1/8
 MAX_MEMORY_SHRINK = 8
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import networkx as nx
 
+from catalog_ext import settings
 from catalog_ext.contract import RAW_STAGE, check_batch_name
 from catalog_ext.data_versions import batch_freshness, current_chains
 from catalog_ext.family import FamilyState
@@ -36,7 +36,7 @@ from omni_iceberg.features.graph import feature_graph, producers_of
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 
 #: ``auto`` features go to a GPU when one is present and their model is at least this big
-AUTO_GPU_MODEL_MB = float(os.environ.get("OMNI_AUTO_GPU_MODEL_MB", "50"))
+AUTO_GPU_MODEL_MB = float(settings.value("OMNI_AUTO_GPU_MODEL_MB"))
 
 
 class MissingProducerError(FeatureDefinitionError):
@@ -152,7 +152,7 @@ class BackfillPlan:
 @functools.lru_cache(maxsize=1)
 def gpu_available() -> bool:
     """True when torch sees a CUDA device; torch is not imported unless installed."""
-    if os.environ.get("OMNI_FORCE_CPU"):
+    if settings.value("OMNI_FORCE_CPU"):
         return False
     import importlib.util
 

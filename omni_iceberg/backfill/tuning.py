@@ -27,13 +27,14 @@ Every decision comes with a reason (``BackfillReport.tuning``, ``omni runs``), a
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from catalog_ext import settings
+
 #: a slice should take about this long to compute (seconds)
-TARGET_SLICE_S = float(os.environ.get("OMNI_TARGET_SLICE_S", "30"))
+TARGET_SLICE_S = float(settings.value("OMNI_TARGET_SLICE_S"))
 MIN_SLICE_ROWS = 64
 #: a run with fewer rows per feature says little about the per-row rate (start-up dominates)
 MIN_RATE_ROWS = 256
@@ -68,7 +69,7 @@ def choose_tuning(defs: dict[str, Any], features: dict[str, Any], history: list[
     >>> t.shrink, t.slice_rows
     (4, 512)
     """
-    if os.environ.get("OMNI_TUNING", "on") == "off":
+    if settings.value("OMNI_TUNING") == "off":
         return Tuning(1, slice_rows, reasons=["tuning off (OMNI_TUNING=off)"])
     shrink, reasons = 1, []
     rates: dict[str, float] = {}

@@ -19,12 +19,23 @@ from catalog_ext.errors import OmniError
 BUG_EXIT_CODE = 70
 
 
+def _debug_setting() -> bool:
+    """``OMNI_DEBUG``; a malformed value must not hide the error being reported, so it reads as on."""
+    from catalog_ext import settings
+    from catalog_ext.errors import ConfigError
+
+    try:
+        return bool(settings.value("OMNI_DEBUG"))
+    except ConfigError:
+        return True
+
+
 def main(argv: list[str] | None = None) -> int:
     from omni_iceberg.cli.parser import build_parser
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    debug = args.debug or os.environ.get("OMNI_DEBUG", "") not in ("", "0")
+    debug = args.debug or _debug_setting()
     if args.json or getattr(args, "no_progress", False):
         from omni_iceberg.ui.progress import silence_library_progress
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from catalog_ext import settings
 from catalog_ext.errors import ConfigError, SourceError
 from omni_iceberg.ingest.sources.code_tree import LANGUAGES
 from omni_iceberg.ingest.sources.html_dir import HTML_SUFFIXES, iter_files
@@ -76,8 +77,7 @@ class _Corpus:
 
 def default_cache_dir() -> Path:
     """``$OMNI_CACHE/corpora`` when ``OMNI_CACHE`` is set, else ``./.cache/corpora``."""
-    root = os.environ.get("OMNI_CACHE")
-    return (Path(root) if root else Path(".cache")) / "corpora"
+    return Path(settings.value("OMNI_CACHE")) / "corpora"
 
 
 def fetch(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:

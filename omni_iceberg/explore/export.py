@@ -331,13 +331,9 @@ def _remove(out: Path, names: list[str], created: bool) -> None:
 
 def _writers() -> int:
     """Files written at once: one per core (``OMNI_EXPORT_WRITERS`` overrides), at most 8."""
-    env = os.environ.get("OMNI_EXPORT_WRITERS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ExportError(f"OMNI_EXPORT_WRITERS must be a whole number, got {env!r}") from None
-    return max(1, min(8, os.cpu_count() or 1))
+    from catalog_ext import settings
+
+    return settings.value("OMNI_EXPORT_WRITERS") or max(1, min(8, os.cpu_count() or 1))
 
 
 def _piece_rows(rows: int, nbytes: int, workers: int) -> list[int]:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from catalog_ext import settings
 from catalog_ext.errors import OmniError
 
 #: Model identities; they enter the versions of the features that use them.
@@ -87,8 +88,7 @@ def device() -> str:
 
 def cache_dir() -> Path:
     """Where derived model files live: ``$OMNI_CACHE/models``, else ``./.cache/models``."""
-    root = os.environ.get("OMNI_CACHE")
-    return (Path(root) if root else Path(".cache")) / "models"
+    return Path(settings.value("OMNI_CACHE")) / "models"
 
 
 def package_dir(package: str) -> Path:
