@@ -599,23 +599,31 @@ class StagedWrite:
 
         A unit writes files of its batch only, so a unit's files are known by their
         batch (:func:`file_batch`). Without this a lost race would append a second copy of the
-        winner's rows. With every file dropped the branch simply sits at ``onto``.
+        winner's rows. The run's clears of its other batches (stale units it recomputes) are
+        replayed, as :meth:`rebase` does: the winner's snapshot holds their old rows (without
+        the clear, two backfills of different plans left such a batch with every row twice);
+        the winner's own batches are not cleared again. With every file dropped and nothing to
+        clear the branch simply sits at ``onto``.
         """
 
         # a run's files each hold one unit, i.e. one batch (file_batch is never None for them)
         keep = [f for f in self.data_files if file_batch(self.table, f) not in batches]
+        cleared = [b for b in self.cleared_batches if b not in batches]
 
         def recommit(table):
             ops = table.manage_snapshots()
             if self.branch in table.metadata.refs:
                 ops = ops.remove_branch(self.branch)
             ops.create_branch(onto_snapshot_id, self.branch).commit()
+            if cleared:
+                self._delete_batches(self.catalog.load_table(self.identifier), cleared)
             table = self.catalog.load_table(self.identifier)
             return iceberg_io.commit_data_files(table, keep, self.branch, self.properties,
                                                 self.spec_id) if keep else table
 
         table = iceberg_io.with_table_retry(self.catalog, self.identifier, recommit)
         self.branch_files, self.pending_files = keep, []
+        self.cleared_batches = cleared
         self.base_snapshot_id = onto_snapshot_id
         self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
         return self.staged_snapshot_id

@@ -191,3 +191,45 @@ def test_a_new_bucket_spec_is_added_while_writers_of_the_old_count_commit(tmp_pa
     assert len(writes) == 2 and spec_bucket_count(ice.specs()[spec_id]) == 8
     assert bucket_spec_id(ice, 8) == spec_id and bucket_spec_id(ice, 16) == w.spec_id  # both counts still written
     assert ice.scan(snapshot_id=w.staged_snapshot_id).to_arrow().num_rows == 6
+
+
+def test_a_rebase_leaving_out_the_winners_units_still_replaces_the_other_recomputed_batches(tmp_path):
+    """Two backfills with different plans recompute stale units; the winner commits batch a first.
+    The loser leaves its copy of a out (``rebase_excluding``) and must still clear batch b's old
+    rows before its new ones land - without the clear, b held every row twice."""
+    omni = Omni(home=tmp_path / "h")
+    omni.create_table("web")
+    for batch in ("a", "b"):
+        src = tmp_path / f"{batch}.jsonl"
+        src.write_text("".join(json.dumps({"raw_data": f"{batch} {i}"}) + "\n" for i in range(5)))
+        omni.submit("web", [str(src)], batch=batch)
+    omni.register_features("web", [sw_n])
+    omni.backfill("web", ["sw_n"], isolation="inline")  # every row: 1
+    state = omni.state("web")
+    key = state.feature("sw_n").table_key
+    table = state.physical_table(key)
+    ids = {b: [r["_ai_unique_id_"] for r in omni.read("web", columns=["_ai_unique_id_"], batches=[b]).to_pylist()]
+           for b in ("a", "b")}
+
+    loser = StagedWrite(omni.catalog, table.identifier, table.snapshot_id, "bf-loser", {"omni.operation": "backfill"})
+    loser.clear_batches(["a", "b"])
+    for b in ("a", "b"):
+        loser.write(_rows(ids[b], b, 2))
+    loser.checkpoint()
+    winner = StagedWrite(omni.catalog, table.identifier, table.snapshot_id, "bf-winner",
+                         {"omni.operation": "backfill"})
+    winner.clear_batches(["a"])
+    winner.write(_rows(ids["a"], "a", 3))
+    winner.checkpoint()
+    omni.store.commit("aidata", "web", lambda latest: (PinSnapshot(key, winner.staged_snapshot_id, table.snapshot_id),),
+                      operation="test", staged=[winner])
+
+    loser.rebase_excluding(omni.state("web").physical_table(key).snapshot_id, {"a"})  # as BackfillRun.commit does
+    omni.store.commit("aidata", "web", lambda latest: (PinSnapshot(key, loser.staged_snapshot_id, loser.base_snapshot_id),),
+                      operation="test", staged=[loser])
+    pinned = omni.state("web").physical_table(key).snapshot_id
+    by_batch = {}
+    for r in omni.catalog.load_table(table.identifier).scan(snapshot_id=pinned).to_arrow().to_pylist():
+        by_batch.setdefault(r["_ai_append_name_"], []).append(r["sw_n"])
+    assert sorted(by_batch["a"]) == [3] * 5  # the winner's unit
+    assert sorted(by_batch["b"]) == [2] * 5  # replaced, not added to
