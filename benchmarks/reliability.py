@@ -21,12 +21,21 @@ Four parts, each counted, none timed (a fault either breaks an invariant or it d
 - **concurrent pairs**: submit/submit (same content), backfill/backfill (shared missing
   ancestor), submit/backfill, backfill/compaction, register/register, each started
   together behind a barrier; an *anomaly* is a failed command or a broken invariant.
+- **writer races**: every pair of the writers submit, backfill, compact, regroup,
+  rebucket, drop-batch, materialize and retention (a writer with itself included: 36
+  pairs), as two ``omni`` processes started behind a barrier on a fresh table where each
+  has work (``tests.faults.race_table``), ``--races`` times per pair. Per pair: how the
+  commands ended (a loser may exit 2 or 3, nothing else), the (id, batch) pairs found
+  twice in a physical table, how often ``index verify`` failed (and its missing, stale,
+  dangling and pending entries), and the other broken invariants (``tests.faults.race_problems``).
 
 Writes ``benchmarks/results/reliability.json`` and ``reliability.md`` (a snippet for
-RESULTS.md). Full scale is ``--kills 50 --records 10000 --pairs 3`` (the defaults);
-``--quick`` is a smoke run (3 kills, 300 records, 1 pair each).
+RESULTS.md). Full scale is ``--kills 50 --records 10000 --pairs 3 --races 20`` (the
+defaults); ``--quick`` is a smoke run (3 kills, 300 records, 1 pair each, 1 race per pair);
+``--parts`` runs some parts only, ``--race-pairs`` some writer pairs only.
 
-    python -m benchmarks.reliability [--quick] [--kills N] [--records N] [--pairs N] [--seed S]
+    python -m benchmarks.reliability [--quick] [--kills N] [--records N] [--pairs N] [--races N]
+                                     [--race-pairs backfill/drop-batch,...] [--parts races,...] [--seed S]
 """
 
 from __future__ import annotations
@@ -42,21 +51,27 @@ from typing import Any, Callable
 
 from benchmarks import common as C
 from tests.faults import (
+    CLEAN_EXIT_CODES,
     builtin_definitions_file,
     check_family,
     computed_twice,
     feature_nulls,
+    race_problems,
+    race_table,
     run_and_kill,
     run_omni,
     run_pair,
     staging_leftovers,
     write_docs,
+    writer_argv,
+    writer_pairs,
 )
 
 OPERATIONS = ("submit", "backfill", "compact")
 #: Kill windows (seconds after the child is ready), wide enough to land anywhere in the work.
 WINDOWS = {"submit": (0.05, 1.5), "backfill": (0.1, 4.0), "compact": (0.05, 2.0)}
 FEATURES = ("html_parser", "punctuation_ratio", "digit_ratio")
+PARTS = ("kills", "fuzz", "escapes", "pairs", "races")
 
 
 def _add_args(p) -> None:
@@ -64,6 +79,10 @@ def _add_args(p) -> None:
     p.add_argument("--records", type=int, default=10_000, help="fuzzed records to submit")
     p.add_argument("--pairs", type=int, default=3, help="runs of each concurrent pair")
     p.add_argument("--docs", type=int, default=3000, help="documents per table in the kill and pair parts")
+    p.add_argument("--races", type=int, default=20, help="runs of each pair of writers in the writer races")
+    p.add_argument("--race-docs", type=int, default=50, help="documents per batch in the writer races")
+    p.add_argument("--race-pairs", default="", help="only these writer pairs, e.g. backfill/drop-batch,submit/submit")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"the parts to run (of {', '.join(PARTS)})")
     p.add_argument("--seed", type=int, default=20261130)
 
 
@@ -374,6 +393,60 @@ def pair_campaign(runs: int, docs: int) -> dict[str, Any]:
     return results
 
 
+# ---- writer races ------------------------------------------------------------------------
+
+
+def race_campaign(runs: int, docs: int, only: str = "") -> dict[str, Any]:
+    """Every pair of writers (or the ``a/b`` pairs named in ``only``), ``runs`` times each, as two
+    ``omni`` processes on a fresh :func:`tests.faults.race_table`; per pair, what it found.
+
+    A run is *clean* when both commands ended as a race allows (:data:`CLEAN_EXIT_CODES`)
+    and :func:`tests.faults.race_problems` found nothing. The folders of runs that were not
+    are kept under ``benchmarks/out/reliability/races`` for inspection.
+    """
+    from omni_iceberg.api import Omni
+
+    wanted = {tuple(p.split("/")) for p in only.split(",") if p.strip()}
+    pairs = [p for p in writer_pairs() if not wanted or p in wanted or p[::-1] in wanted]
+    unknown = wanted - set(pairs) - {p[::-1] for p in pairs}
+    if unknown:
+        raise SystemExit(f"--race-pairs: no writer pair {', '.join('/'.join(p) for p in sorted(unknown))} "
+                         f"(pairs of: {', '.join(sorted({w for p in writer_pairs() for w in p}))})")
+    results: dict[str, Any] = {}
+    for first, second in pairs:
+        res = {"run": 0, "clean": 0, "exits": Counter(), "failed_commands": 0, "duplicate_pairs": 0,
+               "verify_failed": 0, "missing": 0, "stale": 0, "dangling": 0, "pending": 0, "details": []}
+        for r in range(runs):
+            folder = C.scratch_dir("reliability/races")
+            home = race_table(folder, docs)
+            outcomes = run_pair(["--home", str(home), *writer_argv(first, "a", folder)],
+                                ["--home", str(home), *writer_argv(second, "b", folder)], folder / "go")
+            res["run"] += 1
+            problems = []
+            for writer, o in zip((first, second), outcomes):
+                res["exits"][str(o.returncode)] += 1
+                if o.returncode not in CLEAN_EXIT_CODES:
+                    res["failed_commands"] += 1
+                    problems.append(f"{writer} exited {o.returncode}: {o.stderr.strip()[-300:]}")
+            found, counts = race_problems(Omni(home=home), "web")
+            problems += found
+            res["duplicate_pairs"] += counts.get("duplicate_pairs") or 0
+            res["verify_failed"] += counts.get("verify_ok") is not True
+            for k in ("missing", "stale", "dangling", "pending"):
+                res[k] += counts.get(k) or 0
+            if problems:
+                res["details"].append(f"run {r} ({folder}): {problems[:3]}")
+            else:
+                res["clean"] += 1
+                C.remove(folder)
+        res["exits"] = dict(sorted(res["exits"].items()))
+        results[f"{first}/{second}"] = res
+        print(f"races/{first}/{second}: clean {res['clean']}/{res['run']}, duplicated (id, batch) pairs "
+              f"{res['duplicate_pairs']}, verify failed {res['verify_failed']}, exits {res['exits']}",
+              file=sys.stderr)
+    return results
+
+
 # ---- report ------------------------------------------------------------------------------
 
 
@@ -399,6 +472,11 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| SQL escapes | - | {e['status']} |")
     for name, p in result["pairs"].items():
         lines.append(f"| concurrent pair | {name} | anomalies {p['anomalies']}/{p['run']} |")
+    for name, r in result.get("races", {}).items():
+        lines.append(f"| writer race | {name} | clean {r['clean']}/{r['run']}; duplicated (id, batch) pairs "
+                     f"{r['duplicate_pairs']}; index verify failed {r['verify_failed']}/{r['run']} (missing "
+                     f"{r['missing']}, stale {r['stale']}, dangling {r['dangling']}; pending {r['pending']}); "
+                     f"failed commands {r['failed_commands']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -426,6 +504,13 @@ def _headlines(result: dict[str, Any]) -> list[dict[str, Any]]:
         clean = runs - sum(p["anomalies"] for p in result["pairs"].values())
         heads.append(C.headline(f"concurrent pairs without anomaly ({clean}/{runs})", clean / runs, "", "1.0",
                                 clean == runs))
+    races = result.get("races", {})
+    runs = sum(r["run"] for r in races.values())
+    if runs:
+        clean = sum(r["clean"] for r in races.values())
+        twice = sum(r["duplicate_pairs"] for r in races.values())
+        heads.append(C.headline(f"writer races without anomaly ({clean}/{runs} over {len(races)} pairs; "
+                                f"{twice} duplicated (id, batch) pairs)", clean / runs, "", "1.0", clean == runs))
     return heads
 
 
@@ -433,17 +518,24 @@ def main(argv: list[str] | None = None) -> int:
     args = C.parse_args("reliability", __doc__, _add_args, argv)
     if args.quick:
         args.kills, args.records, args.pairs, args.docs = min(args.kills, 3), min(args.records, 300), 1, 600
+        args.races, args.race_docs = 1, min(args.race_docs, 6)
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if parts - set(PARTS):
+        raise SystemExit(f"--parts: unknown part(s) {', '.join(sorted(parts - set(PARTS)))} (of {', '.join(PARTS)})")
+    skipped = {"status": "not run (--parts)"}
     rng = random.Random(args.seed)
     started = time.perf_counter()
     result: dict[str, Any] = {
         "title": "Reliability: kill -9, fuzzed records, SQL escapes and concurrent commands against the real omni",
         "command": C.command_line(args),
-        "params": {"kills": args.kills, "records": args.records, "pairs": args.pairs, "docs": args.docs},
+        "params": {"kills": args.kills, "records": args.records, "pairs": args.pairs, "docs": args.docs,
+                   "races": args.races, "race_docs": args.race_docs, "parts": sorted(parts)},
         "seed": args.seed,
-        "kills": kill_campaign(args.kills, args.docs, rng),
-        "fuzz": fuzz_campaign(args.records, args.seed),
-        "escapes": escape_campaign(),
-        "pairs": pair_campaign(args.pairs, max(50, args.docs // 2)),
+        "kills": kill_campaign(args.kills, args.docs, rng) if "kills" in parts else {},
+        "fuzz": fuzz_campaign(args.records, args.seed) if "fuzz" in parts else skipped,
+        "escapes": escape_campaign() if "escapes" in parts else skipped,
+        "pairs": pair_campaign(args.pairs, max(50, args.docs // 2)) if "pairs" in parts else {},
+        "races": race_campaign(args.races, args.race_docs, args.race_pairs) if "races" in parts else {},
     }
     result["headline"] = _headlines(result)
     snippet = markdown(result)

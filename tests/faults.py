@@ -355,12 +355,16 @@ def run_writer(omni: Any, writer: str, side: str, folder: Path) -> Any:
     raise ValueError(f"unknown writer {writer!r}")
 
 
+#: how an ``omni`` writer that lost a race may end: done (0), refused what the winner made
+#: impossible (2: the batch it drops is gone, a count no longer allowed) or a conflict (3)
+CLEAN_EXIT_CODES = (0, 2, 3)
+
+
 def clean_failure(error: BaseException) -> bool:
-    """A writer that lost a race may fail, but only as a conflict (exit 3) or a refusal of what
-    the winner made impossible (exit 2: the batch it drops is gone, a count no longer allowed)."""
+    """A writer that lost a race may fail, but only as :data:`CLEAN_EXIT_CODES` say."""
     from catalog_ext.errors import OmniError
 
-    return isinstance(error, OmniError) and error.exit_code in (2, 3)
+    return isinstance(error, OmniError) and error.exit_code in CLEAN_EXIT_CODES
 
 
 def duplicate_pairs(omni: Any, name: str) -> dict[str, int]:
