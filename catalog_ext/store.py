@@ -13,6 +13,7 @@ physical snapshots if both touched the same table), and tries again.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import uuid
@@ -104,6 +105,9 @@ class FamilyStore:
         self.index_opener: Callable[[str], Any] | None = None
         #: called with (state, writer) for every write made by :meth:`staged_write`
         self.write_hooks: list[Callable[[FamilyState, StagedWrite], None]] = []
+        #: called with the new state after every successful :meth:`commit`, of any writer: the
+        #: work a commit sets off (set by the API layer; see :meth:`on_commit`)
+        self.commit_hooks: list[Callable[[FamilyState], None]] = []
         #: family document -> the segments it names, for documents read or written here
         self._document_segments: dict[str, tuple[str, ...]] = {}
         self._segments_lock = threading.Lock()
@@ -182,6 +186,34 @@ class FamilyStore:
         for hook in self.write_hooks:
             hook(state, writer)
         return writer
+
+    def on_commit(self, hook: Callable[[FamilyState], None], operations: Iterable[str] | None = None) -> None:
+        """Call ``hook(new_state)`` after every successful commit whose operation is one of
+        ``operations`` (None: every commit).
+
+        The commit is done when a hook runs: a hook that fails is reported on stderr and the
+        commit stands (what it left undone is the next run's to do).
+        """
+        if operations is None:
+            self.commit_hooks.append(hook)
+            return
+        wanted = frozenset(operations)
+
+        def for_operations(state: FamilyState) -> None:
+            if state.operation in wanted:
+                hook(state)
+
+        for_operations.__qualname__ = getattr(hook, "__qualname__", type(hook).__qualname__)
+        self.commit_hooks.append(for_operations)
+
+    def _run_commit_hooks(self, state: FamilyState) -> None:
+        for hook in list(self.commit_hooks):
+            try:
+                hook(state)
+            except Exception as e:  # noqa: BLE001 - the commit is done; nothing that follows it may undo it
+                what = getattr(hook, "__qualname__", type(hook).__qualname__)
+                print(f"warning: version {state.version} of {state.table.identifier} is committed, but {what} "
+                      f"after it failed: {type(e).__name__}: {e}", file=sys.stderr)
 
     def open_index(self, state: FamilyState) -> Any:
         """The id index of ``state``'s logical table, or None when none is configured."""
@@ -417,6 +449,7 @@ class FamilyStore:
             except Exception:  # noqa: BLE001 - best effort by design, see StagedWrite.publish
                 pass
         self._index_feature_values(new_state)
+        self._run_commit_hooks(new_state)
         return new_state
 
     def _index_feature_values(self, state: FamilyState) -> None:

@@ -33,10 +33,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalog_ext.contract import split_qualified
 from catalog_ext.family import FamilyState
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 #: at most this many columns in one proposal (a copy wider than this is rarely co-read)
 MAX_COLUMNS = 32
@@ -87,20 +90,23 @@ class Advice:
         return "\n".join(lines)
 
 
-def advise(omni: Any, name: str, *, apply: bool = False, progress: bool | None = None) -> Advice:
+def advise(ctx: OmniContext, name: str, *, apply: bool = False, progress: bool | None = None) -> Advice:
+    from governance.column_groups import regroup, split_columns
     from governance.coread import logged_reads
+    from governance.materialize import materialize
     from omni_iceberg.explore.query_log import flush_query_log
+    from omni_iceberg.hot.sync import set_hot_columns
 
     ns, table = split_qualified(name)
-    state = omni.store.load(ns, table)
-    flush_query_log(omni)
-    reads = logged_reads(omni.catalog, state)
+    state = ctx.store.load(ns, table)
+    flush_query_log(ctx)
+    reads = logged_reads(ctx.catalog, state)
     advice = Advice(state.table.identifier, state.version, len(reads))
     if not reads:
         advice.notes.append(f"no query or export of {state.table.identifier} is logged yet: run some "
                             "(omni sql, omni export), then ask again")
         return advice
-    by_table = _column_bytes_by_table(omni.catalog, state)
+    by_table = _column_bytes_by_table(ctx.catalog, state)
     sizes: dict[str, int] = {}
     for (path, _key), size in by_table.items():
         sizes[path] = sizes.get(path, 0) + size
@@ -108,21 +114,21 @@ def advise(omni: Any, name: str, *, apply: bool = False, progress: bool | None =
     # reads the move serves need no copy: a materialization is weighed on the others only
     served = set(coread.columns) if coread else set()
     unserved = [r for r in reads if not (set(r["columns"]) & served)]
-    for proposal in (_regroup(omni, state, reads), coread, _hot(state, reads, sizes),
+    for proposal in (_regroup(ctx, state, reads), coread, _hot(state, reads, sizes),
                      _materialize(state, unserved, sizes), _split(state, reads, by_table)):
         if proposal is not None:
             advice.proposals.append(proposal)
     if apply:
         for p in advice.proposals:
             if p.kind == "regroup":
-                report = omni.regroup(name, progress=progress, command=p.command)
+                report = regroup(ctx.store, name, progress=progress, command=p.command)
             elif p.kind in ("split", "coread"):
-                report = omni.split_columns(name, p.columns, progress=progress, command=p.command)
+                report = split_columns(ctx.store, name, p.columns, progress=progress, command=p.command)
             elif p.kind == "hot":
-                report = omni.set_hot_columns(name, sorted(set(p.columns) | set(state.hot.columns if state.hot
-                                                                                    else ())), progress=progress)
+                report = set_hot_columns(ctx, name, sorted(set(p.columns) | set(state.hot.columns if state.hot
+                                                                                 else ())), progress=progress)
             else:
-                report = omni.materialize(name, p.columns, progress=progress, command=p.command)
+                report = materialize(ctx.store, name, p.columns, progress=progress, command=p.command)
             advice.applied.append({"kind": p.kind, "report": report})
     return advice
 
@@ -152,12 +158,12 @@ def _hot(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[str, int])
         f"omni accelerate {state.table.identifier} --hot {','.join(sorted(set(columns) | already))}")
 
 
-def _regroup(omni: Any, state: FamilyState, reads: list[dict[str, Any]]) -> Proposal | None:
+def _regroup(ctx: OmniContext, state: FamilyState, reads: list[dict[str, Any]]) -> Proposal | None:
     """Column groups (governance.column_groups) for logged reads that joined feature tables a
     regroup would merge: a move, not a copy, so it costs no storage."""
     from governance.column_groups import plan_column_groups
 
-    plan = plan_column_groups(omni.store, state.table.identifier)
+    plan = plan_column_groups(ctx.store, state.table.identifier)
     target = {key: m.group_key for m in plan.moves for key in m.members}
     if not target:
         return None

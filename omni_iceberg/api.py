@@ -12,14 +12,17 @@ Example::
     omni.tag("web", "release-1")                    # then as_of="release-1" anywhere
     omni.compact("web", dry_run=True)
 
-Every ``omni`` command is a method here (``tests/test_cli_parity.py`` keeps it so).
+Every ``omni`` command is a method here (``tests/test_cli_parity.py`` keeps it so). The
+methods parse and delegate: the layers below take the typed
+:class:`~omni_iceberg.context.OmniContext` (``omni.context``), never this facade, and
+the governance verbs live in :mod:`governance.verbs`.
 """
 
 from __future__ import annotations
 
 import sys
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -27,7 +30,17 @@ from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.family import FamilyState
 from catalog_ext.store import FamilyStore, VersionInfo
 from catalog_ext.config import OmniConfig
+from governance import verbs as governance
+from governance.hooks import AutoMaintenanceHook
+from omni_iceberg.context import OmniContext
+from omni_iceberg.hot.sync import HotSyncHook
 from omni_iceberg.ingest.pipeline import SubmitReport, submit
+
+#: the commits that set off the work following a commit (hot-column syncs, the automatic
+#: maintenance): submits, backfills and batch drops, as when the facade ran it after those
+#: verbs itself. Governance's own commits set off nothing, so maintenance never runs
+#: inside itself, and ``accelerate --hot`` reports the sync it runs, not one a hook ran.
+FOLLOWED_OPERATIONS = ("ingest", "backfill", "drop-batch")
 
 
 def _looks_like_path(text: str) -> bool:
@@ -47,22 +60,21 @@ class Omni:
     def catalog(self) -> Any:
         from catalog_ext.catalog import open_catalog
 
-        return open_catalog(self.config)
+        return open_catalog(self.config)  # without the store: physical tables of any catalog type
 
     @cached_property
+    def context(self) -> OmniContext:
+        """What the layers below take: config, catalog, family store (its commits followed by the
+        hot-column sync and the automatic maintenance), id index."""
+        ctx = OmniContext.open(self.config, self.catalog)
+        ctx.store.on_commit(HotSyncHook(ctx), FOLLOWED_OPERATIONS)
+        ctx.store.on_commit(AutoMaintenanceHook(ctx.store), FOLLOWED_OPERATIONS)
+        return ctx
+
+    @property
     def store(self) -> FamilyStore:
-        from omni_iceberg.index.select import indexing_enabled, open_index
-        from omni_iceberg.index.staged import IndexingHook
-
-        store = FamilyStore(self.catalog)
-
-        def opener(identifier: str):  # OMNI_INDEX is read per write: =off turns indexing off
-            return open_index(self.config, identifier) if indexing_enabled() else None
-
-        # every write the store makes is indexed before its logical commit (write-then-commit)
-        store.index_opener = opener
-        store.write_hooks.append(IndexingHook(opener))
-        return store
+        """The family store of :attr:`context`."""
+        return self.context.store
 
     # ---- tables -------------------------------------------------------------------------
     def create_table(self, name: str, *, id_mode: str = "md5", bucket_count: int = 16, comment: str = "",
@@ -131,7 +143,7 @@ class Omni:
         from omni_iceberg.hot.store import HotStoreError, store_for
 
         try:
-            store_for(self).forget(state.table.identifier)
+            store_for(self.context).forget(state.table.identifier)
             return True
         except HotStoreError as e:
             print(f"warning: the hot data of {state.table.identifier} stays in the hot store: {e}", file=sys.stderr)
@@ -151,27 +163,19 @@ class Omni:
 
     def state(self, name: str, as_of: int | str | None = None) -> FamilyState:
         """The five-layer mapping of ``name`` at logical version ``as_of`` (a number or a tag; default latest)."""
-        ns, table = split_qualified(name)
-        return self.store.load(ns, table, self.version_of(name, as_of))
+        return self.context.state(name, as_of)
 
     def log(self, name: str) -> list[VersionInfo]:
         """Every logical version of ``name``, oldest first."""
-        ns, table = split_qualified(name)
-        return self.store.log(ns, table)
+        return self.context.log(name)
 
     def tags(self, name: str) -> dict[str, int]:
         """Tag -> logical version of ``name`` (see :meth:`tag`)."""
-        from catalog_ext.tags import tags_from_summaries
-
-        return tags_from_summaries([v.summary for v in self.log(name)])
+        return self.context.tags(name)
 
     def version_of(self, name: str, as_of: int | str | None) -> int | None:
         """``as_of`` as a version number: ints and digits pass, a tag is looked up, None stays latest."""
-        from catalog_ext.tags import resolve
-
-        if as_of is None or isinstance(as_of, int) or str(as_of).strip().lstrip("-").isdigit():
-            return resolve(name, {}, as_of)
-        return resolve(self.state(name).table.identifier, self.tags(name), as_of)
+        return self.context.version_of(name, as_of)
 
     def tag(self, name: str, label: str, version: int | str | None = None, command: str = "") -> dict[str, Any]:
         """Name logical version ``version`` (default: the latest) ``label``; ``as_of=label`` reads it.
@@ -283,12 +287,9 @@ class Omni:
         by default each is a reject naming it.
         """
         ns, table = split_qualified(name)
-        report = submit(self.store, ns, table, [str(s) for s in sources], batch, field_map=field_map, kind=kind,
-                        max_reject_ratio=max_reject_ratio, progress=progress,
-                        command=command or f"submit {ns}.{table} --batch {batch}", follow_links=follow_links)
-        if report.logical_version is not None:
-            self._after_commit(name)
-        return report
+        return submit(self.store, ns, table, [str(s) for s in sources], batch, field_map=field_map, kind=kind,
+                      max_reject_ratio=max_reject_ratio, progress=progress,
+                      command=command or f"submit {ns}.{table} --batch {batch}", follow_links=follow_links)
 
     # ---- look ---------------------------------------------------------------------------
     def status(self, name: str, as_of: int | str | None = None) -> dict[str, Any]:
@@ -487,28 +488,10 @@ class Omni:
         needed = plan or self.plan(name, features, batches, has_gpu)
         self.load_udfs(name, [f for stage in needed.stages for f in stage.features])
         kwargs = {"plan": plan} if plan is not None else {}  # a plan already shown to the user runs as shown
-        report = run_backfill(self, name, features, batches, engine=engine, spark_master=spark_master,
-                              dry_run=dry_run, isolation=isolation, max_error_ratio=max_error_ratio,
-                              progress=progress, has_gpu=has_gpu, **kwargs,
-                              command=command or f"backfill {name} --features {','.join(features)}")
-        if report.status == "succeeded":  # a commit was made (not a dry run, not "nothing to do")
-            self._after_commit(name)
-        return report
-
-    def _after_commit(self, name: str) -> None:
-        """Work a commit of ``name`` sets off, none of which can undo it: syncing hot columns
-        configured to follow every commit, and the automatic maintenance when it is due
-        (``OMNI_AUTO_MAINTAIN_EVERY``; governance.maintenance.maintain_if_due)."""
-        from catalog_ext.errors import OmniError
-        from governance.maintenance import maintain_if_due
-        from omni_iceberg.hot.sync import sync_after_commit
-
-        state = self.state(name)
-        sync_after_commit(self, name, state)
-        try:
-            maintain_if_due(self.store, state.table.identifier, state.version)
-        except OmniError as e:  # the commit stands; the next due run retries
-            print(f"warning: automatic maintenance of {state.table.identifier} failed: {e}", file=sys.stderr)
+        return run_backfill(self.context, name, features, batches, engine=engine, spark_master=spark_master,
+                            dry_run=dry_run, isolation=isolation, max_error_ratio=max_error_ratio,
+                            progress=progress, has_gpu=has_gpu, **kwargs,
+                            command=command or f"backfill {name} --features {','.join(features)}")
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None, *,
                      isolation: str = "process", progress: bool | None = None, command: str = "",
@@ -517,7 +500,7 @@ class Omni:
         from omni_iceberg.backfill.choose import run_retry_failed
 
         self.load_udfs(name, features)
-        return run_retry_failed(self, name, features, error_classes, engine=engine, spark_master=spark_master,
+        return run_retry_failed(self.context, name, features, error_classes, engine=engine, spark_master=spark_master,
                                 isolation=isolation, progress=progress, max_error_ratio=None,
                                 command=command or f"backfill {name} --features {','.join(features)} --retry-failed")
 
@@ -539,20 +522,20 @@ class Omni:
         """The upstream tree of a logical column (features, versions, inputs, runs)."""
         from omni_iceberg.backfill.lineage import lineage_tree
 
-        return lineage_tree(self, name, column)
+        return lineage_tree(self.context, name, column)
 
     def query(self, sql: str, as_of: int | str | None = None, engine: str = "local") -> pa.Table:
         """Run a read-only SQL query over logical tables (embedded DuckDB, or Spark); logged."""
         from omni_iceberg.explore.planner import run_query
 
-        return run_query(self, sql, as_of=self._query_version(as_of), engine=engine)
+        return run_query(self.context, sql, as_of=self._query_version(as_of), engine=engine)
 
     def flush_query_log(self) -> int:
         """Push the spooled query-log rows into ``omni_sys.query_log`` now (Spark and Trino
         otherwise see them once the spool is due); returns how many rows."""
         from omni_iceberg.explore.query_log import flush_query_log
 
-        return flush_query_log(self)
+        return flush_query_log(self.context)
 
     def _query_version(self, as_of: int | str | None) -> int | None:
         """A tag in ``omni sql --as-of`` must name one version number in every table that has it."""
@@ -575,27 +558,27 @@ class Omni:
         """Stream a filtered projection to ``out_dir`` with a manifest that re-creates it exactly."""
         from omni_iceberg.explore.export import export
 
-        return export(self, name, columns, where, fmt, out_dir, as_of=self.version_of(name, as_of), progress=progress)
+        return export(self.context, name, columns, where, fmt, out_dir, as_of=self.version_of(name, as_of), progress=progress)
 
     def export_from_manifest(self, manifest: str, out_dir: str, progress: bool | None = None) -> Any:
         """Re-create an earlier export byte for byte from its manifest."""
         from omni_iceberg.explore.export import export_from_manifest
 
-        return export_from_manifest(self, manifest, out_dir, progress=progress)
+        return export_from_manifest(self.context, manifest, out_dir, progress=progress)
 
     def explain(self, sql: str, as_of: int | str | None = None) -> str:
         """The physical plan of a logical query: tables, snapshots, columns, pushed filters."""
         from omni_iceberg.explore.planner import plan_query
 
-        return plan_query(self, sql, self._query_version(as_of)).explain()
+        return plan_query(self.context, sql, self._query_version(as_of)).explain()
 
     def explain_dict(self, sql: str, as_of: int | str | None = None) -> dict[str, Any]:
         """:meth:`explain` as a structure: per logical table its version, batches, scans and pruned tables."""
         from omni_iceberg.explore import planner
 
         if hasattr(planner, "explain_dict"):
-            return planner.explain_dict(self, sql, self._query_version(as_of))
-        plan = planner.plan_query(self, sql, self._query_version(as_of))
+            return planner.explain_dict(self.context, sql, self._query_version(as_of))
+        plan = planner.plan_query(self.context, sql, self._query_version(as_of))
         if hasattr(plan, "to_dict"):
             return plan.to_dict()
         read = set(plan.tables())
@@ -615,7 +598,7 @@ class Omni:
         """The same query over pinned physical tables, in ``spark`` or ``trino`` SQL."""
         from omni_iceberg.explore.planner import plan_query
 
-        return plan_query(self, sql, self._query_version(as_of)).sql(dialect)
+        return plan_query(self.context, sql, self._query_version(as_of)).sql(dialect)
 
     # ---- point lookups (the id index) -----------------------------------------------------
     def get(self, name: str, ids: list[str], columns: list[str] | None = None, as_of: int | str | None = None,
@@ -630,26 +613,24 @@ class Omni:
         """
         from omni_iceberg.index.lookup import get_rows
 
-        return get_rows(self, name, ids, columns=columns, as_of=self.version_of(name, as_of),
+        return get_rows(self.context, name, ids, columns=columns, as_of=self.version_of(name, as_of),
                         explain=explain, index=index)
 
     def verify_index(self, name: str, as_of: int | str | None = None, index: str | None = None,
                      progress: bool | None = None) -> Any:
         """Compare the id index with the tables: missing, stale and dangling entries (nothing changes)."""
         from omni_iceberg.index.maintenance import verify
-        from omni_iceberg.index.select import open_index
 
         state = self.state(name, as_of)
-        return verify(self.catalog, state, open_index(self.config, state.table.identifier, index), progress=progress)
+        return verify(self.catalog, state, self.context.open_index(state.table.identifier, index), progress=progress)
 
     def rebuild_index(self, name: str, fresh: bool = False, index: str | None = None,
                       progress: bool | None = None) -> Any:
         """Index every row of every version still in the tables' history (resumable; ``fresh`` starts over)."""
         from omni_iceberg.index.maintenance import rebuild
-        from omni_iceberg.index.select import open_index
 
         state = self.state(name)
-        return rebuild(self.catalog, state, open_index(self.config, state.table.identifier, index), fresh=fresh,
+        return rebuild(self.catalog, state, self.context.open_index(state.table.identifier, index), fresh=fresh,
                        progress=progress)
 
     def seal_index(self, name: str, index: str | None = None, progress: bool | None = None,
@@ -658,18 +639,15 @@ class Omni:
         (LMDB; readers never wait). None where the backend does not seal (HBase compacts itself).
         Returns what :func:`omni_iceberg.index.maintenance.seal_if_due` returns, run with ``force``."""
         from omni_iceberg.index.maintenance import seal_if_due
-        from omni_iceberg.index.select import open_index
 
         state = self.state(name)
-        return seal_if_due(open_index(self.config, state.table.identifier, index), force=True, dry_run=dry_run,
+        return seal_if_due(self.context.open_index(state.table.identifier, index), force=True, dry_run=dry_run,
                            progress=progress)
 
-    # ---- govern -------------------------------------------------------------------------
+    # ---- govern (governance/verbs.py) ---------------------------------------------------
     def plan_compaction(self, name: str, min_files: int = 2) -> Any:
         """Which partitions of which physical tables :meth:`compact` would rewrite (nothing runs)."""
-        from governance.compaction import plan_compaction
-
-        return plan_compaction(self.store, name, min_files)
+        return governance.plan_compaction(self.context, name, min_files)
 
     def compact(self, name: str, min_files: int = 2, dry_run: bool = False,
                 progress: bool | None = None, *, engine: str = "local", spark_master: str | None = None,
@@ -681,20 +659,16 @@ class Omni:
         partitions to rewrite, as backfills choose); ``spark`` is a running SparkSession to use,
         else one is started on ``spark_master`` (default ``local[2]``) only if Spark is chosen.
         """
-        from governance.compaction import compact
-
-        return self._with_spark(engine, spark_master, spark, lambda session, blocker: compact(
-            self.store, name, min_files, dry_run=dry_run, progress=progress, engine=engine, spark=session,
-            spark_blocker=blocker))
+        return governance.compact(self.context, name, min_files, dry_run, progress, engine=engine,
+                                  spark_master=spark_master, spark=spark)
 
     def regroup(self, name: str, *, tables: list[str] | None = None, dry_run: bool = False,
                 progress: bool | None = None, command: str = "") -> dict[str, Any]:
         """Merge narrow feature tables into column groups (the system picks them, or ``tables``):
         the view then joins one table per group, not one per feature. One logical commit;
         old versions keep reading the old layout (governance/column_groups.py)."""
-        from governance.column_groups import regroup
-
-        return regroup(self.store, name, tables=tables, dry_run=dry_run, progress=progress, command=command)
+        return governance.regroup(self.context, name, tables=tables, dry_run=dry_run, progress=progress,
+                                  command=command)
 
     def rebucket(self, name: str, buckets: int | None = None, *, dry_run: bool = False,
                  progress: bool | None = None, command: str = "", engine: str = "local",
@@ -706,30 +680,22 @@ class Omni:
         ``engine``: ``local``, ``spark`` or ``auto`` (Spark from ``OMNI_SPARK_THRESHOLD_BYTES`` of
         tables to rewrite), as :meth:`compact`'s; ``spark``: a running SparkSession to use.
         """
-        from governance.rebucket import rebucket
-
-        return self._with_spark(engine, spark_master, spark, lambda session, blocker: rebucket(
-            self.store, name, buckets, dry_run=dry_run, progress=progress, command=command, engine=engine,
-            spark=session, spark_blocker=blocker))
+        return governance.rebucket(self.context, name, buckets, dry_run=dry_run, progress=progress, command=command,
+                                   engine=engine, spark_master=spark_master, spark=spark)
 
     def coread_regroup(self, name: str, *, dry_run: bool = False, progress: bool | None = None,
                        command: str = "") -> dict[str, Any]:
         """Move the columns that logged reads keep joining across column groups into one table,
         when that makes the logged workload join fewer tables (governance/coread.py). One
         logical commit; old versions keep reading the old layout."""
-        from governance.coread import coread_regroup
-        from omni_iceberg.explore.query_log import flush_query_log
-
-        flush_query_log(self)
-        return coread_regroup(self.store, name, dry_run=dry_run, progress=progress, command=command)
+        return governance.coread_regroup(self.context, name, dry_run=dry_run, progress=progress, command=command)
 
     def split_columns(self, name: str, columns: list[str], *, dry_run: bool = False, progress: bool | None = None,
                       command: str = "") -> dict[str, Any]:
         """Move ``columns`` out of their column groups into one table of their own (cold or huge
         columns), in one logical commit; old versions keep reading them where they were."""
-        from governance.column_groups import split_columns
-
-        return split_columns(self.store, name, columns, dry_run=dry_run, progress=progress, command=command)
+        return governance.split_columns(self.context, name, columns, dry_run=dry_run, progress=progress,
+                                        command=command)
 
     def accelerate(self, name: str, *, materialize: list[str] | None = None, refresh: bool = False,
                    hot: list[str] | None = None, drop_hot: bool = False, sync: bool = False,
@@ -737,17 +703,9 @@ class Omni:
         """``omni accelerate``, one action: :meth:`materialize` ``materialize`` columns, ``refresh`` every
         stale copy, keep ``hot`` columns in the ClickHouse hot store (:meth:`set_hot_columns`),
         ``drop_hot`` them, or ``sync`` the hot store to the latest version (:meth:`sync_hot`)."""
-        chosen = [materialize is not None, refresh, hot is not None, drop_hot, sync]
-        if sum(chosen) != 1:
-            raise ValueError("accelerate: pass exactly one of materialize=[columns], refresh=True, hot=[columns], "
-                             "drop_hot=True or sync=True")
-        if refresh:
-            return self.refresh_materializations(name, dry_run=dry_run, progress=progress)
-        if hot is not None or drop_hot:
-            return self.set_hot_columns(name, hot, sync_on_commit=sync_on_commit, progress=progress)
-        if sync:
-            return self.sync_hot(name, dry_run=dry_run, progress=progress)
-        return self.materialize(name, materialize, dry_run=dry_run, progress=progress)
+        return governance.accelerate(self.context, name, materialize=materialize, refresh=refresh, hot=hot,
+                                     drop_hot=drop_hot, sync=sync, sync_on_commit=sync_on_commit, dry_run=dry_run,
+                                     progress=progress)
 
     def runs(self, name: str, *, stats: bool = False) -> Any:
         """Backfill runs of ``name`` (every attempt, oldest first, from ``omni_sys.runs``); with
@@ -755,70 +713,52 @@ class Omni:
         reruns, failures by cause and median throughput (omni_iceberg/backfill/run_stats.py)."""
         from omni_iceberg.backfill.run_stats import run_stats, runs_of
 
-        rows = runs_of(self, self.state(name).table.identifier)
+        rows = runs_of(self.context, self.state(name).table.identifier)
         return run_stats(rows) if stats else rows
 
     def advise(self, name: str, *, apply: bool = False, progress: bool | None = None) -> Any:
         """What the query log says to accelerate (hot columns, a materialization), with each
         proposal's observed benefit and measured storage cost; ``apply`` runs them
         (governance/advise.py). Returns an ``Advice`` (``.describe()``, ``.to_dict()``)."""
-        from governance.advise import advise
-
-        return advise(self, name, apply=apply, progress=progress)
+        return governance.advise(self.context, name, apply=apply, progress=progress)
 
     def set_hot_columns(self, name: str, columns: list[str] | None, *, sync_on_commit: bool = False,
                         progress: bool | None = None, command: str = "") -> dict[str, Any]:
         """Keep ``columns`` (scalar features; None: none) of ``name`` in the ClickHouse hot store: one
         logical commit records the choice, then the store is synced (omni_iceberg/hot/sync.py).
         ``omni sql`` answers from the store when every column a query needs is hot and fresh."""
-        from omni_iceberg.hot.sync import set_hot_columns
-
-        return set_hot_columns(self, name, columns, sync_on_commit=sync_on_commit, command=command,
-                               progress=progress)
+        return governance.set_hot_columns(self.context, name, columns, sync_on_commit=sync_on_commit,
+                                          command=command, progress=progress)
 
     def sync_hot(self, name: str, *, dry_run: bool = False, progress: bool | None = None) -> dict[str, Any]:
         """Load into the hot store the batches whose hot values changed since its last sync."""
-        from omni_iceberg.hot.sync import sync
-
-        return sync(self, name, dry_run=dry_run, progress=progress)
+        return governance.sync_hot(self.context, name, dry_run=dry_run, progress=progress)
 
     def materialize(self, name: str, columns: list[str], *, dry_run: bool = False, progress: bool | None = None,
                     command: str = "") -> dict[str, Any]:
         """Pre-join ``columns`` into one physical table that every reader prefers while it is fresh
         (builds it, appends new batches, or rebuilds it; governance/materialize.py)."""
-        from governance.materialize import materialize
-
-        return materialize(self.store, name, columns, dry_run=dry_run, progress=progress, command=command)
+        return governance.materialize(self.context, name, columns, dry_run=dry_run, progress=progress,
+                                      command=command)
 
     def plan_materialization(self, name: str, columns: list[str]) -> Any:
         """What :meth:`materialize` would do (``.describe()``, ``.to_dict()``)."""
-        from governance.materialize import plan_materialization
-
-        return plan_materialization(self.store, name, columns)
+        return governance.plan_materialization(self.context, name, columns)
 
     def refresh_materializations(self, name: str, *, dry_run: bool = False,
                                  progress: bool | None = None) -> list[dict[str, Any]]:
         """Bring every stale materialization of ``name`` back to the latest version."""
-        from governance.materialize import refresh_materializations
-
-        return refresh_materializations(self.store, name, dry_run=dry_run, progress=progress)
+        return governance.refresh_materializations(self.context, name, dry_run=dry_run, progress=progress)
 
     def drop_batch(self, name: str, batch: str, *, dry_run: bool = False, progress: bool | None = None,
                    command: str = "") -> dict[str, Any]:
         """Remove batch ``batch``: its rows leave every physical table and the id index, in one
         logical commit; older versions keep reading it (governance/drop_batch.py)."""
-        from governance.drop_batch import drop_batch
-
-        report = drop_batch(self.store, name, batch, dry_run=dry_run, progress=progress, command=command)
-        if not dry_run:
-            self._after_commit(name)
-        return report
+        return governance.drop_batch(self.context, name, batch, dry_run=dry_run, progress=progress, command=command)
 
     def plan_drop_batch(self, name: str, batch: str) -> Any:
         """The files :meth:`drop_batch` would delete or rewrite (``.describe()``, ``.to_dict()``)."""
-        from governance.drop_batch import plan_drop_batch
-
-        return plan_drop_batch(self.store, name, batch)
+        return governance.plan_drop_batch(self.context, name, batch)
 
     def expire(self, name: str, keep_last: int, *, keep_tagged: bool = True, min_age_s: float | None = None,
                dry_run: bool = False, progress: bool | None = None, command: str = "") -> Any:
@@ -827,11 +767,8 @@ class Omni:
         Returns a :class:`governance.retention.RetentionReport` (``dry_run``: its plan only).
         Expired versions leave ``omni log``; ``as_of`` on one names the oldest kept version.
         """
-        from governance.retention import RetentionPolicy, apply_retention
-
-        policy = RetentionPolicy(keep_last=keep_last, keep_tagged=keep_tagged,
-                                 **({"min_age_s": min_age_s} if min_age_s is not None else {}))
-        return apply_retention(self.store, name, policy, dry_run=dry_run, progress=progress, command=command)
+        return governance.expire(self.context, name, keep_last, keep_tagged=keep_tagged, min_age_s=min_age_s,
+                                 dry_run=dry_run, progress=progress, command=command)
 
     def maintain(self, name: str, keep_last: int | None = None, *, min_age_s: float | None = None,
                  compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
@@ -846,36 +783,9 @@ class Omni:
         Returns a :class:`governance.maintenance.MaintainReport`; meant to run periodically
         (``omni maintain web`` from cron, or after every N commits).
         """
-        from governance.maintenance import DEFAULT_KEEP_LAST, maintain
-        from governance.retention import RetentionPolicy
-        from omni_iceberg.explore.query_log import flush_query_log
-
-        flush_query_log(self)  # this process's queries count for the co-read groups too
-        policy = RetentionPolicy(keep_last=keep_last or DEFAULT_KEEP_LAST,
-                                 **({"min_age_s": min_age_s} if min_age_s is not None else {}))
-
-        def run(spark: Any = None, blocker: str | None = None) -> Any:
-            return maintain(self.store, name, policy=policy, compact_min_files=compact_min_files, dry_run=dry_run,
-                            progress=progress, command=command, engine=engine, spark=spark,
-                            spark_blocker=blocker)
-
-        return self._with_spark(engine, spark_master, None, run)
-
-    def _with_spark(self, engine: str, master: str | None, session: Any, run: Callable[..., Any]) -> Any:
-        """``run(spark=<session factory or None>, blocker=<why Spark cannot run or None>)`` for ``engine``.
-
-        The Spark backfill engine owns starting, reusing and stopping a session on this
-        catalog; governance borrows its session, started only if the plan goes to Spark.
-        """
-        from omni_iceberg.backfill.choose import spark_blocker
-
-        blocker = spark_blocker(self.config) if engine == "auto" and session is None else None
-        if engine == "local" or blocker:
-            return run(None, blocker)
-        from omni_iceberg.engines import backfill_engine
-
-        with backfill_engine("spark")(self, master=master, spark=session) as spark_engine:
-            return run(lambda: spark_engine.spark, None)
+        return governance.maintain(self.context, name, keep_last, min_age_s=min_age_s,
+                                   compact_min_files=compact_min_files, dry_run=dry_run, progress=progress,
+                                   command=command, engine=engine, spark_master=spark_master)
 
     # ---- tooling ------------------------------------------------------------------------
     def trino_config(self, out: str) -> str:

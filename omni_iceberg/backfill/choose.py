@@ -18,11 +18,14 @@ measure on your cluster and set it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from catalog_ext import settings
 from catalog_ext.contract import BATCH_COLUMN
 from catalog_ext.errors import ConfigError
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 ENGINES = ("local", "spark", "auto")
 
@@ -126,7 +129,7 @@ def spark_blocker(config: Any) -> str | None:
     return engine_unavailable("spark", config)
 
 
-def run_backfill(omni: Any, name: str, features: list[str], batches: list[str] | None = None, *,
+def run_backfill(ctx: OmniContext, name: str, features: list[str], batches: list[str] | None = None, *,
                  engine: str = "local", spark_master: str | None = None, threshold_bytes: int | None = None,
                  has_gpu: bool | None = None, plan: Any = None, dry_run: bool = False, **kwargs: Any) -> Any:
     """Plan, choose the engine, run; the report's ``engine``/``engine_reason`` say which and why.
@@ -139,9 +142,10 @@ def run_backfill(omni: Any, name: str, features: list[str], batches: list[str] |
     """
     from catalog_ext.contract import split_qualified
     from omni_iceberg.backfill.planner import plan_backfill
+    from omni_iceberg.features.registry import register
 
     ns, table = split_qualified(name)
-    state = omni.store.load(ns, table)
+    state = ctx.store.load(ns, table)
     sized = plan or plan_backfill(state, features, batches, has_gpu)
     registered: list[str] = []
     if sized.registrations and not dry_run:
@@ -149,22 +153,22 @@ def run_backfill(omni: Any, name: str, features: list[str], batches: list[str] |
         # again on the state they leave (it was planned on that state)
         defs = list(sized.registrations.values())
         command = kwargs.get("command") or f"backfill {name} --features {','.join(features)}"
-        regs = omni.register_features(name, defs, command=f"{command} (registers built-in producers "
-                                                          f"{', '.join(d.name for d in defs)})")
+        regs = register(ctx.store, ns, table, defs, command=f"{command} (registers built-in producers "
+                                                            f"{', '.join(d.name for d in defs)})")
         registered = [r.definition.key for r in regs]
-        state = omni.store.load(ns, table)
+        state = ctx.store.load(ns, table)
         sized = plan_backfill(state, features, batches, has_gpu)
         plan = sized if plan is not None else None
-    chosen, reason = choose_engine(state, sized, engine, threshold_bytes, catalog=omni.catalog,
-                                   spark_blocker=spark_blocker(omni.config) if engine == "auto" else None)
+    chosen, reason = choose_engine(state, sized, engine, threshold_bytes, catalog=ctx.catalog,
+                                   spark_blocker=spark_blocker(ctx.config) if engine == "auto" else None)
     options = _engine_options(kwargs, spark_master)
     if chosen != "local" and not (dry_run or sized.empty):
-        with _engine(chosen)(omni, **options) as runner:
+        with _engine(chosen)(ctx, **options) as runner:
             report = runner.run(name, features, batches, plan=plan, has_gpu=has_gpu, engine_reason=reason,
                                 **kwargs)
         report.registered = registered
         return report
-    with _engine("local")(omni, **options) as runner:
+    with _engine("local")(ctx, **options) as runner:
         report = runner.run(name, features, batches, dry_run=dry_run, has_gpu=has_gpu, plan=sized,
                             engine_reason=reason, **kwargs)
     report.engine, report.engine_reason = chosen, reason  # a non-local engine only reaches here with nothing to run
@@ -172,13 +176,13 @@ def run_backfill(omni: Any, name: str, features: list[str], batches: list[str] |
     return report
 
 
-def run_retry_failed(omni: Any, name: str, features: list[str], error_classes: list[str] | None = None, *,
+def run_retry_failed(ctx: OmniContext, name: str, features: list[str], error_classes: list[str] | None = None, *,
                      engine: str = "local", spark_master: str | None = None, **kwargs: Any) -> Any:
     """Recompute only the failed records on the chosen engine (``auto`` is local: retries are small)."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     chosen = "local" if engine == "auto" else engine
-    with _engine(chosen)(omni, **_engine_options(kwargs, spark_master)) as runner:
+    with _engine(chosen)(ctx, **_engine_options(kwargs, spark_master)) as runner:
         report = runner.retry_failed(name, features, error_classes, engine_reason=(
             "auto: a retry recomputes few records, the local engine" if engine == "auto"
             else f"requested --engine {engine}"), **kwargs)

@@ -205,7 +205,7 @@ def lineage(args, omni, command_line: str) -> int:
     if args.openlineage:
         from omni_iceberg.backfill.lineage import emit as emit_events, openlineage_events
 
-        n = emit_events(openlineage_events(omni, name), args.openlineage)
+        n = emit_events(openlineage_events(omni.context, name), args.openlineage)
         print(f"emitted {n} OpenLineage events to {args.openlineage}", file=sys.stderr)
     emit(args, tree.to_dict(), tree.render)
     return 0

@@ -19,7 +19,7 @@ nothing the user wrote becomes a table name.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +30,9 @@ from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError
 from omni_iceberg.explore.rules.context import leaf_paths
 from omni_iceberg.explore.scope import check_generated, replacement, rewrite_sources
 from omni_iceberg.hot.store import DATABASE, HotStore, HotStoreError, store_for
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 KEYS = (ID_COLUMN, BATCH_COLUMN)
 #: functions whose result ClickHouse computes exactly as DuckDB does (the Iceberg path's engine).
@@ -52,8 +55,9 @@ class HotDecision:
         return {"used": self.use, "reason": self.reason, "store": self.store.where if self.store else None}
 
 
-def decide(omni: Any, ctx: Any) -> HotDecision | None:
-    """Whether the query in ``ctx`` can be answered from the hot store; None when no table it reads has hot columns."""
+def decide(context: OmniContext, ctx: Any) -> HotDecision | None:
+    """Whether the query in ``ctx`` (the planner's query context) can be answered from the hot
+    store of ``context``'s catalog; None when no table it reads has hot columns."""
     if not ctx.tables or not any(t.state.hot for t in ctx.tables.values()):
         return None
     if ctx.system:
@@ -74,7 +78,7 @@ def decide(omni: Any, ctx: Any) -> HotDecision | None:
         if cold:
             return HotDecision(False, f"column(s) {', '.join(cold)} of {bound.identifier} are not hot")
     try:
-        store = store_for(omni)
+        store = store_for(context)
         tables = {}
         for alias, bound in ctx.tables.items():
             state = bound.state

@@ -21,13 +21,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from catalog_ext import settings, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.errors import OmniError
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 DATABASE = "omni_hot"
 STATE_TABLE = f"{DATABASE}.state"
@@ -66,8 +69,8 @@ def default_dsn(home: Path | str) -> str:
     return settings.value("OMNI_HOT") or f"chdb://{Path(home).resolve() / 'hot'}"
 
 
-def store_for(omni: Any) -> "HotStore":
-    """The hot store of ``omni``'s catalog: ``OMNI_HOT`` or embedded chdb under its home.
+def store_for(ctx: OmniContext) -> HotStore:
+    """The hot store of ``ctx``'s catalog: ``OMNI_HOT`` or embedded chdb under its home.
 
     One store may serve several catalogs (a ClickHouse server; chdb can open only one
     folder per process): names are scoped by the catalog's warehouse, so ``aidata.web``
@@ -75,8 +78,8 @@ def store_for(omni: Any) -> "HotStore":
     """
     import hashlib
 
-    scope = hashlib.sha1(omni.config.warehouse.encode()).hexdigest()[:10]
-    return HotStore(default_dsn(omni.config.home), scope)
+    scope = hashlib.sha1(ctx.config.warehouse.encode()).hexdigest()[:10]
+    return HotStore(default_dsn(ctx.config.home), scope)
 
 
 _CLIENTS: dict[str, Any] = {}

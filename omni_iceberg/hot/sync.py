@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -33,6 +33,9 @@ from catalog_ext.family import FamilyState, HotColumns
 from catalog_ext.physical import arrow_type
 from catalog_ext.suggest import did_you_mean
 from omni_iceberg.hot.store import SCALAR_TYPES, HotState, HotStore, HotStoreError, store_for
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 
 @dataclass
@@ -88,20 +91,20 @@ def check_hot_columns(state: FamilyState, columns: list[str]) -> tuple[str, ...]
     return tuple(out)
 
 
-def set_hot_columns(omni: Any, name: str, columns: list[str] | None, *, sync_on_commit: bool = False,
+def set_hot_columns(ctx: OmniContext, name: str, columns: list[str] | None, *, sync_on_commit: bool = False,
                     command: str = "", progress: bool | None = None) -> dict[str, Any]:
     """Record ``columns`` as the table's hot columns (None: none) in one logical commit, then sync."""
     from catalog_ext.updates import SetHotColumns
 
     ns, table = split_qualified(name)
-    state = omni.store.load(ns, table)
+    state = ctx.store.load(ns, table)
     hot = None if columns is None else HotColumns(columns=check_hot_columns(state, columns),
                                                   sync_on_commit=sync_on_commit)
     if hot != state.hot:
-        state = omni.store.commit(ns, table, lambda latest: (SetHotColumns(hot),), operation="hot-columns",
-                                  command=command, summary=lambda _: {
-                                      "omni.hot-columns": ",".join(hot.columns) if hot else ""})
-    return sync(omni, name, state=state, progress=progress)
+        state = ctx.store.commit(ns, table, lambda latest: (SetHotColumns(hot),), operation="hot-columns",
+                                 command=command, summary=lambda _: {
+                                     "omni.hot-columns": ",".join(hot.columns) if hot else ""})
+    return sync(ctx, name, state=state, progress=progress)
 
 
 def plan_sync(store: HotStore, state: FamilyState) -> HotSyncPlan:
@@ -122,7 +125,7 @@ def plan_sync(store: HotStore, state: FamilyState) -> HotSyncPlan:
     return HotSyncPlan(logical, state.version, store.where, columns, action, load, drop, sum(rows[b] for b in load))
 
 
-def sync(omni: Any, name: str, *, dry_run: bool = False, progress: bool | None = None,
+def sync(ctx: OmniContext, name: str, *, dry_run: bool = False, progress: bool | None = None,
          state: FamilyState | None = None) -> dict[str, Any]:
     """Bring the hot store to the latest version of ``name`` (see the module docstring)."""
     from omni_iceberg.explore.reader import read_logical
@@ -130,8 +133,8 @@ def sync(omni: Any, name: str, *, dry_run: bool = False, progress: bool | None =
 
     if state is None:
         ns, table = split_qualified(name)
-        state = omni.store.load(ns, table)
-    store = store_for(omni)
+        state = ctx.store.load(ns, table)
+    store = store_for(ctx)
     plan = plan_sync(store, state)
     report: dict[str, Any] = {"plan": plan.to_dict(), "dry_run": dry_run, "rows_loaded": 0, "seconds": 0.0}
     if dry_run:
@@ -160,7 +163,7 @@ def sync(omni: Any, name: str, *, dry_run: bool = False, progress: bool | None =
     bar = progress_bar(progress, f"hot sync {logical}", "row", total=plan.rows)
     try:
         for b in plan.load:
-            data = read_logical(omni.catalog, state, [ID_COLUMN, BATCH_COLUMN, *columns], batches=[b])
+            data = read_logical(ctx.catalog, state, [ID_COLUMN, BATCH_COLUMN, *columns], batches=[b])
             store.insert(hot_table, _typed(state, data, columns))
             loaded[b] = state.coverage_signature(columns, [b])
             report["rows_loaded"] += data.num_rows
@@ -196,7 +199,7 @@ def _typed(state: FamilyState, data: pa.Table, columns: tuple[str, ...]) -> pa.T
     return pa.Table.from_arrays(arrays, names=[ID_COLUMN, BATCH_COLUMN, *columns])
 
 
-def sync_after_commit(omni: Any, name: str, state: FamilyState | None = None) -> dict[str, Any] | None:
+def sync_after_commit(ctx: OmniContext, name: str, state: FamilyState | None = None) -> dict[str, Any] | None:
     """After a commit: sync when the table's hot columns ask for it; a failing store is reported, not raised.
 
     The commit itself is done; a hot store that cannot keep up only makes readers fall
@@ -204,13 +207,24 @@ def sync_after_commit(omni: Any, name: str, state: FamilyState | None = None) ->
     """
     if state is None:
         ns, table = split_qualified(name)
-        state = omni.store.load(ns, table)
+        state = ctx.store.load(ns, table)
     if state.hot is None or not state.hot.sync_on_commit:
         return None
     try:
-        return sync(omni, name, state=state, progress=False)
+        return sync(ctx, name, state=state, progress=False)
     except HotStoreError as e:
         import sys
 
         print(f"warning: {e}; queries read Iceberg until `omni accelerate {name} --sync`", file=sys.stderr)
         return {"error": str(e)}
+
+
+class HotSyncHook:
+    """A :meth:`catalog_ext.store.FamilyStore.on_commit` hook: :func:`sync_after_commit` with the
+    committed state, for tables whose hot columns follow every commit."""
+
+    def __init__(self, ctx: OmniContext):
+        self.ctx = ctx
+
+    def __call__(self, state: FamilyState) -> None:
+        sync_after_commit(self.ctx, state.table.identifier, state)
