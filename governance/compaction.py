@@ -213,10 +213,11 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
             w = writers[t.key]
             partitions = ",".join(sorted({g.partition for g in t.partitions}))[:1000]
             if session is not None:
-                from spark_udfs.compaction import rewrite_partitions_on_spark
+                from omni_iceberg.engines import engine_operation
 
-                rewrite_partitions_on_spark(session, store.catalog.name, w, t.snapshot_id, list(t.partition_files),
-                                            {"omni.partitions": partitions, "omni.engine": "spark"})
+                engine_operation("spark", "compact")(session, store.catalog.name, w, t.snapshot_id,
+                                                     list(t.partition_files),
+                                                     {"omni.partitions": partitions, "omni.engine": "spark"})
                 if bar is not None:
                     bar.update(t.files_rewritten)
             else:

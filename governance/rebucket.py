@@ -261,10 +261,10 @@ def rebucket(store: FamilyStore, name: str, buckets: int | None = None, *, dry_r
         for t in rewrite:
             w = writers[t.key]
             if session is not None:
-                from spark_udfs.rebucket import rebucket_table_on_spark
+                from omni_iceberg.engines import engine_operation
 
-                rebucket_table_on_spark(session, store.catalog.name, w, t.snapshot_id, plan.target,
-                                        {"omni.bucket-count": str(plan.target), "omni.engine": "spark"})
+                engine_operation("spark", "rebucket")(session, store.catalog.name, w, t.snapshot_id, plan.target,
+                                                      {"omni.bucket-count": str(plan.target), "omni.engine": "spark"})
                 if bar is not None:
                     bar.update(t.files)
             else:

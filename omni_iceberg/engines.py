@@ -1,16 +1,18 @@
-"""The engine registry: which backfill engines and SQL executors are installed.
+"""The engine registry: which backfill engines, SQL executors and engine operations are installed.
 
 The core never imports an engine. Engines register themselves here - the local
 engine from the core, others (Spark) through the entry-point group
 :data:`ENTRY_POINT_GROUP`, whose entries are registration hooks: callables taking
-no argument that call :func:`register_backfill_engine` / :func:`register_sql_executor`.
-The group is loaded once, lazily, the first time a name is not yet known, so a
-plain ``import omni_iceberg`` starts no engine.
+no argument that call :func:`register_backfill_engine` / :func:`register_sql_executor`
+/ :func:`register_engine_operation`. The group is loaded once, lazily, the first time a
+name is not yet known, so a plain ``import omni_iceberg`` starts no engine.
 
 A backfill engine factory is called as ``factory(omni, **options)`` and returns a
 :class:`~omni_iceberg.backfill.protocol.BackfillEngine` (a context manager with
 ``run`` and ``retry_failed``). A SQL executor is ``fn(omni, sql_text) -> pyarrow.Table``
-for SQL already rewritten to the engine's dialect.
+for SQL already rewritten to the engine's dialect. An engine operation is any other
+function of an engine the core calls by name, with the arguments :data:`OPERATIONS`
+lists (governance's rewrites on Spark).
 
 >>> register_sql_executor("echo", lambda omni, sql: sql)
 >>> sql_executor("echo")(None, "SELECT 1")
@@ -35,11 +37,22 @@ ENTRY_POINT_GROUP = "omni_iceberg.engines"
 #: the extra that installs an engine shipped with omni-iceberg, for the "install it" hint
 KNOWN_EXTRAS = {"spark": "omni-iceberg[spark]"}
 
+#: the engine operations the core calls, and how: ``engine_operation(engine, name)(...)``
+OPERATIONS = {
+    "compact": "(session, catalog_name, writer, snapshot_id, paths, properties): rewrite files onto a staged write",
+    "rebucket": "(session, catalog_name, writer, snapshot_id, buckets, properties): rewrite a table onto a staged "
+                "write with a new bucket count",
+    "sweep_orphans": "(session, catalog, state, *, older_than_s, dry_run) -> SweepReport: find and delete a "
+                     "family's orphan files",
+    "orphan_grace_blocker": "(older_than_s) -> str | None: why the engine cannot sweep with this grace period",
+}
+
 BackfillEngineFactory = Callable[..., Any]
 SqlExecutor = Callable[[Any, str], Any]
 
 _BACKFILL: dict[str, BackfillEngineFactory] = {}
 _SQL: dict[str, SqlExecutor] = {}
+_OPERATIONS: dict[str, dict[str, Callable[..., Any]]] = {}
 _lock = threading.RLock()
 _loaded = False
 _load_errors: dict[str, str] = {}
@@ -61,6 +74,14 @@ def register_sql_executor(name: str, fn: SqlExecutor) -> None:
         _SQL[name] = fn
 
 
+def register_engine_operation(engine: str, operation: str, fn: Callable[..., Any]) -> None:
+    """Make ``fn`` the operation ``operation`` (one of :data:`OPERATIONS`) of engine ``engine``."""
+    if operation not in OPERATIONS:
+        raise ValueError(f"unknown engine operation {operation!r} (known: {', '.join(sorted(OPERATIONS))})")
+    with _lock:
+        _OPERATIONS.setdefault(operation, {})[engine] = fn
+
+
 def backfill_engine(name: str) -> BackfillEngineFactory:
     """The factory of the backfill engine ``name``; a ConfigError saying what to install if none."""
     return _lookup(_BACKFILL, name, "backfill engine")
@@ -69,6 +90,11 @@ def backfill_engine(name: str) -> BackfillEngineFactory:
 def sql_executor(name: str) -> SqlExecutor:
     """The SQL executor ``name`` (``fn(omni, sql_text) -> pyarrow.Table``)."""
     return _lookup(_SQL, name, "SQL executor")
+
+
+def engine_operation(engine: str, operation: str) -> Callable[..., Any]:
+    """Operation ``operation`` of engine ``engine``; a ConfigError saying what to install if none."""
+    return _lookup(_OPERATIONS.setdefault(operation, {}), engine, f"engine providing the {operation!r} operation")
 
 
 def backfill_engines() -> list[str]:
@@ -139,6 +165,6 @@ def _ensure_local() -> None:
         _BACKFILL["local"] = LocalBackfill
 
 
-__all__ = ["ENTRY_POINT_GROUP", "backfill_engine", "backfill_engines", "engine_unavailable",
-           "register_backfill_engine", "register_sql_executor", "reload_entry_points", "sql_executor",
-           "sql_executors"]
+__all__ = ["ENTRY_POINT_GROUP", "OPERATIONS", "backfill_engine", "backfill_engines", "engine_operation",
+           "engine_unavailable", "register_backfill_engine", "register_engine_operation", "register_sql_executor",
+           "reload_entry_points", "sql_executor", "sql_executors"]

@@ -1,7 +1,7 @@
 """Spark's registration hook, the ``omni_iceberg.engines`` entry point named ``spark``.
 
-Importing this module imports no pyspark: the factory and the executor load the
-Spark modules when first called.
+Importing this module imports no pyspark: the factory, the executor and the operations
+load the Spark modules when first called.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from typing import Any
 
 
 def register() -> None:
-    """Register the Spark backfill engine and SQL executor (called by :mod:`omni_iceberg.engines`)."""
-    from omni_iceberg.engines import register_backfill_engine, register_sql_executor
+    """Register the Spark backfill engine, SQL executor and operations (called by :mod:`omni_iceberg.engines`)."""
+    from omni_iceberg.engines import register_backfill_engine, register_engine_operation, register_sql_executor
 
     register_backfill_engine("spark", spark_engine)
     register_sql_executor("spark", execute_sql)
+    for operation, fn in OPERATIONS.items():
+        register_engine_operation("spark", operation, fn)
 
 
 def spark_engine(omni: Any, *, master: str | None = None, spark: Any = None, **options: Any) -> Any:
@@ -47,3 +49,36 @@ def execute_sql(omni: Any, sql_text: str) -> Any:
     from spark_udfs.sql import execute_sql as run
 
     return run(omni, sql_text)
+
+
+def compact(*args: Any, **kwargs: Any) -> Any:
+    """:func:`spark_udfs.compaction.rewrite_partitions_on_spark`, imported on first call."""
+    from spark_udfs.compaction import rewrite_partitions_on_spark
+
+    return rewrite_partitions_on_spark(*args, **kwargs)
+
+
+def rebucket(*args: Any, **kwargs: Any) -> Any:
+    """:func:`spark_udfs.rebucket.rebucket_table_on_spark`, imported on first call."""
+    from spark_udfs.rebucket import rebucket_table_on_spark
+
+    return rebucket_table_on_spark(*args, **kwargs)
+
+
+def sweep_orphans(*args: Any, **kwargs: Any) -> Any:
+    """:func:`spark_udfs.orphans.sweep_on_spark`, imported on first call."""
+    from spark_udfs.orphans import sweep_on_spark
+
+    return sweep_on_spark(*args, **kwargs)
+
+
+def orphan_grace_blocker(older_than_s: float) -> str | None:
+    """:func:`spark_udfs.orphans.spark_grace_blocker`, imported on first call."""
+    from spark_udfs.orphans import spark_grace_blocker
+
+    return spark_grace_blocker(older_than_s)
+
+
+#: what Spark registers under :data:`omni_iceberg.engines.OPERATIONS`' names
+OPERATIONS = {"compact": compact, "rebucket": rebucket, "sweep_orphans": sweep_orphans,
+              "orphan_grace_blocker": orphan_grace_blocker}
