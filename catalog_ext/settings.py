@@ -173,9 +173,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("OMNI_CACHE", "path", ".cache", "tooling",
        "cache of jars, servers, derived model files and corpora"),
     _s("OMNI_MAVEN_REPO", "str", "https://repo1.maven.org/maven2", "tooling", "Maven repository jars come from"),
-    _s("OMNI_JAVA", "path", "java", "tooling", "the java that runs HBase and the build tools"),
-    _s("OMNI_TRINO_JAVA_HOME", "path", "", "tooling",
-       "JAVA_HOME for the Trino server (needs Java 24+); empty: the bundled runtime, then the system's"),
+    _s("OMNI_JAVA", "path", "java", "tooling",
+       "the java that runs HBase's RegionSplitter (pre-split index tables) and the test servers"),
 )}
 
 

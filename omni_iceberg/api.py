@@ -790,7 +790,7 @@ class Omni:
     # ---- tooling ------------------------------------------------------------------------
     def trino_config(self, out: str) -> str:
         """Write Trino's catalog properties for this catalog to ``out``; returns the file written."""
-        from omni_iceberg.toolchain.trino import write_trino_config
+        from omni_iceberg.engine_config import write_trino_config
 
         return str(write_trino_config(self.config, out))
 
@@ -801,7 +801,7 @@ class Omni:
         returned; without it the text is returned with secrets masked. Storage credentials
         are never included: Spark's S3 client reads the AWS_* environment.
         """
-        from omni_iceberg.toolchain import engine_config
+        from omni_iceberg import engine_config
 
         if out:
             return engine_config.write_spark_defaults(self.config, out)

@@ -12,7 +12,7 @@ A backfill engine factory is called as ``factory(omni, **options)`` and returns 
 ``run`` and ``retry_failed``). A SQL executor is ``fn(omni, sql_text) -> pyarrow.Table``
 for SQL already rewritten to the engine's dialect. An engine operation is any other
 function of an engine the core calls by name, with the arguments :data:`OPERATIONS`
-lists (governance's rewrites on Spark).
+lists (governance's rewrites on Spark, the settings ``omni spark-config`` writes).
 
 >>> register_sql_executor("echo", lambda omni, sql: sql)
 >>> sql_executor("echo")(None, "SELECT 1")
@@ -39,6 +39,7 @@ KNOWN_EXTRAS = {"spark": "omni-iceberg[spark]"}
 
 #: the engine operations the core calls, and how: ``engine_operation(engine, name)(...)``
 OPERATIONS = {
+    "settings": "(config) -> dict[str, str]: the settings that make the engine read omni's catalog",
     "compact": "(session, catalog_name, writer, snapshot_id, paths, properties): rewrite files onto a staged write",
     "rebucket": "(session, catalog_name, writer, snapshot_id, buckets, properties): rewrite a table onto a staged "
                 "write with a new bucket count",

@@ -10,9 +10,9 @@ What it adds:
   omni logical view reads the view with only those columns - and the joins they read, each
   join's per-key aggregate cut to the columns read from it - in its body
   (``omni.spark.ViewPruning`` cuts omni's rendering of it). Spark drops unread
-  joins anyway, but only after analysing the whole body, which grew with the family (2.3 s
-  of a 3 s query at 100 physical tables). Queries with ``*``, NATURAL/USING joins, PIVOT,
-  or where the view's rows flow out unprojected, read the whole view as before.
+  joins anyway, but only after analysing the whole body, whose cost grows with the family
+  (``view_pruning`` in benchmarks/RESULTS.md). Queries with ``*``, NATURAL/USING joins,
+  PIVOT, or where the view's rows flow out unprojected, read the whole view as before.
   ``spark.omni.viewPruning.enabled=false`` turns it off per session.
 - ``omni.spark.DropContainedDriver``, an optimizer rule: the cut view marks the tables it
   reads with its version's digest, and an inner join of the marked base with a marked
@@ -30,8 +30,8 @@ property ``omni.unique-keys``, which :func:`catalog_ext.physical.create_physical
 sets), after Spark has dropped the unread joins.
 
 Why it is compiled at set-up: it is the project's own code, and no build tool is needed.
-ECJ (the Eclipse compiler for Java: one jar from Maven Central, checked against its
-published sha1) runs on any Java 17+ runtime, including the one the ``trino`` extra
+ECJ (the Eclipse compiler for Java: one jar from Maven Central, checked against the
+SHA-1 ``jars.lock.toml`` pins) runs on any Java 17+ runtime, including the one the ``trino`` extra
 brings in a wheel (a runtime alone has no ``javac``). It compiles against the jars of the
 installed pyspark and the Iceberg runtime. The jar's name carries a digest of the sources
 and of the pyspark and Iceberg versions, so an edit or an upgrade builds a new jar and an old one is never loaded.
@@ -53,8 +53,7 @@ import zipfile
 from pathlib import Path
 
 from catalog_ext.errors import ConfigError
-from spark_udfs.jars import MAVEN_CENTRAL, MavenJar, default_cache_dir, ensure_jars
-from omni_iceberg.toolchain.downloads import download_verified
+from spark_udfs.jars import ECJ, default_cache_dir, ensure_jars
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +61,6 @@ log = logging.getLogger(__name__)
 EXTENSION_CLASS = "omni.spark.OmniSparkSessionExtensions"
 #: the catalog class sessions with the extension use for omni's catalog (an Iceberg SparkCatalog)
 CATALOG_CLASS = "omni.spark.OmniSparkCatalog"
-#: ECJ 3.40 (Eclipse 4.34) runs on Java 17 and compiles Java 17 sources
-ECJ = MavenJar("org.eclipse.jdt", "ecj", "3.40.0")
 SOURCES = Path(__file__).resolve().parent / "java"
 #: ``OMNI_SPARK_EXTENSION=0`` leaves the extension out of every session (comparisons, debugging)
 SWITCH = "OMNI_SPARK_EXTENSION"
@@ -104,20 +101,16 @@ def ensure_extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Pat
     Raises :class:`~catalog_ext.errors.ConfigError` naming what failed (no Java, ECJ not
     downloadable, a compile error with the compiler's output).
     """
-    from omni_iceberg.toolchain.java import find_java
+    from omni_iceberg.jvm.java import find_java
 
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
     target = cache / jar_name()
     if target.is_file() and target.stat().st_size > 0:
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    repo = os.environ.get("OMNI_MAVEN_REPO", MAVEN_CENTRAL)
     tools = default_cache_dir()  # the compiler lives with the other fetched jars, whatever ``cache_dir`` is
     tools.mkdir(parents=True, exist_ok=True)
-    ecj = tools / ECJ.filename
-    if not (ecj.is_file() and ecj.stat().st_size > 0):
-        ecj = download_verified(ECJ.url(repo), ecj, f"jar {ECJ.coordinates}",
-                                "run `make jars` where Maven Central is reachable")
+    ecj = ECJ.fetch(tools / ECJ.filename, "run `make jars` where Maven Central is reachable")
     java = find_java((17,), purpose="the Java compiler of omni's Spark extension")
     # pyspark's jars and the Iceberg runtime (OmniSparkCatalog extends its SparkCatalog)
     classpath = os.pathsep.join([*(str(p) for p in sorted(_spark_jars().glob("*.jar"))),

@@ -1,18 +1,22 @@
 """The Java jars a Spark session needs, fetched once from Maven Central into a cache.
 
-Why these versions: pyspark 3.5.9 with ``iceberg-spark-runtime-3.5_2.12`` 1.10.2 is the
-pair measured on this workplace's machines to share one JDBC catalog and one ``file://``
-warehouse with pyiceberg 0.12.0 in both directions (tables, schema evolution, snapshots,
-merge-on-read deletes, Iceberg views with ``jdbc.schema-version=V1``). The runtime's
-Scala suffix (``_2.12``) and Spark line (``3.5``) must match the pyspark wheel, which is
-built for Scala 2.12. Newer Iceberg releases exist but were not verified against
-pyiceberg here; bump :data:`ICEBERG_VERSION` only together with the interop tests in
-``tests/test_spark_catalog.py``. The official runtime jar is used, not a repackaged copy
-from PyPI (that one lacks Iceberg's shaded Jackson and fails at start-up).
+``jars.lock.toml`` beside this module pins them, with the SHA-1 of each: Iceberg's
+Spark runtime and the JDBC drivers of the SQL catalogs (every session's classpath), the
+compiler of omni's session extension, and the package ``omni spark-config`` names for S3.
 
-Each jar is checked against the ``.sha1`` Maven Central publishes beside it, downloaded
-to a temporary file and renamed into place, so a crash never leaves a half jar that
-later looks valid. A second call finds the jars and does no network I/O.
+Why these versions: pyspark 3.5.9 with ``iceberg-spark-runtime-3.5_2.12`` 1.10.2 is the
+pair verified to share one JDBC catalog and one ``file://`` warehouse with pyiceberg
+0.12.0 in both directions (tables, schema evolution, snapshots, merge-on-read deletes,
+Iceberg views with ``jdbc.schema-version=V1``). The runtime's Scala suffix (``_2.12``)
+and Spark line (``3.5``) must match the pyspark wheel, which is built for Scala 2.12.
+Newer Iceberg releases exist but were not verified against pyiceberg; bump the lock's
+Iceberg version only together with the interop tests in ``tests/test_spark_catalog.py``.
+The official runtime jar is used, not a repackaged copy from PyPI (that one lacks
+Iceberg's shaded Jackson and fails at start-up).
+
+Each jar is checked against the SHA-1 the lock pins, downloaded to a temporary file and
+renamed into place, so a crash never leaves a half jar that later looks valid. A second
+call finds the jars and does no network I/O.
 
 Example::
 
@@ -24,71 +28,43 @@ Example::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import tomllib
 from pathlib import Path
 
-from omni_iceberg.toolchain.downloads import download_verified
 from catalog_ext.errors import ConfigError
+from omni_iceberg.jvm.maven_lock import MavenArtifact, cache_root, maven_repo, read_lock
 
+#: the jars and packages of the Spark engine, with their SHA-1 (package data)
+LOCK = Path(__file__).resolve().parent / "jars.lock.toml"
 #: Spark line the runtime jar is built for; must match the installed pyspark.
 SPARK_MINOR_VERSION = "3.5"
 #: Scala binary version of the pyspark 3.5 wheels.
 SCALA_BINARY_VERSION = "2.12"
-#: Iceberg release verified with pyspark 3.5.9 and pyiceberg 0.12.0 (see module docstring).
-ICEBERG_VERSION = "1.10.2"
-#: PostgreSQL JDBC driver, for the shared PostgreSQL catalog (the one tests use).
-POSTGRES_JDBC_VERSION = "42.7.14"
-#: SQLite JDBC driver, for the embedded catalog (read-only use from Spark; see session.py).
-SQLITE_JDBC_VERSION = "3.54.1.0"
-
-#: Where jars are fetched from. Overridable with ``OMNI_MAVEN_REPO`` (e.g. a local mirror).
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
-
-_TIMEOUT_S = 60
-_CHUNK = 1 << 20
-
-
-@dataclass(frozen=True)
-class MavenJar:
-    """One jar on a Maven repository, named by its coordinates."""
-
-    group: str
-    artifact: str
-    version: str
-
-    @property
-    def filename(self) -> str:
-        """The jar's file name, as Maven lays it out."""
-        return f"{self.artifact}-{self.version}.jar"
-
-    def url(self, repo: str) -> str:
-        """The jar's address on ``repo``."""
-        return f"{repo.rstrip('/')}/{self.group.replace('.', '/')}/{self.artifact}/{self.version}/{self.filename}"
-
-    @property
-    def coordinates(self) -> str:
-        """``group:artifact:version``."""
-        return f"{self.group}:{self.artifact}:{self.version}"
-
 
 #: The jars :func:`ensure_jars` provides, in classpath order.
-JARS: tuple[MavenJar, ...] = (
-    MavenJar(
-        "org.apache.iceberg",
-        f"iceberg-spark-runtime-{SPARK_MINOR_VERSION}_{SCALA_BINARY_VERSION}",
-        ICEBERG_VERSION,
-    ),
-    MavenJar("org.postgresql", "postgresql", POSTGRES_JDBC_VERSION),
-    MavenJar("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
-)
+JARS: tuple[MavenArtifact, ...] = tuple(read_lock(LOCK))
+#: The compiler of omni's session extension (:mod:`spark_udfs.extension`).
+ECJ: MavenArtifact = read_lock(LOCK, "compiler")[0]
+_RUNTIME = f"iceberg-spark-runtime-{SPARK_MINOR_VERSION}_{SCALA_BINARY_VERSION}"
+try:
+    #: Iceberg release of the runtime jar (see module docstring).
+    ICEBERG_VERSION = next(j.version for j in JARS if j.group == "org.apache.iceberg" and j.artifact == _RUNTIME)
+except StopIteration:
+    raise ConfigError(f"{LOCK} locks no {_RUNTIME} jar: the Iceberg runtime must match pyspark "
+                      f"{SPARK_MINOR_VERSION} (Scala {SCALA_BINARY_VERSION})") from None
 
 _FIX = "run `python -m spark_udfs.jars` where Maven Central is reachable, or point OMNI_CACHE at a folder whose jars/ holds them"
 
 
+def session_packages(name: str) -> list[str]:
+    """The Maven packages a session resolves itself for ``name`` (``s3``), from the lock's ``[packages]``."""
+    with open(LOCK, "rb") as f:
+        return list(tomllib.load(f)["packages"][name])
+
+
 def default_cache_dir() -> Path:
-    """``$OMNI_CACHE/jars`` when ``OMNI_CACHE`` is set, else ``./.cache/jars``."""
-    root = os.environ.get("OMNI_CACHE")
-    return (Path(root) if root else Path(".cache")).resolve() / "jars"
+    """``$OMNI_CACHE/jars`` (default ``./.cache/jars``)."""
+    return cache_root() / "jars"
 
 
 def ensure_jars(cache_dir: str | os.PathLike[str] | None = None) -> list[Path]:
@@ -100,19 +76,12 @@ def ensure_jars(cache_dir: str | os.PathLike[str] | None = None) -> list[Path]:
     or fails its checksum.
     """
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
-    repo = os.environ.get("OMNI_MAVEN_REPO", MAVEN_CENTRAL)
+    repo = maven_repo()
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"cannot create the jar cache {cache}: {e}; set OMNI_CACHE to a writable folder") from e
-    return [_ensure_one(jar, cache, repo) for jar in JARS]
-
-
-def _ensure_one(jar: MavenJar, cache: Path, repo: str) -> Path:
-    target = cache / jar.filename
-    if target.is_file() and target.stat().st_size > 0:
-        return target
-    return download_verified(jar.url(repo), target, f"jar {jar.coordinates}", _FIX)
+    return [jar.fetch(cache / jar.filename, _FIX, repo) for jar in JARS]
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience for set-up scripts (`make jars`)

@@ -51,6 +51,13 @@ def execute_sql(omni: Any, sql_text: str) -> Any:
     return run(omni, sql_text)
 
 
+def settings(config: Any) -> dict[str, str]:
+    """:func:`spark_udfs.config.spark_properties` (``omni spark-config``), imported on first call."""
+    from spark_udfs.config import spark_properties
+
+    return spark_properties(config)
+
+
 def compact(*args: Any, **kwargs: Any) -> Any:
     """:func:`spark_udfs.compaction.rewrite_partitions_on_spark`, imported on first call."""
     from spark_udfs.compaction import rewrite_partitions_on_spark
@@ -80,5 +87,5 @@ def orphan_grace_blocker(older_than_s: float) -> str | None:
 
 
 #: what Spark registers under :data:`omni_iceberg.engines.OPERATIONS`' names
-OPERATIONS = {"compact": compact, "rebucket": rebucket, "sweep_orphans": sweep_orphans,
+OPERATIONS = {"settings": settings, "compact": compact, "rebucket": rebucket, "sweep_orphans": sweep_orphans,
               "orphan_grace_blocker": orphan_grace_blocker}

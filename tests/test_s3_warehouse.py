@@ -189,8 +189,8 @@ def test_rest_catalog_in_front_of_the_bucket(s3, clean_env, tmp_path):
 SPARK_CHILD = r"""
 import json, sys
 from catalog_ext.config import OmniConfig
-from omni_iceberg.toolchain import engine_config
-from omni_iceberg.toolchain.iceberg_rest import ensure_rest_jars
+from omni_iceberg import engine_config
+from tests.toolchain.iceberg_rest import ensure_rest_jars
 from spark_udfs.jars import ensure_jars
 from spark_udfs.session import build_spark_session
 

@@ -49,7 +49,7 @@ def test_an_edited_source_gets_a_new_jar_and_a_compile_error_names_the_file(tmp_
 
 def test_the_switch_leaves_the_extension_out(monkeypatch):
     from catalog_ext.config import OmniConfig
-    from omni_iceberg.toolchain.engine_config import spark_properties
+    from omni_iceberg.engine_config import spark_properties
 
     monkeypatch.setenv(X.SWITCH, "0")
     assert X.extension_jar() is None
@@ -71,7 +71,7 @@ def test_without_pyspark_the_settings_are_made_without_the_extension(monkeypatch
     import sys
 
     from catalog_ext.config import OmniConfig
-    from omni_iceberg.toolchain.engine_config import spark_properties
+    from omni_iceberg.engine_config import spark_properties
 
     monkeypatch.setitem(sys.modules, "pyspark", None)  # `import pyspark` now raises ImportError
     assert X.extension_jar() is None

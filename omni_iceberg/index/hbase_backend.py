@@ -13,7 +13,7 @@ Key design. Two HBase tables per logical table:
 Region pre-splitting: md5 and uuid4 bytes are uniform, so the entries table is split
 into :data:`PRESPLIT_REGIONS` regions on even first-byte boundaries when it is
 created (through HBase's RegionSplitter - Thrift 1 cannot pass split keys; see
-:func:`omni_iceberg.toolchain.hbase.presplit_table`). Without that, every write of a
+:func:`omni_iceberg.index.hbase_tools.presplit_table`). Without that, every write of a
 fresh table hits one region server until HBase splits it at 10 GB.
 
 Batch puts: writes go through ``Table.batch(batch_size=...)``, one Thrift call per

@@ -18,7 +18,7 @@ Values:
 ``OMNI_INDEX_TIMEOUT_MS`` (default 5000) bounds every HBase connect and call.
 ``OMNI_HBASE_CONF``, a folder holding the cluster's ``hbase-site.xml``, lets a new
 entries table be created pre-split (HBase's RegionSplitter runs locally with the jars
-from :mod:`omni_iceberg.toolchain.hbase`); without it the table starts as one region.
+from :mod:`omni_iceberg.index.hbase_tools`); without it the table starts as one region.
 Opened indexes are kept per (backend, table) for the life of the process: they hold
 caches of immutable records and, for HBase, a connection.
 """
@@ -118,7 +118,7 @@ def _presplit_from_env() -> Callable[[str, str, int], None] | None:
         raise ConfigError(f"OMNI_HBASE_CONF={conf!r} has no hbase-site.xml; point it at the cluster's conf folder")
 
     def presplit(table: str, family: str, regions: int) -> None:
-        from omni_iceberg.toolchain.hbase import ensure_hbase_jars, presplit_table
+        from omni_iceberg.index.hbase_tools import ensure_hbase_jars, presplit_table
 
         presplit_table(conf, ensure_hbase_jars(), table, family, regions)
 

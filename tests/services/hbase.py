@@ -1,12 +1,12 @@
 """A throwaway standalone HBase with its Thrift server, for tests: always stopped.
 
-Two JVMs from the jars :func:`omni_iceberg.toolchain.hbase.ensure_hbase_jars` fetches:
+Two JVMs from the jars :func:`omni_iceberg.index.hbase_tools.ensure_hbase_jars` fetches:
 ``HMaster start`` runs master, region server and ZooKeeper in one JVM (standalone
 mode, data in a private temp folder), then ``ThriftServer start`` serves Thrift 1 -
 what ``happybase`` speaks - on a free port of 127.0.0.1. Ready means: a happybase
 client lists tables through Thrift, which needs the master to be up too.
 
-Start-up is slow (~30 s per JVM on 2 busy cores, per TOOLCHAIN.md), so tests share one
+Start-up is slow (about half a minute per JVM on a busy machine), so tests share one
 server per session. Logs stay in the temp folder and their tail is shown when start-up
 fails.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omni_iceberg.toolchain import hbase as toolchain
+from tests.toolchain import hbase as toolchain
 from tests.services import free_port
 from tests.services.jvm import JvmServer
 

