@@ -33,21 +33,10 @@ written from Python (plain ``.metadata.json`` + a row with ``iceberg_type='VIEW'
 NULL ``previous_metadata_location``) is read by Spark: ``SELECT``, ``SHOW VIEWS``,
 ``SHOW TBLPROPERTIES``. pyiceberg's SqlCatalog has no view API (NotImplementedError).
 
-Start-up cost, measured on the 2-core development machine (OpenJDK 17, PostgreSQL
-catalog, 1,000-row table written by pyiceberg, 3 runs, machine otherwise quiet):
-
-=========================  =====================  ==========================
-step                       fast JVM flags         JVM defaults
-=========================  =====================  ==========================
-``build_spark_session``    2.5-2.6 s (4.0 cold)   3.0 s
-first query (count, sum)   3.9-4.1 s              4.6 s
-second small query         0.3 s                  1.0 s
-=========================  =====================  ==========================
-
-The first query pays for loading the Iceberg catalog classes, the JDBC connection and
-the scan planning. Under load from other developers TOOLCHAIN saw ~7 s + ~5 s with the
-fast flags and about twice that without them. The pytest ``spark`` fixture (PostgreSQL
-+ session) takes ~3.5 s.
+Start-up: a local session's JVMs run with :data:`FAST_JVM_FLAGS` (C1 only, serial
+collector), which start faster than the JVM defaults; the first query also pays for
+loading the Iceberg catalog classes, the JDBC connection and the scan planning. What a
+session's start costs is measured in benchmarks/RESULTS.md (``spark_fusion``).
 """
 
 from __future__ import annotations
@@ -70,7 +59,7 @@ from spark_udfs.jars import ensure_jars
 if TYPE_CHECKING:  # pragma: no cover - typing only; pyspark stays an optional extra
     from pyspark.sql import SparkSession
 
-#: JVM flags that halve start-up on small machines (C1 only, no parallel GC threads).
+#: JVM flags for a faster start (C1 only, no parallel GC threads).
 FAST_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 #: Settings that make a join of tables bucketed alike (e.g. ``(append_name,

@@ -1,8 +1,9 @@
 """The embedded index backend: one LMDB environment per logical table, no server.
 
-Why LMDB: a B+tree in a memory map gives ~3-5 us point reads from a warm cache
-(measured on 2M md5 keys, see TOOLCHAIN.md), readers never block writers, and several
-processes can share one environment safely (its own lock file). Entries live in a named
+Why LMDB: a B+tree in a memory map answers a point read from the page cache with no
+server round trip (what a lookup costs: ``index`` in benchmarks/RESULTS.md), readers
+never block writers, and several processes can share one environment safely (its own
+lock file). Entries live in a named
 database ``entries`` whose keys are ``id (16 bytes) + file key (8 bytes)``: all
 locations of one id are adjacent, so a lookup is one cursor ``set_range`` and a sorted
 batch of ids is one forward walk. Meta records live in a second database ``meta``.

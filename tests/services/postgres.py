@@ -2,7 +2,7 @@
 
 PostgreSQL is the catalog database whenever Spark and pyiceberg share a catalog: with
 SQLite, Iceberg's Java JdbcCatalog holds a read lock for the whole Spark session and
-every pyiceberg commit fails with ``database is locked`` (see TOOLCHAIN notes).
+every pyiceberg commit fails with ``database is locked`` (see :mod:`spark_udfs.session`).
 
 The cluster lives in a private temp folder (data, log and Unix socket), listens on
 127.0.0.1 on a free port, trusts every local connection and runs with ``fsync=off``:
