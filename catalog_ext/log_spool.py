@@ -43,6 +43,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import pyarrow as pa
 
 from catalog_ext import settings
+from catalog_ext.config import OmniConfig
 
 #: snapshot-summary key naming the spool file an append came from
 TOKEN_PROPERTY = "omni.spool-token"
@@ -240,8 +241,9 @@ class LogSpool:
             os.close(fd)  # closing releases the lock
 
 
-def spool_for(omni: Any, name: str) -> LogSpool:
-    return LogSpool(omni.config.home, omni.config.catalog_uri, name)
+def spool_for(config: OmniConfig, name: str) -> LogSpool:
+    """The spool of system table ``name`` for ``config``'s catalog, under its home."""
+    return LogSpool(config.home, config.catalog_uri, name)
 
 
 def _encode(row: dict[str, Any]) -> dict[str, Any]:

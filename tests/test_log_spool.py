@@ -42,7 +42,7 @@ def _snapshots(omni) -> int:
 
 
 def test_queries_spool_until_due_then_one_commit_holds_them_all(omni):
-    spool = spool_for(omni, system_tables.QUERY_LOG)
+    spool = spool_for(omni.config, system_tables.QUERY_LOG)
     for i in range(4):
         omni.query(f"SELECT count(*) AS n FROM web WHERE _ai_append_name_ <> 'x{i}'")
     assert spool.pending() == 4 and _log_rows(omni) == [] and _snapshots(omni) == 0
@@ -64,7 +64,7 @@ def test_an_old_spool_is_flushed_by_the_next_query(omni, monkeypatch):
 def test_one_commit_per_query_when_asked(omni, monkeypatch):
     monkeypatch.setenv("OMNI_QUERY_LOG_FLUSH_ROWS", "1")
     omni.query("SELECT count(*) AS n FROM web")
-    assert len(_log_rows(omni)) == 1 and not spool_for(omni, system_tables.QUERY_LOG).path.exists()
+    assert len(_log_rows(omni)) == 1 and not spool_for(omni.config, system_tables.QUERY_LOG).path.exists()
 
 
 def test_reading_the_log_through_omni_sees_spooled_rows_and_the_cli_flushes(omni, capsys):
@@ -80,7 +80,7 @@ def test_reading_the_log_through_omni_sees_spooled_rows_and_the_cli_flushes(omni
 
 
 def test_a_flusher_that_died_after_its_commit_leaves_no_duplicate(omni):
-    spool = spool_for(omni, system_tables.QUERY_LOG)
+    spool = spool_for(omni.config, system_tables.QUERY_LOG)
     omni.query("SELECT count(*) AS n FROM web")
     # what a flusher leaves when it dies between its append and deleting its file
     token = "0" * 32
@@ -102,7 +102,7 @@ def test_a_flusher_that_died_after_its_commit_leaves_no_duplicate(omni):
 
 
 def test_a_torn_line_is_kept_aside_and_the_rest_flushed(omni, capsys):
-    spool = spool_for(omni, system_tables.QUERY_LOG)
+    spool = spool_for(omni.config, system_tables.QUERY_LOG)
     omni.query("SELECT count(*) AS n FROM web")
     with open(spool.path, "ab") as f:
         f.write(b'{"query_id": "torn", "ki\n')
@@ -176,7 +176,7 @@ def test_rows_spooled_under_one_spelling_are_flushed_under_another(omni, capsys)
     assert _log_rows(omni) == []
     assert main(["--home", str(home), "--catalog", other, "flush-log", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"flushed_rows": 2}
-    assert len(_log_rows(omni)) == 2 and spool_for(omni, system_tables.QUERY_LOG).pending() == 0
+    assert len(_log_rows(omni)) == 2 and spool_for(omni.config, system_tables.QUERY_LOG).pending() == 0
 
 
 def test_rows_left_in_an_old_style_folder_are_flushed_and_the_folder_goes(omni):
@@ -193,7 +193,7 @@ def test_rows_left_in_an_old_style_folder_are_flushed_and_the_folder_goes(omni):
     system_tables.append_rows(omni.catalog, system_tables.QUERY_LOG, [row], snapshot_properties={TOKEN_PROPERTY: committed})
     (legacy / "query_log.lock").touch()
     omni.query("SELECT count(*) AS n FROM web")  # a row of this version, in its own folder
-    spool = spool_for(omni, system_tables.QUERY_LOG)
+    spool = spool_for(omni.config, system_tables.QUERY_LOG)
     assert spool.dir != legacy and spool.pending() == 5
     assert omni.flush_query_log() == 4
     ids = [r["query_id"] for r in _log_rows(omni)]

@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +33,9 @@ from omni_iceberg.explore.guard import QueryError, parse_column_name, parse_cond
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, engine_message, load_physical, plan_query
 from omni_iceberg.ui.formatting import jsonable
 from omni_iceberg.ui.progress import progress_bar
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 MANIFEST = "_omni_export_manifest.json"
 PART_ROWS = 100_000
@@ -75,7 +78,7 @@ def export_query(ns: str, table: str, columns: list[str] | None, where: str | No
     return select
 
 
-def export(omni: Any, name: str, columns: list[str] | None, where: str | None, fmt: str, out_dir: str,
+def export(ctx: OmniContext, name: str, columns: list[str] | None, where: str | None, fmt: str, out_dir: str,
            as_of: int | None = None, progress: bool | None = None, expected: dict[str, Any] | None = None
            ) -> ExportResult:
     if fmt not in ("parquet", "jsonl"):
@@ -86,18 +89,18 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
     ns, table = split_qualified(name)
     workers = _writers()
     started = time.perf_counter()
-    plan = plan_query(omni, export_query(ns, table, columns, where), as_of)
+    plan = plan_query(ctx, export_query(ns, table, columns, where), as_of)
     if len(plan.ctx.tables) != 1:
         raise ExportError("export reads exactly one logical table")
     alias, bound = next(iter(plan.ctx.tables.items()))
     state = bound.state
     batches = plan.ctx.batches.get(alias) or [b.name for b in state.batches]
     sql = plan.sql("duckdb")
-    _check_binds(omni, plan, sql)  # an error in --where is reported before the folder exists
+    _check_binds(ctx, plan, sql)  # an error in --where is reported before the folder exists
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     files, total = [], 0
-    parts = list(_partitions(omni, plan, batches))
+    parts = list(_partitions(ctx, plan, batches))
     bar = progress_bar(progress, f"export {state.table.identifier}", "part", total=len(parts))
     replayed = _replayed_pieces(expected)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="omni-export")
@@ -144,7 +147,7 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
         "feature_versions": {f.name: f.version for f in state.features if f.current},
         "columns": columns, "where": where, "batches": batches, "format": fmt, "rows": total, "files": files,
         "created_at": datetime.now(timezone.utc).isoformat(), "pyarrow": pa.__version__,
-        "engine_reads": _engine_reads(omni, state, columns, where, batches),
+        "engine_reads": _engine_reads(ctx, state, columns, where, batches),
     }
     if expected is not None:
         _verify(expected, manifest)
@@ -152,16 +155,17 @@ def export(omni: Any, name: str, columns: list[str] | None, where: str | None, f
     # retention keeps (or refuses to expire) the version a manifest pins while the manifest exists
     from catalog_ext.pins import record_pin
 
-    view = omni.store.views.load_view(state.table.namespace, state.table.name)
-    record_pin(omni.catalog, view.metadata["location"], state.table.identifier, state.version, out / MANIFEST)
+    view = ctx.store.views.load_view(state.table.namespace, state.table.name)
+    record_pin(ctx.catalog, view.metadata["location"], state.table.identifier, state.version, out / MANIFEST)
     from omni_iceberg.explore.query_log import log_query
 
-    log_query(omni, plan, kind="export", engine="local", rows=total,
+    log_query(ctx, plan, kind="export", engine="local", rows=total,
               latency_ms=int((time.perf_counter() - started) * 1000))
     return ExportResult(str(out), manifest)
 
 
-def export_from_manifest(omni: Any, manifest_path: str, out_dir: str, progress: bool | None = None) -> ExportResult:
+def export_from_manifest(ctx: OmniContext, manifest_path: str, out_dir: str,
+                         progress: bool | None = None) -> ExportResult:
     """Re-create an export exactly: same version, filter and columns; checksums verified."""
     path = Path(manifest_path)
     if path.is_dir():
@@ -178,10 +182,10 @@ def export_from_manifest(omni: Any, manifest_path: str, out_dir: str, progress: 
     # checks as a command line's (export_query), and the version must be a number
     if not isinstance(version, int) or not isinstance(table, str) or not isinstance(where, (str, type(None))):
         raise ExportError(f"{path}: logical_version must be a number, logical_table and where text")
-    return export(omni, table, columns, where, fmt, out_dir, as_of=version, progress=progress, expected=m)
+    return export(ctx, table, columns, where, fmt, out_dir, as_of=version, progress=progress, expected=m)
 
 
-def _engine_reads(omni: Any, state: Any, columns: list[str] | None, where: str | None,
+def _engine_reads(ctx: OmniContext, state: Any, columns: list[str] | None, where: str | None,
                   batches: list[str] | None) -> dict[str, str]:
     """The same rows from Spark SQL and Trino: a SELECT on the version's pinned view.
 
@@ -191,7 +195,7 @@ def _engine_reads(omni: Any, state: Any, columns: list[str] | None, where: str |
     from catalog_ext.pinned_views import engine_reads, pinned_views
 
     ns, table = state.table.namespace, state.table.name
-    reads = engine_reads(omni.config.catalog_name, ns, table, state.version, pinned_views(omni.store, ns, table))
+    reads = engine_reads(ctx.config.catalog_name, ns, table, state.version, pinned_views(ctx.store, ns, table))
     select = ", ".join(columns) if columns else "*"
     filters = [f"({where})"] if where else []
     if batches and set(batches) != {b.name for b in state.batches}:
@@ -211,7 +215,7 @@ def _verify(expected: dict[str, Any], got: dict[str, Any]) -> None:
                           f"({expected.get('pyarrow')} -> {pa.__version__})")
 
 
-def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
+def _partitions(ctx: OmniContext, plan: QueryPlan, batches: list[str]):
     """(batch, first bucket, {scan local name: (scan, tasks)}) for every part holding rows.
 
     Each physical table is planned ONCE for all exported batches (its manifests read
@@ -236,7 +240,7 @@ def _partitions(omni: Any, plan: QueryPlan, batches: list[str]):
             expr = _to_iceberg(f, plan.ctx, state, scan.table.key)
             if expr is not None:
                 row_filter = And(row_filter, expr)
-        table = load_physical(omni, plan, scan.table)
+        table = load_physical(ctx, plan, scan.table)
         ice_scan, by_bucket = iceberg_io.scan_tasks_by_bucket(table, scan.table.snapshot_id, tuple(scan.columns),
                                                               row_filter)
         for bucket, tasks in by_bucket.items():
@@ -303,7 +307,7 @@ def _run_duckdb(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
         con.close()
 
 
-def _check_binds(omni: Any, plan: QueryPlan, sql: str) -> None:
+def _check_binds(ctx: OmniContext, plan: QueryPlan, sql: str) -> None:
     """Run the export's query on empty scans of its tables: DuckDB binds it as it will for the data.
 
     An aggregate in ``--where`` or a comparison of text with a number fails here, before
@@ -313,7 +317,7 @@ def _check_binds(omni: Any, plan: QueryPlan, sql: str) -> None:
 
     empty = {}
     for scan in plan.scans:
-        table = load_physical(omni, plan, scan.table)
+        table = load_physical(ctx, plan, scan.table)
         ice = table.scan(snapshot_id=scan.table.snapshot_id, selected_fields=tuple(scan.columns))
         empty[scan.local_name] = iceberg_io.read_tasks(ice, [])
     _run_duckdb(sql, empty)

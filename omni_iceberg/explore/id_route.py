@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,6 +25,9 @@ from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 #: more ids than this and a scan of their buckets is as cheap as position reads
 MAX_IDS = 10_000
@@ -74,15 +77,15 @@ class IndexRoute:
         return f"scanned for {len(self.ids)} id(s): {self.reasons.get(key) or 'index not used'}"
 
 
-def plan_route(omni: Any, state: FamilyState, ids: list[str], keys: list[str]) -> IndexRoute:
+def plan_route(context: OmniContext, state: FamilyState, ids: list[str], keys: list[str]) -> IndexRoute:
     """Decide per physical table whether the index can answer (authoritative at its pinned snapshot)."""
     from omni_iceberg.index.select import open_index
 
     try:
-        index = open_index(omni.config, state.table.identifier)
+        index = open_index(context.config, state.table.identifier)
     except Exception as e:  # noqa: BLE001 - an unreachable index only costs the faster path
         return IndexRoute(ids, "unavailable", None, {k: f"the id index cannot be opened ({e})" for k in keys})
-    route = IndexRoute(ids, index.backend.location, index.at(omni.catalog, state))
+    route = IndexRoute(ids, index.backend.location, index.at(context.catalog, state))
     for key in keys:
         if state.physical_table(key).snapshot_id is None:
             route.reasons[key] = "the table has no data yet"

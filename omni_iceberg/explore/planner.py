@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import sqlglot
@@ -33,6 +33,9 @@ from omni_iceberg.explore.rules import QueryContext, run_rules
 from omni_iceberg.explore.rules.context import leaf_paths
 from omni_iceberg.explore.rules.push_predicates import rejects_null
 from omni_iceberg.explore.scope import check_generated, replacement, rewrite_sources
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 _DELETE_COUNTS = ("total-delete-files", "total-position-deletes", "total-equality-deletes")
 
@@ -169,19 +172,19 @@ class QueryPlan:
         return "\n".join(lines)
 
 
-def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> QueryPlan:
+def plan_query(context: OmniContext, sql: str | exp.Query, as_of: int | None = None) -> QueryPlan:
     """Plan logical SQL text (or a query tree omni built itself, e.g. for export)."""
-    catalog = getattr(omni, "catalog", None)
+    catalog = getattr(context, "catalog", None)
     loaded: dict[str, Any] = {}
 
     def load(ns: str, name: str, version: int | None) -> FamilyState:
-        return omni.store.load(ns, name, version)
+        return context.store.load(ns, name, version)
 
     known: list[str] = []
 
     def known_tables() -> list[str]:
         if not known:
-            known.extend(omni.store.list_tables())
+            known.extend(context.store.list_tables())
         return known
 
     def row_count(table: PhysicalTable) -> int | None:
@@ -217,25 +220,25 @@ def plan_query(omni: Any, sql: str | exp.Query, as_of: int | None = None) -> Que
                                       local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
         ids = pinned_ids(ctx, alias) if catalog is not None else None
         if ids is not None:
-            route = plan_route(omni, state, ids, list(needed))
+            route = plan_route(context, state, ids, list(needed))
             for scan in scans:
                 if scan.alias == alias:
                     scan.route = route
     for alias, system in ctx.system.items():
-        if system.name == "query_log" and getattr(omni, "config", None) is not None:
+        if system.name == "query_log" and getattr(context, "config", None) is not None:
             from omni_iceberg.explore.query_log import flush_query_log
 
-            flush_query_log(omni)  # the spooled rows too: a query sees every query before it
+            flush_query_log(context)  # the spooled rows too: a query sees every query before it
         snapshot = _system_snapshot(catalog, system.identifier, loaded)
         table = PhysicalTable(key=f"system_{system.name}", identifier=system.identifier, group="system",
                               snapshot_id=snapshot)
         scans.append(PhysicalScan(alias, table, list(system.columns),
                                   local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
     plan = QueryPlan(ctx, scans, loaded)
-    if catalog is not None and getattr(omni, "config", None) is not None:
+    if catalog is not None and getattr(context, "config", None) is not None:
         from omni_iceberg.hot.route import decide
 
-        plan.hot = decide(omni, ctx)
+        plan.hot = decide(context, ctx)
     return plan
 
 
@@ -297,14 +300,14 @@ def _to_iceberg(cond: exp.Expression, ctx: QueryContext, state: FamilyState, key
     return None
 
 
-def load_physical(omni: Any, plan: QueryPlan, table: PhysicalTable) -> Any:
+def load_physical(context: OmniContext, plan: QueryPlan, table: PhysicalTable) -> Any:
     """The pyiceberg table behind a scan (loaded once per plan)."""
     if table.identifier not in plan.loaded:
-        plan.loaded[table.identifier] = omni.catalog.load_table(table.identifier)
+        plan.loaded[table.identifier] = context.catalog.load_table(table.identifier)
     return plan.loaded[table.identifier]
 
 
-def scan_arrow(omni: Any, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
+def scan_arrow(context: OmniContext, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
     from pyiceberg.expressions import AlwaysTrue, And, In
 
     if scan.alias in plan.ctx.system:
@@ -315,7 +318,7 @@ def scan_arrow(omni: Any, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
         return plan.loaded[scan.table.identifier].scan(snapshot_id=scan.table.snapshot_id).to_arrow()
     state = plan.ctx.tables[scan.alias].state
     if scan.route is not None and scan.route.uses_index(scan.table.key):
-        rows = read_through_index(scan.route, scan.table.key, load_physical(omni, plan, scan.table), scan.columns,
+        rows = read_through_index(scan.route, scan.table.key, load_physical(context, plan, scan.table), scan.columns,
                                   scan.batches)
         if rows is not None:
             return rows
@@ -328,7 +331,7 @@ def scan_arrow(omni: Any, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
             row_filter = And(row_filter, expr)
     from catalog_ext import iceberg_io
 
-    table = load_physical(omni, plan, scan.table)
+    table = load_physical(context, plan, scan.table)
     return iceberg_io.scan_to_arrow(table, row_filter, scan.table.snapshot_id, tuple(scan.columns))
 
 
@@ -336,7 +339,7 @@ def scan_arrow(omni: Any, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
 READ_THREADS = 4
 
 
-def scan_all(omni: Any, plan: QueryPlan) -> dict[str, pa.Table]:
+def scan_all(context: OmniContext, plan: QueryPlan) -> dict[str, pa.Table]:
     """Every scan of the plan as Arrow, by local name; several tables are read at once.
 
     Why: a query over columns spread across column groups reads one table per group, and
@@ -348,24 +351,24 @@ def scan_all(omni: Any, plan: QueryPlan) -> dict[str, pa.Table]:
     """
     scans = plan.scans
     if len(scans) < 2 or any(s.alias in plan.ctx.system or s.route is not None for s in scans):
-        return {s.local_name: scan_arrow(omni, plan, s) for s in scans}
+        return {s.local_name: scan_arrow(context, plan, s) for s in scans}
     for s in scans:
-        load_physical(omni, plan, s.table)
+        load_physical(context, plan, s.table)
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(scans)), thread_name_prefix="omni-scan") as pool:
-        futures = {s.local_name: pool.submit(scan_arrow, omni, plan, s) for s in scans}
+        futures = {s.local_name: pool.submit(scan_arrow, context, plan, s) for s in scans}
         return {name: f.result() for name, f in futures.items()}
 
 
-def execute_local(omni: Any, plan: QueryPlan) -> pa.Table:
+def execute_local(context: OmniContext, plan: QueryPlan) -> pa.Table:
     """Run the plan on a locked embedded DuckDB over Arrow scans of the pinned snapshots."""
     import duckdb
 
     from omni_iceberg.explore.sandbox import locked_duckdb
 
     sql = plan.sql("duckdb")
-    con = locked_duckdb(scan_all(omni, plan))
+    con = locked_duckdb(scan_all(context, plan))
     try:
         return plain_numbers(con.sql(sql).to_arrow_table())
     except duckdb.Error as e:
@@ -380,11 +383,11 @@ def engine_message(error: Exception) -> str:
     return lines[0] if lines else type(error).__name__
 
 
-def execute_spark(omni: Any, plan: QueryPlan) -> pa.Table:
+def execute_spark(context: OmniContext, plan: QueryPlan) -> pa.Table:
     """Run the plan on Spark through the engine registry's SQL executor (no Spark import here)."""
     from omni_iceberg import engines
 
-    return engines.sql_executor("spark")(omni, plan.sql("spark"))
+    return engines.sql_executor("spark")(context, plan.sql("spark"))
 
 
 def _try_hot(plan: QueryPlan) -> pa.Table | None:
@@ -401,18 +404,18 @@ def _try_hot(plan: QueryPlan) -> pa.Table | None:
         return None
 
 
-def run_query(omni: Any, sql: str, as_of: int | None = None, engine: str = "local") -> pa.Table:
+def run_query(context: OmniContext, sql: str, as_of: int | None = None, engine: str = "local") -> pa.Table:
     """Plan, execute and log one logical query."""
     from omni_iceberg.explore.query_log import log_query
 
     started = time.perf_counter()
-    plan = plan_query(omni, sql, as_of)
+    plan = plan_query(context, sql, as_of)
     result = None
     if engine == "local" and plan.hot is not None and plan.hot.use:
         result = _try_hot(plan)
         engine = "hot" if result is not None else engine
     if result is None:
-        result = execute_spark(omni, plan) if engine == "spark" else execute_local(omni, plan)
-    log_query(omni, plan, kind="sql", engine=engine, rows=result.num_rows,
+        result = execute_spark(context, plan) if engine == "spark" else execute_local(context, plan)
+    log_query(context, plan, kind="sql", engine=engine, rows=result.num_rows,
               latency_ms=int((time.perf_counter() - started) * 1000))
     return result

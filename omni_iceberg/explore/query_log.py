@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalog_ext import system_tables
 from catalog_ext.log_spool import spool_for
 from catalog_ext.redact import redact
 
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
-def log_query(omni: Any, plan: Any, *, kind: str, engine: str, rows: int, latency_ms: int) -> None:
+
+def log_query(ctx: OmniContext, plan: Any, *, kind: str, engine: str, rows: int, latency_ms: int) -> None:
     """Append one row per logical table read; the SQL is stored redacted (it may quote a secret)."""
     now = datetime.now(timezone.utc)
     qid = uuid.uuid4().hex[:16]
@@ -31,12 +34,12 @@ def log_query(omni: Any, plan: Any, *, kind: str, engine: str, rows: int, latenc
             "physical_tables": json.dumps([s.table.identifier for s in plan.scans if s.alias == alias]),
             "engine": engine, "rows": rows, "latency_ms": latency_ms, "sql": redact(plan.ctx.sql)[:4000], "at": now,
         })
-    if getattr(omni, "config", None) is None:  # a bare catalog holder (tests of the planner): no home to spool in
-        system_tables.append_rows(omni.catalog, system_tables.QUERY_LOG, records)
+    if getattr(ctx, "config", None) is None:  # a bare catalog holder (tests of the planner): no home to spool in
+        system_tables.append_rows(ctx.catalog, system_tables.QUERY_LOG, records)
         return
-    spool_for(omni, system_tables.QUERY_LOG).add(omni.catalog, records)  # none for system-only queries
+    spool_for(ctx.config, system_tables.QUERY_LOG).add(ctx.catalog, records)  # none for system-only queries
 
 
-def flush_query_log(omni: Any) -> int:
+def flush_query_log(ctx: OmniContext) -> int:
     """Push every spooled log row into ``omni_sys.query_log`` now; returns how many."""
-    return spool_for(omni, system_tables.QUERY_LOG).flush(omni.catalog)
+    return spool_for(ctx.config, system_tables.QUERY_LOG).flush(ctx.catalog)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,9 @@ from omni_iceberg.index.core import EntryRows, IdIndex, IndexView, TableEntries
 from omni_iceberg.index.inline import count_distinct, decode_column_arrays, decode_row, distinct_small
 from omni_iceberg.index.keys import ID_BYTES, check_ids
 from omni_iceberg.explore.reader import coalesce_parts, logical_of
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 FOUND_COLUMN = "_found"
 #: from this many rows of a table on, inline values are decoded as whole arrays
@@ -83,8 +86,9 @@ class Lookup:
         return "\n".join(lines)
 
 
-def get_rows(omni: Any, name: str, ids: Sequence[str], columns: list[str] | None = None, as_of: int | None = None,
-             explain: bool = False, index: IdIndex | str | None = None) -> pa.Table | Lookup:
+def get_rows(ctx: OmniContext, name: str, ids: Sequence[str], columns: list[str] | None = None,
+             as_of: int | None = None, explain: bool = False, index: IdIndex | str | None = None
+             ) -> pa.Table | Lookup:
     """Logical rows of ``name`` for ``ids`` at version ``as_of`` (default latest).
 
     Returns a table with one row per distinct id, in the order asked, the requested
@@ -97,13 +101,14 @@ def get_rows(omni: Any, name: str, ids: Sequence[str], columns: list[str] | None
 
     Example::
 
-        >>> get_rows(omni, "web", ["9e107d9d372bb6826bd81d3542a419d6"], columns=["RawData.url"])  # doctest: +SKIP
+        >>> ctx = omni.context  # doctest: +SKIP
+        >>> get_rows(ctx, "web", ["9e107d9d372bb6826bd81d3542a419d6"], columns=["RawData.url"])  # doctest: +SKIP
     """
     wanted = check_ids(ids)
     ns, table = split_qualified(name)
-    state: FamilyState = omni.state(f"{ns}.{table}", as_of)
-    idx = index if isinstance(index, IdIndex) else _open(omni, state, index)
-    result = lookup_rows(omni.catalog, state, idx, wanted, columns)
+    state: FamilyState = ctx.state(f"{ns}.{table}", as_of)
+    idx = index if isinstance(index, IdIndex) else _open(ctx, state, index)
+    result = lookup_rows(ctx.catalog, state, idx, wanted, columns)
     return result if explain else result.rows
 
 
@@ -472,12 +477,6 @@ def data_file_io(catalog: Any, path: str) -> Any:
     return file_io(catalog, path)
 
 
-def _open(omni: Any, state: FamilyState, spec: str | None) -> IdIndex:
-    from omni_iceberg.index.select import open_index
-
-    return open_index(omni.config, state.table.identifier, spec)
-
-
 def _table_part(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str],
                 state: FamilyState, force_scan: bool = False, located: dict[str, list[Any]] | None = None
                 ) -> tuple[pa.Table, TableAccess]:
@@ -595,3 +594,9 @@ def _finish(state: FamilyState, joined: pa.Table, out_names: list[str], leaves: 
         order = {rid: i for i, rid in enumerate(wanted)}
         rank = np.fromiter(map(order.__getitem__, found.column(ID_COLUMN).to_pylist()), np.int64, found.num_rows)
     return found.take(pa.array(np.argsort(rank, kind="stable"), pa.int64()))
+
+
+def _open(ctx: OmniContext, state: FamilyState, spec: str | None) -> IdIndex:
+    from omni_iceberg.index.select import open_index
+
+    return open_index(ctx.config, state.table.identifier, spec)
