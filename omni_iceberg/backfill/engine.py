@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -49,6 +49,9 @@ from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import get_udf
 from omni_iceberg.ui.progress import progress_bar
 from omni_iceberg.explore.reader import iter_logical_slices
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 SLICE_ROWS = settings.value("OMNI_SLICE_ROWS")
 #: a backfill whose worker is killed for memory reruns with batches halved, down to 1/8
@@ -125,7 +128,7 @@ def _ts(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
 
-def unresolved_errors(omni: Any, state: FamilyState, features: list[str], error_classes: list[str] | None = None
+def unresolved_errors(ctx: OmniContext, state: FamilyState, features: list[str], error_classes: list[str] | None = None
                       ) -> tuple[dict[tuple[str, str], set[str]], int]:
     """Failed records of the current feature versions that still have no value; and the retry's round.
 
@@ -136,7 +139,7 @@ def unresolved_errors(omni: Any, state: FamilyState, features: list[str], error_
     failures, so a retry of records an earlier retry left failing is a new run, not
     that committed run again.
     """
-    errors = system_tables.read_rows(omni.catalog, system_tables.ERRORS,
+    errors = system_tables.read_rows(ctx.catalog, system_tables.ERRORS,
                                      f"logical_table == '{state.table.identifier}'").to_pylist()
     failed: dict[tuple[str, str], set[str]] = {}
     attempt = 1
@@ -151,7 +154,7 @@ def unresolved_errors(omni: Any, state: FamilyState, features: list[str], error_
             continue
         attempt = max(attempt, len({r["run_id"] for r in rows}) + 1)
         table = state.physical_table(binding.table_key)
-        have = set(omni.catalog.load_table(table.identifier).scan(
+        have = set(ctx.catalog.load_table(table.identifier).scan(
             snapshot_id=table.snapshot_id, selected_fields=(ID_COLUMN,)).to_arrow().column(0).to_pylist())
         for r in rows:
             if r[ID_COLUMN] not in have:
@@ -159,19 +162,19 @@ def unresolved_errors(omni: Any, state: FamilyState, features: list[str], error_
     return failed, attempt
 
 
-def retry_failed(omni: Any, name: str, features: list[str], *, error_classes: list[str] | None = None,
+def retry_failed(ctx: OmniContext, name: str, features: list[str], *, error_classes: list[str] | None = None,
                  **kwargs: Any) -> BackfillReport:
     """Recompute only the failed records of ``features`` on the local engine (optionally some exception classes)."""
-    return LocalBackfill(omni, isolation=kwargs.pop("isolation", "process")).retry_failed(
+    return LocalBackfill(ctx, isolation=kwargs.pop("isolation", "process")).retry_failed(
         name, features, error_classes, **kwargs)
 
 
-def backfill(omni: Any, name: str, features: list[str], batches: list[str] | None = None, *,
+def backfill(ctx: OmniContext, name: str, features: list[str], batches: list[str] | None = None, *,
              dry_run: bool = False, isolation: str = "process", max_error_ratio: float | None = None,
              progress: bool | None = None, command: str = "", has_gpu: bool | None = None,
              plan: BackfillPlan | None = None) -> BackfillReport:
     """Plan and (unless ``dry_run``) run a backfill on the local engine."""
-    return LocalBackfill(omni, isolation=isolation).run(
+    return LocalBackfill(ctx, isolation=isolation).run(
         name, features, batches, dry_run=dry_run, max_error_ratio=max_error_ratio, progress=progress,
         command=command, has_gpu=has_gpu, plan=plan)
 
@@ -194,7 +197,7 @@ def failed_run_hint(logical_table: str, run_id: str) -> str:
     return f"omni errors {logical_table} --run {run_id}"
 
 
-def run_errors(omni: Any, name: str, run_id: str | None = None, *, all_attempts: bool = False) -> pa.Table:
+def run_errors(ctx: OmniContext, name: str, run_id: str | None = None, *, all_attempts: bool = False) -> pa.Table:
     """Failed records of ``name`` (optionally one run) with the status of the attempt that recorded them.
 
     Failed attempts keep their records in ``omni_sys.errors`` too: ``run_status`` tells
@@ -202,9 +205,9 @@ def run_errors(omni: Any, name: str, run_id: str | None = None, *, all_attempts:
     yet). By default only the records of the attempt whose work on each unit stands are
     shown (see :func:`errors_of`).
     """
-    errors = omni.errors(name, run_id, all_attempts=all_attempts)
     ns, table = split_qualified(name)
-    runs = system_tables.read_rows(omni.catalog, system_tables.RUNS, f"logical_table == '{ns}.{table}'")
+    errors = errors_of(ctx.catalog, ctx.state(name).table.identifier, run_id or None, all_attempts=all_attempts)
+    runs = system_tables.read_rows(ctx.catalog, system_tables.RUNS, f"logical_table == '{ns}.{table}'")
     rows = runs.select(["run_id", "started_at", "finished_at", "status", "plan"]).to_pylist()
     by_attempt = {(r["run_id"], n): r["status"] for r in rows if (n := recorded_attempt(r)) is not None}
     # rows written before attempts were recorded: the attempt an error row belongs to is
@@ -260,18 +263,18 @@ class BackfillRun:
 
     Example::
 
-        run = BackfillRun(omni, state, plan, start_report(state, plan, "local", ""), LocalExecutor())
+        run = BackfillRun(omni.context, state, plan, start_report(state, plan, "local", ""), LocalExecutor())
         report = run.run_to_commit(command="backfill web --features quality")
     """
 
-    def __init__(self, omni: Any, state: FamilyState, plan: BackfillPlan, report: BackfillReport,
+    def __init__(self, ctx: OmniContext, state: FamilyState, plan: BackfillPlan, report: BackfillReport,
                  executor: UnitExecutor, *, max_error_ratio: float | None = None, progress: bool | None = None,
                  clock: PhaseClock | None = None):
         if plan.registrations:
             raise FeatureDefinitionError(
                 f"this plan registers built-ins first ({', '.join(d.key for d in plan.registrations.values())}); "
                 "run it through Omni.backfill or 'omni backfill', which register them and plan again")
-        self.omni, self.store, self.state, self.plan, self.report = omni, omni.store, state, plan, report
+        self.ctx, self.store, self.state, self.plan, self.report = ctx, ctx.store, state, plan, report
         #: phase timings; engines add their own phases (worker start, read, compute) to it
         self.clock = clock or PhaseClock()
         setup_started = time.perf_counter()
@@ -785,9 +788,9 @@ class LocalBackfill:
 
     name = "local"
 
-    def __init__(self, omni: Any, *, isolation: str = "process", **_ignored: Any):
+    def __init__(self, ctx: OmniContext, *, isolation: str = "process", **_ignored: Any):
         # other engines' options (a Spark master) mean nothing here: the registry passes them to every engine
-        self.omni = omni
+        self.ctx = ctx
         self.isolation = isolation
 
     def __enter__(self) -> LocalBackfill:
@@ -808,14 +811,14 @@ class LocalBackfill:
         clock = PhaseClock()
         with clock.span("plan_s"):
             ns, table = split_qualified(name)
-            state = self.omni.store.load(ns, table)
+            state = self.ctx.store.load(ns, table)
             plan = plan or plan_backfill(state, features, batches, has_gpu)
             report = start_report(state, plan, self.name, engine_reason)
         if plan.empty or dry_run:
             report.status = "nothing to do" if plan.empty else "dry run"
             return report
         with clock.span("plan_s"):
-            tuning = tune_run(self.omni, state, plan, definitions_of(state), slice_rows=SLICE_ROWS,
+            tuning = tune_run(self.ctx, state, plan, definitions_of(state), slice_rows=SLICE_ROWS,
                               max_shrink=MAX_MEMORY_SHRINK)
         report.tuning.extend(tuning.reasons)
         if tuning.parallelism > 1:
@@ -824,7 +827,7 @@ class LocalBackfill:
         shrink = tuning.shrink
         while True:
             executor = LocalExecutor(self.isolation, shrink, slice_rows=tuning.slice_rows)
-            run = BackfillRun(self.omni, state, plan, report, executor,
+            run = BackfillRun(self.ctx, state, plan, report, executor,
                               max_error_ratio=max_error_ratio, progress=progress, clock=clock)
             run.tuning = {**tuning.to_dict(), "shrink": shrink}
             # killed for memory: the same plan again (finished units resume from their
@@ -849,8 +852,8 @@ class LocalBackfill:
         from omni_iceberg.backfill.planner import plan_retry
 
         ns, table = split_qualified(name)
-        state = self.omni.store.load(ns, table)
-        failed, attempt = unresolved_errors(self.omni, state, features, error_classes)
+        state = self.ctx.store.load(ns, table)
+        failed, attempt = unresolved_errors(self.ctx, state, features, error_classes)
         plan = plan_retry(state, features, failed, attempt, kwargs.pop("has_gpu", None))
         return self.run(name, features, plan=plan, **kwargs)
 

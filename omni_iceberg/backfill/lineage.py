@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalog_ext import system_tables
 from catalog_ext.contract import split_qualified
 from catalog_ext.redact import redact_mapping
 from omni_iceberg.ui.graphs import Node
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 OPENLINEAGE_PRODUCER = "https://omni-iceberg.invalid/omni-iceberg"
 OPENLINEAGE_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
@@ -90,14 +93,14 @@ class LineageNode:
         return list(nodes.values()), sorted(set(edges))
 
 
-def lineage_tree(omni: Any, name: str, column: str) -> LineageNode:
+def lineage_tree(ctx: OmniContext, name: str, column: str) -> LineageNode:
     ns, table = split_qualified(name)
-    state = omni.state(f"{ns}.{table}")
+    state = ctx.state(f"{ns}.{table}")
     if not state.has_column(column):
         from catalog_ext.errors import SchemaConflictError
 
         raise SchemaConflictError(f"no column {column!r} in {ns}.{table}")
-    rows = system_tables.read_rows(omni.catalog, system_tables.LINEAGE,
+    rows = system_tables.read_rows(ctx.catalog, system_tables.LINEAGE,
                                    f"logical_table == '{ns}.{table}'").to_pylist()
 
     def node(path: str, seen: frozenset) -> LineageNode:
@@ -122,12 +125,12 @@ def lineage_tree(omni: Any, name: str, column: str) -> LineageNode:
     return node(column, frozenset({column}))
 
 
-def openlineage_events(omni: Any, name: str, run_id: str | None = None) -> list[dict[str, Any]]:
+def openlineage_events(ctx: OmniContext, name: str, run_id: str | None = None) -> list[dict[str, Any]]:
     """OpenLineage COMPLETE/FAIL run events with the columnLineage facet, one per backfill run."""
     ns, table = split_qualified(name)
     ident = f"{ns}.{table}"
-    runs = system_tables.read_rows(omni.catalog, system_tables.RUNS, f"logical_table == '{ident}'").to_pylist()
-    lineage = system_tables.read_rows(omni.catalog, system_tables.LINEAGE, f"logical_table == '{ident}'").to_pylist()
+    runs = system_tables.read_rows(ctx.catalog, system_tables.RUNS, f"logical_table == '{ident}'").to_pylist()
+    lineage = system_tables.read_rows(ctx.catalog, system_tables.LINEAGE, f"logical_table == '{ident}'").to_pylist()
     events = []
     for run in runs:
         if run_id and run["run_id"] != run_id:

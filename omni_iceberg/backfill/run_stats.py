@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 #: the message of a failed run the engine reran by itself starts with this (``omni runs --stats``
 #: counts those attempts apart); written by :class:`omni_iceberg.backfill.engine.BackfillRun`
@@ -49,14 +52,14 @@ def recorded_attempt(row: dict[str, Any]) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def runs_of(omni: Any, logical_table: str) -> list[dict[str, Any]]:
+def runs_of(ctx: OmniContext, logical_table: str) -> list[dict[str, Any]]:
     """Every attempt of every backfill run of ``logical_table``, oldest first, each with its ``attempt``.
 
     Rows from before attempts were recorded are numbered by their place among their run's rows.
     """
     from catalog_ext import system_tables
 
-    rows = system_tables.read_rows(omni.catalog, system_tables.RUNS,
+    rows = system_tables.read_rows(ctx.catalog, system_tables.RUNS,
                                    f"logical_table == '{logical_table}'").to_pylist()
     rows.sort(key=lambda r: (r["started_at"], r["finished_at"]))
     seen: dict[str, int] = defaultdict(int)

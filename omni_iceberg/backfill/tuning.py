@@ -29,9 +29,12 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalog_ext import settings
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 #: a slice should take about this long to compute (seconds)
 TARGET_SLICE_S = float(settings.value("OMNI_TARGET_SLICE_S"))
@@ -128,12 +131,12 @@ def _shrink_from_history(attempts: list[dict[str, Any]]) -> int:
     return 1
 
 
-def history_of(omni: Any, logical_table: str) -> list[dict[str, Any]]:
+def history_of(ctx: OmniContext, logical_table: str) -> list[dict[str, Any]]:
     """The table's latest attempts, each with its feature versions, tuning and duration."""
     from omni_iceberg.backfill.run_stats import runs_of
 
     out = []
-    for r in runs_of(omni, logical_table)[-HISTORY_ATTEMPTS:]:
+    for r in runs_of(ctx, logical_table)[-HISTORY_ATTEMPTS:]:
         try:
             plan = json.loads(r["plan"] or "{}")
         except ValueError:
@@ -157,11 +160,11 @@ def available_memory_mb() -> float | None:
     return None
 
 
-def tune_run(omni: Any, state: Any, plan: Any, defs: dict[str, Any], *, slice_rows: int,
+def tune_run(ctx: OmniContext, state: Any, plan: Any, defs: dict[str, Any], *, slice_rows: int,
              max_shrink: int) -> Tuning:
     """:func:`choose_tuning` for a planned run, from the table's history (never fails the run)."""
     try:
-        history = history_of(omni, state.table.identifier)
+        history = history_of(ctx, state.table.identifier)
     except Exception as e:  # noqa: BLE001 - a missing or unreadable runs table means no history
         history = []
         reason = f"no run history read ({type(e).__name__})"
