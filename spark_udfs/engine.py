@@ -24,7 +24,7 @@ files on the winner's snapshot, minus the units the winner already committed.
 
 Example::
 
-    with SparkBackfill(omni, master="spark://127.0.0.1:7077") as spark_engine:
+    with SparkBackfill(omni.context, master="spark://127.0.0.1:7077") as spark_engine:
         report = spark_engine.run("web", ["quality_score"])
 """
 
@@ -64,6 +64,8 @@ from spark_udfs import arrow_stage as A
 
 if TYPE_CHECKING:  # pragma: no cover - pyspark stays an optional extra
     from pyspark.sql import DataFrame, SparkSession
+
+    from omni_iceberg.context import OmniContext
 
 ENGINE = "spark"
 #: seconds to wait for a cluster's first executor before giving up with a ConfigError
@@ -573,10 +575,10 @@ class SparkBackfill:
     reachable - otherwise a :class:`~catalog_ext.errors.ConfigError` says what to fix.
     """
 
-    def __init__(self, omni: Any, *, spark: SparkSession | None = None, master: str | None = None,
+    def __init__(self, ctx: OmniContext, *, spark: SparkSession | None = None, master: str | None = None,
                  jar_cache_dir: Any = None, overrides: dict[str, Any] | None = None,
                  executor_wait_s: float = EXECUTOR_WAIT_S):
-        self.omni = omni
+        self.ctx = ctx
         self.master = master or "local[2]"
         self._spark = spark
         self._owned = False
@@ -594,10 +596,10 @@ class SparkBackfill:
                 # a session the caller already runs is used, never stopped by us
                 self._spark = active
                 return self.spark
-            self._spark = open_session(self.omni.config, self.master, **self._session_args)
+            self._spark = open_session(self.ctx.config, self.master, **self._session_args)
             self._owned = self._checked = True
         elif not self._checked:
-            check_session(self._spark, self.omni.config)
+            check_session(self._spark, self.ctx.config)
             self._checked = True
         return self._spark
 
@@ -619,7 +621,7 @@ class SparkBackfill:
         ns, table = split_qualified(name)
         if has_gpu is None:
             has_gpu = gpus_per_task(self.spark) is not None
-        return plan_backfill(self.omni.store.load(ns, table), features, batches, has_gpu)
+        return plan_backfill(self.ctx.store.load(ns, table), features, batches, has_gpu)
 
     def run(self, name: str, features: list[str], batches: list[str] | None = None, *, dry_run: bool = False,
             max_error_ratio: float | None = None, progress: bool | None = None, command: str = "",
@@ -628,7 +630,7 @@ class SparkBackfill:
         """Plan (unless ``plan`` is given) and run on Spark; ONE logical commit, like the local engine."""
         started = time.perf_counter()
         ns, table = split_qualified(name)
-        state = self.omni.store.load(ns, table)
+        state = self.ctx.store.load(ns, table)
         if plan is None:
             if has_gpu is None:
                 has_gpu = gpus_per_task(self.spark) is not None
@@ -639,13 +641,13 @@ class SparkBackfill:
             return report
         spark = self.spark
         ship_python_path(spark)
-        tuning = tune_run(self.omni, state, plan, definitions_of(state), slice_rows=SLICE_ROWS,
+        tuning = tune_run(self.ctx, state, plan, definitions_of(state), slice_rows=SLICE_ROWS,
                           max_shrink=MAX_MEMORY_SHRINK)
         report.tuning.extend(tuning.reasons)
-        executor = SparkExecutor(spark, self.omni.config.catalog_name, tuning)
+        executor = SparkExecutor(spark, self.ctx.config.catalog_name, tuning)
         report.plan["spark"] = {"master": spark.sparkContext.master, "stages": executor.stage_notes}
         # stage_notes fill as stages start and are saved with the run row
-        run = BackfillRun(self.omni, state, plan, report, executor, max_error_ratio=max_error_ratio,
+        run = BackfillRun(self.ctx, state, plan, report, executor, max_error_ratio=max_error_ratio,
                           progress=progress)
         run.tuning = tuning.to_dict()
         return run.run_to_commit(command or f"backfill {name} --features {','.join(features)} --engine spark",
@@ -655,8 +657,8 @@ class SparkBackfill:
                      **kwargs: Any) -> BackfillReport:
         """Recompute on Spark only the records ``features`` failed on (optionally some exception classes)."""
         ns, table = split_qualified(name)
-        state = self.omni.store.load(ns, table)
-        failed, attempt = unresolved_errors(self.omni, state, features, error_classes)
+        state = self.ctx.store.load(ns, table)
+        failed, attempt = unresolved_errors(self.ctx, state, features, error_classes)
         has_gpu = kwargs.pop("has_gpu", None)
         if has_gpu is None:
             has_gpu = gpus_per_task(self.spark) is not None
@@ -664,8 +666,8 @@ class SparkBackfill:
         return self.run(name, features, plan=plan, **kwargs)
 
 
-def spark_backfill(omni: Any, name: str, features: list[str], batches: list[str] | None = None, *,
+def spark_backfill(ctx: OmniContext, name: str, features: list[str], batches: list[str] | None = None, *,
                    spark: SparkSession | None = None, master: str | None = None, **kwargs: Any) -> BackfillReport:
-    """One backfill on Spark: ``SparkBackfill(omni, spark=..., master=...).run(...)``, session closed after."""
-    with SparkBackfill(omni, spark=spark, master=master) as engine:
+    """One backfill on Spark: ``SparkBackfill(ctx, spark=..., master=...).run(...)``, session closed after."""
+    with SparkBackfill(ctx, spark=spark, master=master) as engine:
         return engine.run(name, features, batches, **kwargs)

@@ -7,7 +7,10 @@ load the Spark modules when first called.
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
 
 def register() -> None:
@@ -20,7 +23,7 @@ def register() -> None:
         register_engine_operation("spark", operation, fn)
 
 
-def spark_engine(omni: Any, *, master: str | None = None, spark: Any = None, **options: Any) -> Any:
+def spark_engine(ctx: OmniContext, *, master: str | None = None, spark: Any = None, **options: Any) -> Any:
     """A :class:`~spark_udfs.engine.SparkBackfill` on ``master`` (or the session ``spark``).
 
     ``isolation`` (a local-engine option) is ignored: Spark isolates UDFs in its own
@@ -29,7 +32,7 @@ def spark_engine(omni: Any, *, master: str | None = None, spark: Any = None, **o
     from spark_udfs.engine import SparkBackfill
 
     options.pop("isolation", None)
-    return SparkBackfill(omni, spark=spark, master=master, **options)
+    return SparkBackfill(ctx, spark=spark, master=master, **options)
 
 
 def unavailable(config: Any) -> str | None:
@@ -44,11 +47,11 @@ def unavailable(config: Any) -> str | None:
 spark_engine.unavailable = unavailable  # type: ignore[attr-defined]
 
 
-def execute_sql(omni: Any, sql_text: str) -> Any:
+def execute_sql(ctx: OmniContext, sql_text: str) -> Any:
     """:func:`spark_udfs.sql.execute_sql`, imported on first call."""
     from spark_udfs.sql import execute_sql as run
 
-    return run(omni, sql_text)
+    return run(ctx, sql_text)
 
 
 def settings(config: Any) -> dict[str, str]:

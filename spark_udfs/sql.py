@@ -6,14 +6,17 @@ Registered as ``sql_executor("spark")`` in :mod:`omni_iceberg.engines` (through 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+if TYPE_CHECKING:
+    from omni_iceberg.context import OmniContext
 
-def execute_sql(omni: Any, sql_text: str) -> pa.Table:
-    """``sql_text`` (Spark dialect, physical tables at pinned snapshots) on a Spark session for omni's catalog."""
+
+def execute_sql(ctx: OmniContext, sql_text: str) -> pa.Table:
+    """``sql_text`` (Spark dialect, physical tables at pinned snapshots) on a Spark session for ``ctx``'s catalog."""
     from spark_udfs.session import build_spark_session
 
-    spark = build_spark_session(omni.config)
+    spark = build_spark_session(ctx.config)
     return pa.Table.from_pandas(spark.sql(sql_text).toPandas(), preserve_index=False)
