@@ -7,14 +7,15 @@ no argument that call :func:`register_backfill_engine` / :func:`register_sql_exe
 / :func:`register_engine_operation`. The group is loaded once, lazily, the first time a
 name is not yet known, so a plain ``import omni_iceberg`` starts no engine.
 
-A backfill engine factory is called as ``factory(omni, **options)`` and returns a
+A backfill engine factory is called as ``factory(ctx, **options)`` (``ctx``: the catalog's
+:class:`~omni_iceberg.context.OmniContext`) and returns a
 :class:`~omni_iceberg.backfill.protocol.BackfillEngine` (a context manager with
-``run`` and ``retry_failed``). A SQL executor is ``fn(omni, sql_text) -> pyarrow.Table``
+``run`` and ``retry_failed``). A SQL executor is ``fn(ctx, sql_text) -> pyarrow.Table``
 for SQL already rewritten to the engine's dialect. An engine operation is any other
 function of an engine the core calls by name, with the arguments :data:`OPERATIONS`
 lists (governance's rewrites on Spark, the settings ``omni spark-config`` writes).
 
->>> register_sql_executor("echo", lambda omni, sql: sql)
+>>> register_sql_executor("echo", lambda ctx, sql: sql)
 >>> sql_executor("echo")(None, "SELECT 1")
 'SELECT 1'
 >>> sql_executor("no-such-engine")  # doctest: +ELLIPSIS
@@ -60,7 +61,7 @@ _load_errors: dict[str, str] = {}
 
 
 def register_backfill_engine(name: str, factory: BackfillEngineFactory) -> None:
-    """Make ``factory(omni, **options)`` the backfill engine called ``name`` (last registration wins).
+    """Make ``factory(ctx, **options)`` the backfill engine called ``name`` (last registration wins).
 
     A factory may carry ``factory.unavailable(config) -> str | None``: why the engine
     cannot run for that configuration here (``--engine auto`` then stays local).
@@ -70,7 +71,7 @@ def register_backfill_engine(name: str, factory: BackfillEngineFactory) -> None:
 
 
 def register_sql_executor(name: str, fn: SqlExecutor) -> None:
-    """Make ``fn(omni, sql_text) -> pyarrow.Table`` the SQL executor called ``name``."""
+    """Make ``fn(ctx, sql_text) -> pyarrow.Table`` the SQL executor called ``name``."""
     with _lock:
         _SQL[name] = fn
 
@@ -89,7 +90,7 @@ def backfill_engine(name: str) -> BackfillEngineFactory:
 
 
 def sql_executor(name: str) -> SqlExecutor:
-    """The SQL executor ``name`` (``fn(omni, sql_text) -> pyarrow.Table``)."""
+    """The SQL executor ``name`` (``fn(ctx, sql_text) -> pyarrow.Table``)."""
     return _lookup(_SQL, name, "SQL executor")
 
 
