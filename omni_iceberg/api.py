@@ -20,7 +20,6 @@ the governance verbs live in :mod:`governance.verbs`.
 
 from __future__ import annotations
 
-import sys
 from functools import cached_property
 from typing import Any
 
@@ -32,6 +31,7 @@ from catalog_ext.store import FamilyStore, VersionInfo
 from catalog_ext.config import OmniConfig
 from governance import verbs as governance
 from governance.hooks import AutoMaintenanceHook
+from omni_iceberg import tables
 from omni_iceberg.context import OmniContext
 from omni_iceberg.hot.sync import HotSyncHook
 from omni_iceberg.ingest.pipeline import SubmitReport, submit
@@ -101,65 +101,7 @@ class Omni:
         follow. Without ``purge`` data files stay on storage (as with Iceberg's DROP TABLE);
         with it, data files, family documents and view metadata are deleted too.
         """
-        from catalog_ext.store import SUMMARY_FAMILY
-
-        ns, table = split_qualified(name)
-        state = self.store.load(ns, table)  # names the table and lists known ones when it is missing
-        view = self.store.views.load_view(ns, table)
-        documents = [v["summary"][SUMMARY_FAMILY] for v in view.metadata["versions"]
-                     if SUMMARY_FAMILY in v.get("summary", {})]
-        segments = self._segment_files(documents) if purge else []
-        self.store.views.drop_view(ns, table)
-        from catalog_ext.pinned_views import drop_pinned_view, pinned_views
-
-        for pinned in pinned_views(self.store, ns, table):  # they read tables that are going away
-            drop_pinned_view(self.store, pinned)
-        dropped, missing = [], []
-        for t in state.tables:
-            if not self.catalog.table_exists(t.identifier):
-                missing.append(t.identifier)
-                continue
-            (self.catalog.purge_table if purge else self.catalog.drop_table)(t.identifier)
-            dropped.append(t.identifier)
-        deleted = 0
-        if purge:
-            from pyiceberg.io import load_file_io
-
-            io = load_file_io(self.catalog.properties, view.metadata_location)
-            for path in documents + segments + [view.metadata_location]:
-                try:
-                    io.delete(path)
-                    deleted += 1
-                except FileNotFoundError:
-                    pass
-        hot = self._forget_hot(state)
-        return {"logical_table": state.table.identifier, "physical_tables": dropped, "already_gone": missing,
-                "purged": purge, "files_deleted": deleted, "hot_data_dropped": hot}
-
-    def _forget_hot(self, state: FamilyState) -> bool:
-        """Drop a dropped table's hot data (derived state: a failure is reported, not raised)."""
-        if state.hot is None:
-            return False
-        from omni_iceberg.hot.store import HotStoreError, store_for
-
-        try:
-            store_for(self.context).forget(state.table.identifier)
-            return True
-        except HotStoreError as e:
-            print(f"warning: the hot data of {state.table.identifier} stays in the hot store: {e}", file=sys.stderr)
-            return False
-
-    def _segment_files(self, documents: list[str]) -> list[str]:
-        """The segment files the family documents share (see catalog_ext.family_document)."""
-        from catalog_ext.family_document import folder_of, segment_location
-
-        out: set[str] = set()
-        for document in documents:
-            try:
-                out.update(segment_location(folder_of(document), n) for n in self.store.document_segments(document))
-            except FileNotFoundError:
-                continue  # a document already gone names nothing left to delete
-        return sorted(out)
+        return tables.drop_table(self.context, name, purge=purge)
 
     def state(self, name: str, as_of: int | str | None = None) -> FamilyState:
         """The five-layer mapping of ``name`` at logical version ``as_of`` (a number or a tag; default latest)."""
@@ -183,54 +125,7 @@ class Omni:
         One logical commit through the typed update :class:`catalog_ext.tags.TagVersion`;
         tagging a label again moves it (the log keeps the history).
         """
-        from catalog_ext.tags import TagVersion, check_label, resolve
-
-        check_label(label)
-        ns, table = split_qualified(name)
-        from catalog_ext.pinned_views import PinnedViewError, tag_view_name
-
-        tags = self.tags(name)  # read once: it walks the kept versions
-        clash = [t for t in tags if t != label and tag_view_name(table, t) == tag_view_name(table, label)]
-        if clash:
-            raise PinnedViewError(f"tag {label!r} of {ns}.{table} would share the view {tag_view_name(table, label)} "
-                                  f"with tag {clash[0]!r} (view names fold case, '.' and '-'); pick another name")
-        previous = tags.get(label)
-        latest = self.state(name).version
-        target = resolve(f"{ns}.{table}", tags, version) if version is not None else latest
-        if not 1 <= target <= latest:
-            from catalog_ext.errors import NoSuchVersionError
-
-            raise NoSuchVersionError(f"cannot tag version {target} of {name}: it has versions 1..{latest} "
-                                     f"(see 'omni log {name}')")
-        update = TagVersion(label, target)
-
-        def updates(_latest: FamilyState) -> tuple:
-            # checked again on every attempt: retention may have expired the version meanwhile
-            # (its commit then also makes this attempt lose the swap and come back here)
-            self.store.load(ns, table, target)
-            return (update,)
-
-        new_state = self.store.commit(ns, table, updates, operation="tag",
-                                      command=command or f"tag {ns}.{table} {label} --version {target}",
-                                      summary=lambda _latest: update.summary())
-        out = {"logical_table": new_state.table.identifier, "tag": label, "version": target,
-               "moved_from": previous if previous not in (None, target) else None,
-               "logical_version": new_state.version, "view": None}
-        out["view"] = self._tag_view(ns, table, label, target)
-        return out
-
-    def _tag_view(self, ns: str, table: str, label: str, version: int) -> str | None:
-        """The tag's pinned view, brought to ``version``; derived state, so a failure only warns."""
-        import warnings
-
-        from catalog_ext.pinned_views import pin_view
-
-        try:
-            return pin_view(self.store, ns, table, version, tag=label).name
-        except Exception as e:  # noqa: BLE001 - the tag is committed; 'omni pin NAME TAG' retries the view
-            warnings.warn(f"tag {label!r} of {ns}.{table} is committed, but its view was not made: {e}; "
-                          f"'omni pin {ns}.{table} {label}' makes it", stacklevel=3)
-            return None
+        return tables.tag(self.context, name, label, version, command=command)
 
     def pin(self, name: str, version: int | str) -> dict[str, Any]:
         """A plain Iceberg view of logical version ``version`` (or of a tag) for Spark SQL and Trino.
@@ -238,44 +133,15 @@ class Omni:
         ``<table>__v<N>`` for a version - kept from retention until :meth:`unpin` - and
         ``<table>__tag_<label>`` for a tag (it follows the tag). See catalog_ext/pinned_views.py.
         """
-        from catalog_ext.pinned_views import pin_view
-
-        ns, table = split_qualified(name)
-        target = self.version_of(name, version)
-        latest = self.state(name).version
-        if target is None or not 1 <= target <= latest:
-            from catalog_ext.errors import NoSuchVersionError
-
-            raise NoSuchVersionError(f"cannot pin version {version} of {ns}.{table}: it has versions 1..{latest}")
-        self.store.load(ns, table, target)  # an expired version says so, naming the oldest kept one
-        is_tag = not (isinstance(version, int) or str(version).strip().isdigit())
-        view = pin_view(self.store, ns, table, target, tag=str(version) if is_tag else None)
-        return {**view.to_dict(), "catalog": self.config.catalog_name,
-                "spark": f"SELECT * FROM {self.config.catalog_name}.{view.name}",
-                "trino": f"SELECT * FROM {self.config.catalog_name}.{view.name}"}
+        return tables.pin(self.context, name, version)
 
     def unpin(self, name: str, version: int | str) -> dict[str, Any]:
         """Drop the pinned view of ``version`` (or of a tag); retention may then expire the version."""
-        from catalog_ext.pinned_views import drop_pinned_view, pinned_views
-
-        ns, table = split_qualified(name)
-        is_tag = not (isinstance(version, int) or str(version).strip().isdigit())
-        views = [v for v in pinned_views(self.store, ns, table)
-                 if (v.tag == str(version) if is_tag else (v.tag is None and v.version == int(version)))]
-        if not views:
-            from catalog_ext.views import NoSuchViewError
-
-            raise NoSuchViewError(f"{ns}.{table} has no pinned view of {'tag ' if is_tag else 'version '}{version} "
-                                  f"(see 'omni pin {ns}.{table} --list')")
-        return {"dropped": [v.name for v in views if drop_pinned_view(self.store, v)]}
+        return tables.unpin(self.context, name, version)
 
     def pinned_views(self, name: str) -> list[dict[str, Any]]:
         """Every pinned view of ``name``: version views and tag views."""
-        from catalog_ext.pinned_views import pinned_views
-
-        ns, table = split_qualified(name)
-        self.store.load(ns, table)  # names the table when it is missing
-        return [v.to_dict() for v in pinned_views(self.store, ns, table)]
+        return tables.list_pinned_views(self.context, name)
 
     # ---- add rows -----------------------------------------------------------------------
     def submit(self, name: str, sources: list[str], batch: str, *, field_map: dict[str, str] | list[str] | None = None,
