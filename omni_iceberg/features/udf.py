@@ -54,6 +54,10 @@ Form = Literal["row", "batch", "class", "pandas"]
 SHARED_PARAM = "shared"
 
 _UDFS: dict[str, "UdfSpec"] = {}
+#: imports omni's built-in UDFs, which registers them, for a lookup that misses. Set by the
+#: features package (``omni_iceberg/features/__init__.py``): the library is built on this
+#: module, so this module never imports it
+_builtin_loader: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -515,5 +519,12 @@ def list_udfs() -> list[UdfSpec]:
     return sorted(_UDFS.values(), key=lambda s: s.name)
 
 
+def set_builtin_loader(load: Callable[[], None]) -> None:
+    """``load()`` imports the built-in UDFs; :func:`get_udf` and :func:`list_udfs` call it on a miss."""
+    global _builtin_loader
+    _builtin_loader = load
+
+
 def _load_builtins() -> None:
-    import omni_iceberg.features.library  # noqa: F401 - registers the built-in UDFs
+    if _builtin_loader is not None:
+        _builtin_loader()
