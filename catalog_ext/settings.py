@@ -69,7 +69,7 @@ class Setting(BaseModel):
                 return False
             raise ConfigError(f"{self.name}={raw!r} ({where}): expected 1/0, true/false, yes/no or on/off")
         try:
-            value: float = int(text) if self.kind == "int" else float(text)
+            value: float = _whole(text) if self.kind == "int" else float(text)
         except ValueError:
             whole = "a whole number" if self.kind == "int" else "a number"
             raise ConfigError(f"{self.name}={raw!r} ({where}): expected {whole}"
@@ -77,6 +77,17 @@ class Setting(BaseModel):
         if self.minimum is not None and value < self.minimum:
             raise ConfigError(f"{self.name}={raw!r} ({where}): must be >= {self.minimum:g}")
         return value
+
+
+def _whole(text: str) -> int:
+    """A whole number, also written as ``1e12`` or ``256.0`` (byte counts are often written so)."""
+    try:
+        return int(text)
+    except ValueError:
+        number = float(text)
+        if not number.is_integer():
+            raise
+        return int(number)
 
 
 def _s(name: str, kind: Kind, default: Any, area: str, meaning: str, unit: str = "",

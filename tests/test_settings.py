@@ -57,6 +57,7 @@ def test_environment_beats_the_file_which_beats_the_default(monkeypatch: pytest.
 @pytest.mark.parametrize(("name", "raw", "says"), [
     ("OMNI_SLICE_ROWS", "lots", "OMNI_SLICE_ROWS='lots' (environment): expected a whole number of rows"),
     ("OMNI_SLICE_ROWS", "0", "OMNI_SLICE_ROWS='0' (environment): must be >= 1"),
+    ("OMNI_SLICE_ROWS", "12.5", "OMNI_SLICE_ROWS='12.5' (environment): expected a whole number of rows"),
     ("OMNI_FORCE_CPU", "maybe", "OMNI_FORCE_CPU='maybe' (environment): expected 1/0"),
     ("OMNI_TUNING", "sometimes", "OMNI_TUNING='sometimes' (environment): expected one of on, off"),
     ("OMNI_FOOTER_CACHE_MB", "64MB", "OMNI_FOOTER_CACHE_MB='64MB' (environment): expected a number of MiB"),
@@ -112,3 +113,8 @@ def test_omni_config_with_a_bad_value_exits_2_naming_it(monkeypatch: pytest.Monk
     monkeypatch.setenv("OMNI_EXPORT_WRITERS", "many")
     assert main(["config"]) == 2
     assert "OMNI_EXPORT_WRITERS='many' (environment): expected a whole number of files" in capsys.readouterr().err
+
+
+def test_a_whole_number_may_be_written_in_float_notation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMNI_SPARK_THRESHOLD_BYTES", "1e12")
+    assert settings.value("OMNI_SPARK_THRESHOLD_BYTES") == 10**12
