@@ -62,7 +62,7 @@ def trial(variant: str, source, names: list[str]) -> dict:
         prep = C.ingest_and_parse(omni, "web", [source])
         defs = [f.definition for f in feature_set()]
         if variant == DIAGNOSTIC:  # same features (same versions), batch_size as large as the engine's slices
-            from omni_iceberg.backfill.engine import SLICE_ROWS
+            from omni_iceberg.backfill.run import SLICE_ROWS
 
             defs = [d.model_copy(update={"batch_size": SLICE_ROWS}) for d in defs]
         omni.register_features("web", defs)

@@ -103,7 +103,8 @@ def engine_level(source, threshold: str, repeats: int) -> list[dict]:
     No prep per trial, no I/O and no commits: many short paired trials, so the
     bisection cost is measured with less noise than end to end.
     """
-    from omni_iceberg.backfill.engine import SLICE_ROWS, _rebatch
+    from omni_iceberg.backfill.local import _rebatch
+    from omni_iceberg.backfill.run import SLICE_ROWS
     from omni_iceberg.backfill.worker import InlineWorker
     from omni_iceberg.features.udf import get_udf
     from omni_iceberg.explore.reader import iter_logical_slices

@@ -15,7 +15,7 @@ cheap built-ins of ``benchmarks.fusion`` (untimed). Timed: the backfill of the 9
 features - a 2-stage plan (``html_parser``, then the 9 fused) - either
 
 - ``local``: ``omni.backfill(..., engine="local")`` (UDFs in one worker process), or
-- ``spark``: ``SparkBackfill(omni, spark=session).run(...)`` on ONE warm ``local[2]``
+- ``spark``: ``run_backfill(..., engine="spark")`` on ONE warm ``local[2]``
   session for the whole benchmark (what ``engine="spark"`` runs, minus start-up).
 
 ``omni.backfill(engine="spark")`` (and ``engine="auto"`` when it picks Spark) starts a

@@ -9,12 +9,12 @@ the running session), because omni reuses feature values by content across the
 tables of one catalog. Per trial, untimed: ingest, ``html_parser`` on the local engine
 (so ``ProcessedData.parsed_text`` exists) and the 9 features registered. Then, timed:
 
-- ``fused``: ``SparkBackfill(omni, spark=session).run(table, all 9 features)`` - the
+- ``fused``: ``run_backfill(omni.context, table, all 9 features, engine="spark")`` on the session - the
   planner puts them in one stage, which Spark runs as ONE ``mapInArrow`` pass over the
   joined inputs (:mod:`spark_udfs.arrow_stage`), then one append per feature;
 - ``separate``: 9 such runs, one feature each: 9 reads, 9 passes, 9 logical commits.
 
-``SparkBackfill`` with the warm session is what ``omni.backfill(engine="spark")`` runs,
+The Spark engine on the warm session is what ``omni.backfill(engine="spark")`` runs,
 minus its session start-up (``omni.backfill`` starts and stops a session per call).
 
 CPU is reported twice: the Python driver process alone (``RUSAGE_SELF``: planning,
@@ -178,9 +178,10 @@ class SparkBench:
 
 def spark_backfill(spark: Any, omni: Any, table: str, names: list[str]) -> Any:
     """One Spark backfill on the warm session; the report, checked."""
-    from spark_udfs.engine import SparkBackfill
+    from omni_iceberg.backfill.choose import run_backfill
 
-    report = SparkBackfill(omni, spark=spark).run(table, names, progress=False, has_gpu=False)
+    report = run_backfill(omni.context, table, names, engine="spark", engine_options={"spark": spark}, progress=False,
+                          has_gpu=False)
     assert report.status == "succeeded" and report.errors == 0, (report.status, report.errors)
     assert report.engine == "spark", report.engine
     return report

@@ -82,7 +82,7 @@ def _round(omni: Any, name: str, names: list[str]) -> dict[str, str]:
 def variant(name: str, records: int, later: int) -> dict[str, Any]:
     import os
 
-    from omni_iceberg.backfill import engine
+    from omni_iceberg.backfill import run
 
     omni = C.fresh_omni(f"tuning-{name}")
     omni.create_table("web")
@@ -90,8 +90,8 @@ def variant(name: str, records: int, later: int) -> dict[str, Any]:
     features = PLAIN[:5] + [tn_hungry] + PLAIN[5:]
     names = [f"tn_plain_{i}" for i in range(5)] + ["tn_hungry"] + [f"tn_plain_{i}" for i in range(5, 9)]
     omni.register_features("web", features)
-    saved, saved_env = engine.MAX_MEMORY_SHRINK, os.environ.get("OMNI_TUNING")
-    engine.MAX_MEMORY_SHRINK = 1 if name == "untuned" else saved
+    saved, saved_env = run.MAX_MEMORY_SHRINK, os.environ.get("OMNI_TUNING")
+    run.MAX_MEMORY_SHRINK = 1 if name == "untuned" else saved
     if name != "tuned":
         os.environ["OMNI_TUNING"] = "off"
     started = time.perf_counter()
@@ -105,7 +105,7 @@ def variant(name: str, records: int, later: int) -> dict[str, Any]:
             later_outcomes.append(_round(omni, name, names))
         later_s = time.perf_counter() - later_started
     finally:
-        engine.MAX_MEMORY_SHRINK = saved
+        run.MAX_MEMORY_SHRINK = saved
         if saved_env is None:
             os.environ.pop("OMNI_TUNING", None)
         else:

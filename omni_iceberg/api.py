@@ -350,13 +350,13 @@ class Omni:
         """
         from omni_iceberg.backfill.choose import run_backfill
 
+        # planned once, here or by the caller, and handed down: the engine runs this plan
+        plan = plan or self.plan(name, features, batches, has_gpu)
         # only the UDFs that will run are loaded: a stale file of a computed ancestor does not block
-        needed = plan or self.plan(name, features, batches, has_gpu)
-        self.load_udfs(name, [f for stage in needed.stages for f in stage.features])
-        kwargs = {"plan": plan} if plan is not None else {}  # a plan already shown to the user runs as shown
+        self.load_udfs(name, [f for stage in plan.stages for f in stage.features])
         return run_backfill(self.context, name, features, batches, engine=engine, spark_master=spark_master,
                             dry_run=dry_run, isolation=isolation, max_error_ratio=max_error_ratio,
-                            progress=progress, has_gpu=has_gpu, **kwargs,
+                            progress=progress, has_gpu=has_gpu, plan=plan,
                             command=command or f"backfill {name} --features {','.join(features)}")
 
     def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None, *,
@@ -378,7 +378,7 @@ class Omni:
         row has its ``attempt``).
         """
         from catalog_ext.contract import check_identifier
-        from omni_iceberg.backfill.engine import errors_of
+        from omni_iceberg.backfill.errors import errors_of
 
         if run_id:
             check_identifier(run_id.replace("-", "_"), "run id")

@@ -1,7 +1,9 @@
 """The engine registry: which backfill engines, SQL executors and engine operations are installed.
 
-The core never imports an engine. Engines register themselves here - the local
-engine from the core, others (Spark) through the entry-point group
+The core never imports an engine, and the registry imports nothing of the core.
+Engines register themselves here - the core's own (local) when the core first looks
+one up (:func:`omni_iceberg.backfill.choose.backfill_engine`), others (Spark) through
+the entry-point group
 :data:`ENTRY_POINT_GROUP`, whose entries are registration hooks: callables taking
 no argument that call :func:`register_backfill_engine` / :func:`register_sql_executor`
 / :func:`register_engine_operation`. The group is loaded once, lazily, the first time a
@@ -9,8 +11,8 @@ name is not yet known, so a plain ``import omni_iceberg`` starts no engine.
 
 A backfill engine factory is called as ``factory(ctx, **options)`` (``ctx``: the catalog's
 :class:`~omni_iceberg.context.OmniContext`) and returns a
-:class:`~omni_iceberg.backfill.protocol.BackfillEngine` (a context manager with
-``run`` and ``retry_failed``). A SQL executor is ``fn(ctx, sql_text) -> pyarrow.Table``
+:class:`~omni_iceberg.backfill.protocol.BackfillEngine` (a context manager that
+executes a finished plan's units). A SQL executor is ``fn(ctx, sql_text) -> pyarrow.Table``
 for SQL already rewritten to the engine's dialect. An engine operation is any other
 function of an engine the core calls by name, with the arguments :data:`OPERATIONS`
 lists (governance's rewrites on Spark, the settings ``omni spark-config`` writes).
@@ -141,7 +143,6 @@ def _load_entry_points() -> None:
         if _loaded:
             return
         _loaded = True
-        _ensure_local()
         from importlib.metadata import entry_points
 
         for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -157,14 +158,6 @@ def reload_entry_points() -> None:
     with _lock:
         _loaded = False
         _load_errors.clear()
-
-
-def _ensure_local() -> None:
-    # the core's own engine; imported here, not at module level, so importing the registry is cheap
-    if "local" not in _BACKFILL:
-        from omni_iceberg.backfill.engine import LocalBackfill
-
-        _BACKFILL["local"] = LocalBackfill
 
 
 __all__ = ["ENTRY_POINT_GROUP", "OPERATIONS", "backfill_engine", "backfill_engines", "engine_operation",

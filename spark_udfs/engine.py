@@ -1,10 +1,11 @@
-"""Run a backfill plan on Spark: same plan, same values, same bookkeeping as the local engine.
+"""Backfill on Spark: same plan, same values, same bookkeeping as the local engine.
 
-:class:`SparkBackfill` takes the plan of :mod:`omni_iceberg.backfill.planner` unchanged
-and runs it with the shared run machinery (:class:`~omni_iceberg.backfill.engine.BackfillRun`:
-staging branches, resume from checkpoints, error budget, the ONE logical commit, lineage
-and run rows). Only the per-unit work differs - :class:`SparkExecutor`, the Spark
-side of :mod:`omni_iceberg.backfill.protocol`:
+:class:`SparkBackfill` is the Spark engine's ``backfill`` capability: it receives the
+core's finished plan and supplies execution only. The run is the core's
+(:func:`omni_iceberg.backfill.run.run_plan`: placement, tuning, staging branches, resume
+from checkpoints, error budget, the ONE logical commit, lineage and run rows); only the
+per-unit work differs - :class:`SparkExecutor`, the Spark side of
+:mod:`omni_iceberg.backfill.protocol`:
 
 1. read the unit's inputs with Spark from the exact snapshots the run sees (the
    pinned version plus this run's earlier stages), one physical table per input
@@ -22,10 +23,11 @@ side of :mod:`omni_iceberg.backfill.protocol`:
 The final logical commit is ``BackfillRun.commit``: a lost race re-commits the same
 files on the winner's snapshot, minus the units the winner already committed.
 
-Example::
+Example (what ``omni backfill web --features quality_score --engine spark`` runs)::
 
-    with SparkBackfill(omni.context, master="spark://127.0.0.1:7077") as spark_engine:
-        report = spark_engine.run("web", ["quality_score"])
+    from omni_iceberg.backfill.choose import run_backfill
+    report = run_backfill(omni.context, "web", ["quality_score"], engine="spark",
+                          spark_master="spark://127.0.0.1:7077")
 """
 
 from __future__ import annotations
@@ -44,17 +46,15 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from catalog_ext import system_tables
-from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState
 from catalog_ext.physical import StagedWrite, StagingBranchTakenError
 from catalog_ext.types import to_spark
 from omni_iceberg.backfill import bookkeeping
-from omni_iceberg.backfill.engine import (MAX_MEMORY_SHRINK, SLICE_ROWS, BackfillReport, BackfillRun, UnitStats,
-                                         now_ms, start_report, unresolved_errors)
-from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, plan_backfill, plan_retry
-from omni_iceberg.backfill.protocol import Unit
-from omni_iceberg.backfill.tuning import tune_run
+from omni_iceberg.backfill.planner import Stage
+from omni_iceberg.backfill.protocol import BackfillReport, Unit, UnitStats
+from omni_iceberg.backfill.run import SLICE_ROWS, BackfillRun, now_ms
+from omni_iceberg.backfill.tuning import Tuning
 from omni_iceberg.backfill.worker import WorkerCrashedError
 from catalog_ext.errors import ConfigError, OmniError
 from omni_iceberg.features.registry import physical_column_name
@@ -338,14 +338,16 @@ class SparkExecutor:
 
     name = ENGINE
 
-    def __init__(self, spark: SparkSession, catalog_name: str, tuning: Any = None):
+    def __init__(self, spark: SparkSession, catalog_name: str, tuning: Any = None,
+                 stage_notes: dict[str, str] | None = None):
         self.spark = spark
         self.catalog_name = catalog_name
         #: slice rows, shrink and parallelism chosen from history and hints (backfill/tuning.py)
         self.tuning = tuning
         self.gpus = gpus_per_task(spark)
         self.branches: set[str] = set()
-        self.stage_notes: dict[str, str] = {}
+        #: how each stage runs (stage index -> note), for the report's plan
+        self.stage_notes: dict[str, str] = {} if stage_notes is None else stage_notes
         self._stage: _SparkStage | None = None
 
     def open_stage(self, run: BackfillRun, stage: Stage) -> None:
@@ -567,13 +569,15 @@ def _translate(error: Exception, stage: _SparkStage, todo: list[str], batch: str
 
 # ---- entry points ------------------------------------------------------------------------------------
 class SparkBackfill:
-    """Runs backfill plans on Spark for one :class:`~omni_iceberg.api.Omni`.
+    """Executes backfill plans on Spark for one catalog (:class:`~omni_iceberg.context.OmniContext`).
 
     Give it a session (``spark=``), or a ``master`` (``local[2]``, ``spark://HOST:PORT``)
     and it starts one on first use and stops it on :meth:`close`. Either way the
     session is checked first: Iceberg runtime present, the same catalog as omni's,
     reachable - otherwise a :class:`~catalog_ext.errors.ConfigError` says what to fix.
     """
+
+    name = ENGINE
 
     def __init__(self, ctx: OmniContext, *, spark: SparkSession | None = None, master: str | None = None,
                  jar_cache_dir: Any = None, overrides: dict[str, Any] | None = None,
@@ -615,59 +619,20 @@ class SparkBackfill:
             self._spark.stop()
             self._spark, self._owned, self._checked = None, False, False
 
-    def plan(self, name: str, features: list[str], batches: list[str] | None = None,
-             has_gpu: bool | None = None) -> BackfillPlan:
-        """The plan the run would execute; GPU routes follow the cluster's executors' GPUs."""
-        ns, table = split_qualified(name)
-        if has_gpu is None:
-            has_gpu = gpus_per_task(self.spark) is not None
-        return plan_backfill(self.ctx.store.load(ns, table), features, batches, has_gpu)
+    def has_gpu(self) -> bool:
+        """Whether GPU stages get GPUs: the cluster's executors declare them (GPU routes follow it)."""
+        return gpus_per_task(self.spark) is not None
 
-    def run(self, name: str, features: list[str], batches: list[str] | None = None, *, dry_run: bool = False,
-            max_error_ratio: float | None = None, progress: bool | None = None, command: str = "",
-            has_gpu: bool | None = None, plan: BackfillPlan | None = None, engine_reason: str = "",
-            ) -> BackfillReport:
-        """Plan (unless ``plan`` is given) and run on Spark; ONE logical commit, like the local engine."""
-        started = time.perf_counter()
-        ns, table = split_qualified(name)
-        state = self.ctx.store.load(ns, table)
-        if plan is None:
-            if has_gpu is None:
-                has_gpu = gpus_per_task(self.spark) is not None
-            plan = plan_backfill(state, features, batches, has_gpu)
-        report = start_report(state, plan, ENGINE, engine_reason or "requested --engine spark")
-        if plan.empty or dry_run:
-            report.status = "nothing to do" if plan.empty else "dry run"
-            return report
+    def start(self, report: BackfillReport, tuning: Tuning) -> None:
         spark = self.spark
         ship_python_path(spark)
-        tuning = tune_run(self.ctx, state, plan, definitions_of(state), slice_rows=SLICE_ROWS,
-                          max_shrink=MAX_MEMORY_SHRINK)
-        report.tuning.extend(tuning.reasons)
-        executor = SparkExecutor(spark, self.ctx.config.catalog_name, tuning)
-        report.plan["spark"] = {"master": spark.sparkContext.master, "stages": executor.stage_notes}
-        # stage_notes fill as stages start and are saved with the run row
-        run = BackfillRun(self.ctx, state, plan, report, executor, max_error_ratio=max_error_ratio,
-                          progress=progress)
-        run.tuning = tuning.to_dict()
-        return run.run_to_commit(command or f"backfill {name} --features {','.join(features)} --engine spark",
-                                 started)
+        # filled as stages start, saved with the run row
+        self._stage_notes: dict[str, str] = {}
+        report.plan["spark"] = {"master": spark.sparkContext.master, "stages": self._stage_notes}
 
-    def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None,
-                     **kwargs: Any) -> BackfillReport:
-        """Recompute on Spark only the records ``features`` failed on (optionally some exception classes)."""
-        ns, table = split_qualified(name)
-        state = self.ctx.store.load(ns, table)
-        failed, attempt = unresolved_errors(self.ctx, state, features, error_classes)
-        has_gpu = kwargs.pop("has_gpu", None)
-        if has_gpu is None:
-            has_gpu = gpus_per_task(self.spark) is not None
-        plan = plan_retry(state, features, failed, attempt, has_gpu)
-        return self.run(name, features, plan=plan, **kwargs)
+    def executor(self, tuning: Tuning, shrink: int) -> SparkExecutor:
+        # Spark sizes from the tuning itself and never reruns smaller: a task that dies is Spark's to retry
+        return SparkExecutor(self.spark, self.ctx.config.catalog_name, tuning, stage_notes=self._stage_notes)
 
-
-def spark_backfill(ctx: OmniContext, name: str, features: list[str], batches: list[str] | None = None, *,
-                   spark: SparkSession | None = None, master: str | None = None, **kwargs: Any) -> BackfillReport:
-    """One backfill on Spark: ``SparkBackfill(ctx, spark=..., master=...).run(...)``, session closed after."""
-    with SparkBackfill(ctx, spark=spark, master=master) as engine:
-        return engine.run(name, features, batches, **kwargs)
+    def reruns_smaller(self, error: BaseException) -> bool:
+        return False

@@ -10,7 +10,7 @@ import pytest
 
 from omni_iceberg.demo import corpora
 from omni_iceberg.api import Omni
-from omni_iceberg.backfill.engine import ErrorBudgetExceededError
+from omni_iceberg.backfill.run import ErrorBudgetExceededError
 from omni_iceberg.backfill.plan_picture import plan_graph
 from omni_iceberg.backfill.planner import plan_backfill
 from omni_iceberg.backfill.worker import WorkerCrashedError
@@ -294,7 +294,8 @@ def test_concurrent_backfills_needing_the_same_ancestor_append_it_once(tmp_path,
     """Two runs (different targets, same missing ancestor t_parse) both compute it; the
     race is forced: B computes, A computes and commits, then B commits. B's commit must
     drop its copy of t_parse/cc instead of appending a second one."""
-    from omni_iceberg.backfill.engine import BackfillRun, LocalExecutor, start_report
+    from omni_iceberg.backfill.local import LocalExecutor
+    from omni_iceberg.backfill.run import BackfillRun, start_report
 
     o = Omni(home=tmp_path / "h")
     o.create_table("web")
@@ -328,7 +329,7 @@ def test_concurrent_backfills_needing_the_same_ancestor_append_it_once(tmp_path,
 
 
 def test_failed_budget_keeps_its_records_readable_with_the_runs_status(tmp_path, monkeypatch):
-    from omni_iceberg.backfill.engine import run_errors
+    from omni_iceberg.backfill.errors import run_errors
 
     marker, o = _flaky_table(tmp_path, monkeypatch)
     with pytest.raises(ErrorBudgetExceededError) as info:
@@ -395,7 +396,7 @@ def test_pandas_form_rejects_a_shared_parameter():
 # ---- the engine registry -------------------------------------------------------------------------
 @pytest.fixture
 def empty_registry(monkeypatch):
-    """The registry as in a fresh process (the local engine registers itself on first lookup)."""
+    """The registry as in a fresh process (the core registers the local engine before its first lookup)."""
     from omni_iceberg import engines
 
     monkeypatch.setattr(engines, "_BACKFILL", {})
@@ -423,7 +424,7 @@ def broken():
 
 def test_engines_register_through_the_entry_point_group(tmp_path, monkeypatch, empty_registry):
     from catalog_ext.errors import ConfigError
-    from omni_iceberg.backfill.engine import LocalBackfill
+    from omni_iceberg.backfill.local import LocalBackfill
 
     (tmp_path / "omni_dummy_engine.py").write_text(PLUGIN)
     info = tmp_path / "omni_dummy_engine-0.1.dist-info"
@@ -432,11 +433,13 @@ def test_engines_register_through_the_entry_point_group(tmp_path, monkeypatch, e
     (info / "entry_points.txt").write_text(
         "[omni_iceberg.engines]\ndummy = omni_dummy_engine:register\nshaky = omni_dummy_engine:broken\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from omni_iceberg.backfill.engine import LocalExecutor
+    from omni_iceberg.backfill.local import LocalExecutor
     from omni_iceberg.backfill.protocol import BackfillEngine, UnitExecutor
 
     engines = empty_registry
-    assert engines.backfill_engine("local") is LocalBackfill
+    from omni_iceberg.backfill.choose import backfill_engine
+
+    assert backfill_engine("local") is LocalBackfill  # the core registers its own engine before a lookup
     assert isinstance(LocalExecutor(), UnitExecutor) and isinstance(LocalBackfill(None), BackfillEngine)
     runner = engines.backfill_engine("dummy")("omni", master="x")
     assert type(runner).__name__ == "DummyEngine" and runner.options == {"master": "x"}
@@ -653,7 +656,7 @@ def t_blank36(raw_data):
 
 def test_a_batch_whose_inputs_are_all_null_fails_instead_of_committing_nulls(tmp_path):
     """Issue #36: a run that computed nothing from all-NULL inputs reported success."""
-    from omni_iceberg.backfill.engine import NullInputsError
+    from omni_iceberg.backfill.run import NullInputsError
 
     o = Omni(home=tmp_path / "h")
     o.create_table("web")

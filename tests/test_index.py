@@ -721,7 +721,8 @@ def test_a_backfill_whose_units_a_concurrent_backfill_committed_leaves_no_entry_
         omni, name, spec, indexed_writes, tmp_path):
     """Two backfills with different plans share an ancestor: the loser's copy of it is left out
     of its commit (never published), and so are its index entries."""
-    from omni_iceberg.backfill.engine import BackfillRun, LocalExecutor, start_report
+    from omni_iceberg.backfill.local import LocalExecutor
+    from omni_iceberg.backfill.run import BackfillRun, start_report
     from omni_iceberg.backfill.planner import plan_backfill
     from tests import feature_udfs as U
 

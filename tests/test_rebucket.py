@@ -180,7 +180,7 @@ def test_cli_dry_run_json_and_maintain_runs_it_when_due(omni, capsys):
 
 # ---- real engines: Spark writes and both engines read a re-bucketed family ----------------------
 def test_spark_and_trino_after_a_rebucket_and_a_spark_backfill_writes_the_new_count(spark, trino, tmp_path):
-    from spark_udfs.engine import SparkBackfill
+    from omni_iceberg.backfill.choose import run_backfill
 
     name = "rb_engines"
     omni = Omni(config=spark.config)
@@ -199,7 +199,8 @@ def test_spark_and_trino_after_a_rebucket_and_a_spark_backfill_writes_the_new_co
     # a new batch computed by the Spark engine: Spark writes it with the family's spec (output-spec-id),
     # although the table's default spec may be any
     omni.submit(name, [str(_jsonl(tmp_path, "b", 30))], batch="b", progress=False)
-    SparkBackfill(omni, spark=spark.session).run(name, ["t_len", "t_digits"], progress=False, has_gpu=False)
+    run_backfill(omni.context, name, ["t_len", "t_digits"], engine="spark", engine_options={"spark": spark.session},
+                 progress=False, has_gpu=False)
     assert _files_agree_with_count(omni, name) > 0
     want = [tuple(d.values()) for d in omni.query(full.replace("omni.aidata.", "")).to_pylist()]
     assert len(want) == 70 and all(v is not None for r in want for v in r)

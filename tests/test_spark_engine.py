@@ -17,14 +17,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from catalog_ext.contract import ID_COLUMN
 from omni_iceberg.demo import corpora
 from omni_iceberg.api import Omni
-from omni_iceberg.backfill.choose import choose_engine, measure_input_bytes, run_backfill
-from omni_iceberg.backfill.engine import ErrorBudgetExceededError
+from omni_iceberg.backfill.choose import choose_engine, measure_input_bytes, run_backfill, run_retry_failed
+from omni_iceberg.backfill.run import ErrorBudgetExceededError
 from omni_iceberg.backfill.worker import WorkerCrashedError
 from catalog_ext.errors import ConfigError
 from omni_iceberg.features import feature
@@ -33,6 +34,13 @@ from tests import feature_udfs as U
 
 REPO = Path(__file__).resolve().parents[1]
 JARS = (Path(os.environ["OMNI_CACHE"]) if os.environ.get("OMNI_CACHE") else REPO / ".cache") / "jars"
+
+
+def _on_spark(omni: Omni, session: Any, name: str, features: list[str], batches: list[str] | None = None,
+              **kwargs: Any) -> Any:
+    """A backfill on Spark the way every command runs one: planned once, the plan run on the engine."""
+    return run_backfill(omni.context, name, features, batches, engine="spark", engine_options={"spark": session},
+                        **kwargs)
 
 
 # ---- test UDFs: importable by Spark's Python workers as tests.test_spark_engine ---------------
@@ -157,7 +165,7 @@ def test_choose_engine_from_input_size_and_threshold(tmp_path, pages, monkeypatc
     monkeypatch.setenv("OMNI_SPARK_THRESHOLD_BYTES", "5000")
     assert choose_engine(None, None, "auto", input_size=4096)[0] == "local"
     monkeypatch.setenv("OMNI_SPARK_THRESHOLD_BYTES", "lots")
-    with pytest.raises(ConfigError, match="OMNI_SPARK_THRESHOLD_BYTES='lots' is not a number"):
+    with pytest.raises(ConfigError, match=r"OMNI_SPARK_THRESHOLD_BYTES='lots' \(environment\): expected a whole number"):
         choose_engine(None, None, "auto", input_size=1)
     with pytest.raises(ConfigError, match="unknown engine 'fast'"):
         choose_engine(None, None, "fast", 0)
@@ -180,7 +188,7 @@ def test_choose_engine_from_input_size_and_threshold(tmp_path, pages, monkeypatc
 
 # ---- Spark, local[2] -------------------------------------------------------------------------------
 def test_spark_and_local_engines_produce_identical_values_errors_and_lineage(spark, tmp_path, pages):
-    from spark_udfs.engine import UNIT_READ_CONF, SparkBackfill, read_unit, session_conf
+    from spark_udfs.engine import UNIT_READ_CONF, read_unit, session_conf
 
     poison = ["alpha POISON record", "the plain record", "another POISON one"]
     features = ["t_math", "t_len", "t_digits", "t_fragile", "s_short"]
@@ -195,7 +203,7 @@ def test_spark_and_local_engines_produce_identical_values_errors_and_lineage(spa
     t0 = time.perf_counter()
     lr = local.backfill("se_parity", features, isolation="inline", progress=False, max_error_ratio=None)
     t1 = time.perf_counter()
-    sr = SparkBackfill(on_spark, spark=spark.session).run("se_parity", features, progress=False, has_gpu=False)
+    sr = _on_spark(on_spark, spark.session, "se_parity", features, progress=False, has_gpu=False)
     t2 = time.perf_counter()
     print(f"\nparity: local {t1 - t0:.1f} s, spark {t2 - t1:.1f} s ({sr.rows} values, 27 records, "
           f"{len(sr.units)} units)")
@@ -225,7 +233,7 @@ def test_spark_and_local_engines_produce_identical_values_errors_and_lineage(spa
         labels.append(snap.summary.additional_properties["omni.unit"])
         snap = t_len.snapshot_by_id(snap.parent_snapshot_id)
     assert sorted(labels) == ["t_len/a", "t_len/b"]
-    assert SparkBackfill(on_spark, spark=spark.session).run("se_parity", features).status == "nothing to do"
+    assert _on_spark(on_spark, spark.session, "se_parity", features).status == "nothing to do"
     # files Spark's executors wrote are indexed before the commit, like the local engine's
     assert on_spark.verify_index("se_parity").ok
     ids = [r["_ai_unique_id_"] for r in on_spark.read("se_parity", columns=["_ai_unique_id_"]).to_pylist()][:5]
@@ -246,7 +254,7 @@ def test_pandas_udf_stage_matches_the_local_engine(spark, tmp_path, pages):
     from omni_iceberg.backfill.planner import definitions_of
     from omni_iceberg.features.udf import get_udf
     from spark_udfs import pandas_stage
-    from spark_udfs.engine import SparkBackfill, read_unit, table_name
+    from spark_udfs.engine import read_unit, table_name
 
     extra = ["alpha POISON record"] + [f"skip record {i}" for i in range(3)] + [f"plain record {i}" for i in range(9)]
     on_spark, local = Omni(config=spark.config), Omni(home=tmp_path / "local")
@@ -254,8 +262,7 @@ def test_pandas_udf_stage_matches_the_local_engine(spark, tmp_path, pages):
         _fill(o, "se_pandas", pages[:6], pages[6:10], tmp_path, extra_a=extra)
         o.register_features("se_pandas", _own([sp_words, sp_len]))
     lr = local.backfill("se_pandas", ["sp_words", "sp_len"], isolation="inline", progress=False, max_error_ratio=None)
-    sr = SparkBackfill(on_spark, spark=spark.session).run("se_pandas", ["sp_words", "sp_len"], progress=False,
-                                                          has_gpu=False)
+    sr = _on_spark(on_spark, spark.session, "se_pandas", ["sp_words", "sp_len"], progress=False, has_gpu=False)
     assert sr.status == lr.status == "succeeded" and sr.run_id == lr.run_id
     assert set(sr.plan["spark"]["stages"].values()) == {"pandas_udf (CPU)"}
     assert (sr.rows, sr.errors) == (lr.rows, lr.errors) and sr.errors == 1  # the poisoned record, isolated
@@ -302,8 +309,6 @@ def test_features_from_a_py_file_run_on_spark(spark, tmp_path):
     """A user's .py file is imported under a generated module name that executors cannot import:
     its code must travel by value in PySpark's own (vendored) cloudpickle."""
     from spark_udfs.arrow_stage import ship_user_modules
-    from spark_udfs.engine import SparkBackfill
-
     path = tmp_path / "user_code" / "my_py_features.py"  # not on sys.path, so not on the workers'
     path.parent.mkdir()
     path.write_text(PY_FILE_FEATURES)
@@ -315,7 +320,7 @@ def test_features_from_a_py_file_run_on_spark(spark, tmp_path):
     binding = on_spark.state("se_pyfile").feature("py_words")
     assert json.loads(binding.definition)["source"]["module"] in ship_user_modules()
     for features in (["py_words"], ["py_chars"]):  # a mapInArrow stage, then a pandas_udf stage
-        sr = SparkBackfill(on_spark, spark=spark.session).run("se_pyfile", features, progress=False, has_gpu=False)
+        sr = _on_spark(on_spark, spark.session, "se_pyfile", features, progress=False, has_gpu=False)
         lr = local.backfill("se_pyfile", features, isolation="inline", progress=False)
         assert sr.status == lr.status == "succeeded" and (sr.rows, sr.errors) == (lr.rows, lr.errors) == (9, 0)
     columns = [ID_COLUMN, "RawData.raw_data", "py_words", "py_chars"]
@@ -325,16 +330,13 @@ def test_features_from_a_py_file_run_on_spark(spark, tmp_path):
 
 
 def test_reuse_error_budget_and_retry_behave_as_on_the_local_engine(spark, tmp_path, pages, monkeypatch):
-    from spark_udfs.engine import SparkBackfill
-
     omni = Omni(config=spark.config)
-    engine = SparkBackfill(omni, spark=spark.session)
     for name, batch, chunk in (("se_web", "a", pages[24:36]), ("se_mirror", "m", pages[30:42])):  # 6 shared
         omni.create_table(name)
         omni.register_features(name, _own([U.t_parse, U.t_len]))
         omni.submit(name, [str(p) for p in chunk], batch=batch, progress=False)
-    assert engine.run("se_web", ["t_len"]).reused == 0
-    report = engine.run("se_mirror", ["t_len"])
+    assert _on_spark(omni, spark.session, "se_web", ["t_len"]).reused == 0
+    report = _on_spark(omni, spark.session, "se_mirror", ["t_len"])
     assert report.reused == 2 * 6 and report.rows == 2 * 12
     web = dict(zip(*omni.read("se_web", columns=[ID_COLUMN, "t_len"]).to_pydict().values()))
     mirror = omni.read("se_mirror", columns=[ID_COLUMN, "t_len"]).to_pylist()
@@ -353,17 +355,18 @@ def test_reuse_error_budget_and_retry_behave_as_on_the_local_engine(spark, tmp_p
     omni.register_features("se_flaky", _own([U.t_flaky]))
     before = omni.state("se_flaky").version
     with pytest.raises(ErrorBudgetExceededError, match=r"5 of 50 records"):
-        engine.run("se_flaky", ["t_flaky"], max_error_ratio=0.05)
+        _on_spark(omni, spark.session, "se_flaky", ["t_flaky"], max_error_ratio=0.05)
     assert omni.state("se_flaky").version == before
     table = omni.catalog.load_table(omni.state("se_flaky").physical_table(
         omni.state("se_flaky").feature("t_flaky").table_key).identifier)
     assert not [r for r in table.metadata.refs if r.startswith("omni-stage-")]  # breach: the work is dropped
-    first = engine.run("se_flaky", ["t_flaky"], max_error_ratio=0.2)
+    first = _on_spark(omni, spark.session, "se_flaky", ["t_flaky"], max_error_ratio=0.2)
     assert (first.rows, first.errors) == (45, 5)
     assert {e["exception_class"] for e in omni.errors("se_flaky").to_pylist()} == {"TimeoutError"}
-    assert engine.retry_failed("se_flaky", ["t_flaky"], ["ValueError"]).status == "nothing to do"
+    on_spark = {"engine": "spark", "engine_options": {"spark": spark.session}}
+    assert run_retry_failed(omni.context, "se_flaky", ["t_flaky"], ["ValueError"], **on_spark).status == "nothing to do"
     marker.unlink()
-    retry = engine.retry_failed("se_flaky", ["t_flaky"], ["TimeoutError"])
+    retry = run_retry_failed(omni.context, "se_flaky", ["t_flaky"], ["TimeoutError"], **on_spark)
     assert (retry.rows, retry.errors) == (5, 0) and retry.run_id.startswith("rt-")
     values = omni.read("se_flaky", columns=["RawData", "t_flaky"]).to_pylist()
     assert all(r["t_flaky"] == len(r["RawData"]["raw_data"]) for r in values)
@@ -371,8 +374,6 @@ def test_reuse_error_budget_and_retry_behave_as_on_the_local_engine(spark, tmp_p
 
 def test_lost_commit_race_rebases_the_same_files_without_recomputing(spark, tmp_path, pages, monkeypatch):
     from catalog_ext.physical import StagedWrite
-    from spark_udfs.engine import SparkBackfill
-
     omni = Omni(config=spark.config)
     _fill(omni, "se_race", pages[42:46], pages[46:48], tmp_path)
     omni.register_features("se_race", _own([U.t_parse, U.t_len]))
@@ -394,7 +395,7 @@ def test_lost_commit_race_rebases_the_same_files_without_recomputing(spark, tmp_
 
     monkeypatch.setattr(omni.store, "commit", racing_commit)
     monkeypatch.setattr(StagedWrite, "rebase", counting_rebase)
-    report = SparkBackfill(omni, spark=spark.session).run("se_race", ["t_len"], ["a"])
+    report = _on_spark(omni, spark.session, "se_race", ["t_len"], ["a"])
     assert report.status == "succeeded" and seen["rebases"] == 2  # both tables moved under us
     assert max(tracker.getJobIdsForGroup(), default=-1) == seen["jobs"]  # no Spark job since: nothing recomputed
     state = omni.state("se_race")
@@ -410,8 +411,6 @@ def test_lost_commit_race_rebases_the_same_files_without_recomputing(spark, tmp_
 
 
 def test_udf_bugs_and_crashes_end_as_on_the_local_engine(spark, tmp_path):
-    from spark_udfs.engine import SparkBackfill
-
     omni = Omni(config=spark.config)
     omni.create_table("se_bugs")
     src = tmp_path / "bugs.jsonl"
@@ -419,11 +418,10 @@ def test_udf_bugs_and_crashes_end_as_on_the_local_engine(spark, tmp_path):
     omni.submit("se_bugs", [str(src)], batch="b", progress=False)
     omni.register_features("se_bugs", _own([U.t_badtype, U.t_segv]))
     before = omni.state("se_bugs")
-    engine = SparkBackfill(omni, spark=spark.session)
     with pytest.raises(FeatureDefinitionError, match=r"t_badtype@[\w-]+: output 't_badtype' must be double"):
-        engine.run("se_bugs", ["t_badtype"])
+        _on_spark(omni, spark.session, "se_bugs", ["t_badtype"])
     with pytest.raises(WorkerCrashedError, match=r"Spark Python worker .* died .* rerun the same command"):
-        engine.run("se_bugs", ["t_segv"])
+        _on_spark(omni, spark.session, "se_bugs", ["t_segv"])
     assert omni.state("se_bugs") == before
     runs = [r for r in omni.catalog.load_table("omni_sys.runs").scan().to_arrow().to_pylist()
             if r["logical_table"] == "aidata.se_bugs"]
@@ -472,13 +470,13 @@ DRIVER = r"""
 import json, sys
 from omni_iceberg.api import Omni
 from catalog_ext.config import OmniConfig
-from spark_udfs.engine import SparkBackfill
+from omni_iceberg.backfill.choose import run_backfill
 import tests.test_spark_engine  # noqa: F401 - registers the test UDFs
 args = json.loads(sys.argv[1])
 omni = Omni(config=OmniConfig.resolve(catalog=args["catalog"], warehouse=args["warehouse"], home=args["home"],
                                       catalog_name="omni"))
-with SparkBackfill(omni, master=args["master"], jar_cache_dir=args["jars"], overrides=args["overrides"]) as engine:
-    report = engine.run(args["table"], args["features"], progress=False)
+report = run_backfill(omni.context, args["table"], args["features"], engine="spark", spark_master=args["master"],
+                      engine_options={"jar_cache_dir": args["jars"], "overrides": args["overrides"]}, progress=False)
 print("REPORT " + json.dumps(report.to_dict(), default=str))
 """
 

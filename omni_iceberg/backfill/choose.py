@@ -129,75 +129,93 @@ def spark_blocker(config: Any) -> str | None:
     return engine_unavailable("spark", config)
 
 
+def backfill_engine(name: str) -> Any:
+    """The factory of backfill engine ``name`` from :mod:`omni_iceberg.engines`; the core's own
+    (``local``) is registered first, so it needs no package metadata."""
+    from omni_iceberg.backfill.local import register
+    from omni_iceberg.engines import backfill_engine as lookup
+
+    register()
+    return lookup(name)
+
+
 def run_backfill(ctx: OmniContext, name: str, features: list[str], batches: list[str] | None = None, *,
                  engine: str = "local", spark_master: str | None = None, threshold_bytes: int | None = None,
-                 has_gpu: bool | None = None, plan: Any = None, dry_run: bool = False, **kwargs: Any) -> Any:
-    """Plan, choose the engine, run; the report's ``engine``/``engine_reason`` say which and why.
+                 has_gpu: bool | None = None, plan: Any = None, dry_run: bool = False,
+                 engine_options: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """Choose the engine for the command's plan and run it there; the report's ``engine``/``engine_reason``
+    say which and why.
 
-    ``kwargs`` go to the engine's ``run`` (``max_error_ratio``, ``progress``,
-    ``command``); ``isolation`` (local) and ``spark_master`` (Spark) are engine
-    options. Without ``plan`` and ``has_gpu``, a non-local engine plans again with
-    its own GPUs (a Spark cluster's executors), not this machine's. The engine comes
-    from :mod:`omni_iceberg.engines`; a missing one is a ConfigError naming the extra.
+    ``plan`` is the command's one plan (``Omni.backfill`` and ``omni backfill`` make it
+    once and hand it down); without it, it is made here. Engines never plan: the plan
+    goes to :func:`~omni_iceberg.backfill.run.run_plan`, which places a plan routed for
+    this machine for the engine's workers. ``kwargs`` go to ``run_plan``
+    (``max_error_ratio``, ``progress``, ``command``); ``isolation`` (local),
+    ``spark_master`` (Spark) and ``engine_options`` (a running ``spark`` session,
+    ``jar_cache_dir``, ...) go to the engine's factory. The engine comes from
+    :mod:`omni_iceberg.engines`; a missing one is a ConfigError naming the extra.
     """
     from catalog_ext.contract import split_qualified
     from omni_iceberg.backfill.planner import plan_backfill
+    from omni_iceberg.backfill.run import run_plan, start_report
     from omni_iceberg.features.registry import register
 
     ns, table = split_qualified(name)
     state = ctx.store.load(ns, table)
-    sized = plan or plan_backfill(state, features, batches, has_gpu)
+    plan = plan or plan_backfill(state, features, batches, has_gpu)
     registered: list[str] = []
-    if sized.registrations and not dry_run:
-        # missing built-in producers: registered in a commit of their own, then the same plan
-        # again on the state they leave (it was planned on that state)
-        defs = list(sized.registrations.values())
+    if plan.registrations and not dry_run:
+        # missing built-in producers: registered in a commit of their own, then planned on the
+        # state that commit leaves (the plan assumed them registered; now they are)
+        defs = list(plan.registrations.values())
         command = kwargs.get("command") or f"backfill {name} --features {','.join(features)}"
         regs = register(ctx.store, ns, table, defs, command=f"{command} (registers built-in producers "
                                                             f"{', '.join(d.name for d in defs)})")
         registered = [r.definition.key for r in regs]
         state = ctx.store.load(ns, table)
-        sized = plan_backfill(state, features, batches, has_gpu)
-        plan = sized if plan is not None else None
-    chosen, reason = choose_engine(state, sized, engine, threshold_bytes, catalog=ctx.catalog,
+        plan = plan_backfill(state, features, batches, has_gpu)
+    chosen, reason = choose_engine(state, plan, engine, threshold_bytes, catalog=ctx.catalog,
                                    spark_blocker=spark_blocker(ctx.config) if engine == "auto" else None)
-    options = _engine_options(kwargs, spark_master)
-    if chosen != "local" and not (dry_run or sized.empty):
-        with _engine(chosen)(ctx, **options) as runner:
-            report = runner.run(name, features, batches, plan=plan, has_gpu=has_gpu, engine_reason=reason,
-                                **kwargs)
-        report.registered = registered
-        return report
-    with _engine("local")(ctx, **options) as runner:
-        report = runner.run(name, features, batches, dry_run=dry_run, has_gpu=has_gpu, plan=sized,
-                            engine_reason=reason, **kwargs)
-    report.engine, report.engine_reason = chosen, reason  # a non-local engine only reaches here with nothing to run
+    options = _engine_options(kwargs, spark_master, engine_options)
+    if dry_run or plan.empty:  # no engine is started for nothing to run
+        report = start_report(state, plan, chosen, reason)
+        report.status = "nothing to do" if plan.empty else "dry run"
+    else:
+        with backfill_engine(chosen)(ctx, **options) as runner:
+            report = run_plan(ctx, runner, state, plan, engine_reason=reason, **kwargs)
     report.registered = registered
     return report
 
 
 def run_retry_failed(ctx: OmniContext, name: str, features: list[str], error_classes: list[str] | None = None, *,
-                     engine: str = "local", spark_master: str | None = None, **kwargs: Any) -> Any:
-    """Recompute only the failed records on the chosen engine (``auto`` is local: retries are small)."""
+                     engine: str = "local", spark_master: str | None = None, has_gpu: bool | None = None,
+                     engine_options: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """Recompute only the failed records on the chosen engine (``auto`` is local: retries are small).
+
+    The retry is planned once, here (:func:`~omni_iceberg.backfill.planner.plan_retry`), and
+    run as :func:`run_backfill` runs a plan.
+    """
+    from catalog_ext.contract import split_qualified
+    from omni_iceberg.backfill.errors import unresolved_errors
+    from omni_iceberg.backfill.planner import plan_retry
+    from omni_iceberg.backfill.run import run_plan
+
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     chosen = "local" if engine == "auto" else engine
-    with _engine(chosen)(ctx, **_engine_options(kwargs, spark_master)) as runner:
-        report = runner.retry_failed(name, features, error_classes, engine_reason=(
-            "auto: a retry recomputes few records, the local engine" if engine == "auto"
-            else f"requested --engine {engine}"), **kwargs)
-    return report
+    reason = ("auto: a retry recomputes few records, the local engine" if engine == "auto"
+              else f"requested --engine {engine}")
+    with backfill_engine(chosen)(ctx, **_engine_options(kwargs, spark_master, engine_options)) as runner:
+        state = ctx.store.load(*split_qualified(name))
+        failed, attempt = unresolved_errors(ctx, state, features, error_classes)
+        plan = plan_retry(state, features, failed, attempt, has_gpu)
+        return run_plan(ctx, runner, state, plan, engine_reason=reason, **kwargs)
 
 
-def _engine(name: str) -> Any:
-    from omni_iceberg.engines import backfill_engine
-
-    return backfill_engine(name)
-
-
-def _engine_options(kwargs: dict[str, Any], spark_master: str | None) -> dict[str, Any]:
+def _engine_options(kwargs: dict[str, Any], spark_master: str | None,
+                    engine_options: dict[str, Any] | None) -> dict[str, Any]:
     """Engine options out of ``kwargs``: each engine takes the ones it knows (see :mod:`omni_iceberg.engines`)."""
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = dict(engine_options or {})
     if "isolation" in kwargs:
         options["isolation"] = kwargs.pop("isolation")
     if spark_master is not None:

@@ -20,6 +20,7 @@ the features known here that could produce it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -94,6 +95,11 @@ class BackfillPlan:
     #: built-ins to register before the run (name -> definition), producers of inputs no
     #: registered feature computes; the rest of the plan assumes them registered
     registrations: dict[str, FeatureDefinition] = field(default_factory=dict, repr=False)
+    #: the GPU view its routes were made with when the caller fixed one; None: this machine's,
+    #: probed - an engine whose workers see GPUs differently runs it placed for theirs (:func:`place`)
+    has_gpu: bool | None = None
+    #: the planned features' definitions, which routes follow (:func:`place` re-routes with them)
+    definitions: dict[str, FeatureDefinition] = field(default_factory=dict, repr=False)
 
     @property
     def empty(self) -> bool:
@@ -169,6 +175,8 @@ class _GpuProbe:
 
     def __init__(self, known: bool | None):
         self._value = known
+        #: what the caller said (None: nothing, the probe decides)
+        self.given = known
 
     def __bool__(self) -> bool:
         if self._value is None:
@@ -262,15 +270,7 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
                                        name in features, list(d.inputs), d.output_names, level if need.get(name) else 0,
                                        stale, chains[name].data_version, list(chains[name].upstream),
                                        reasons.get(name, ""))
-    groups: dict[tuple[int, str], list[str]] = {}
-    for f in planned.values():
-        if f.batches:
-            groups.setdefault((f.level, f.engine), []).append(f.name)
-    stages = []
-    for i, ((level, engine), names) in enumerate(sorted(groups.items())):
-        inputs = list(dict.fromkeys(inp for n in names for inp in planned[n].inputs))
-        batches_ = sorted(set().union(*(planned[n].batches for n in names)))
-        stages.append(Stage(i + 1, engine, sorted(names), inputs, batches_))
+    stages = _stages(planned)
     # what resolve_producers left unproduced: raw fields no batch has brought yet (the
     # content type is left out: html_parser reads its NULL as "unknown, sniff")
     from omni_iceberg.features.registry import READER_FIELDS
@@ -279,7 +279,37 @@ def plan_backfill(state: FamilyState, features: list[str], batches: list[str] | 
                 for f in planned.values() if f.batches for inp in f.inputs
                 if inp not in producers and not state.physical_columns_of(inp) and inp not in READER_FIELDS]
     return BackfillPlan(state.table.identifier, base_version, list(features), wanted, planned, stages,
-                        graph.subgraph(involved).copy(), warnings, registrations=registrations)
+                        graph.subgraph(involved).copy(), warnings, registrations=registrations,
+                        has_gpu=has_gpu.given, definitions={n: defs[n] for n in planned})
+
+
+def _stages(planned: dict[str, PlannedFeature]) -> list[Stage]:
+    """One stage per dependency level and route, in that order (features with nothing to compute have none)."""
+    groups: dict[tuple[int, str], list[str]] = {}
+    for f in planned.values():
+        if f.batches:
+            groups.setdefault((f.level, f.engine), []).append(f.name)
+    stages = []
+    for i, ((_level, engine), names) in enumerate(sorted(groups.items())):
+        inputs = list(dict.fromkeys(inp for n in names for inp in planned[n].inputs))
+        batches = sorted(set().union(*(planned[n].batches for n in names)))
+        stages.append(Stage(i + 1, engine, sorted(names), inputs, batches))
+    return stages
+
+
+def place(plan: BackfillPlan, has_gpu: bool) -> BackfillPlan:
+    """``plan`` routed for workers that have (``has_gpu``) or lack a GPU: the same units, stages regrouped.
+
+    Nothing is read or planned again: each feature's route follows its definition's
+    declared engine and model size (:func:`route`), so the work, the fingerprint and the
+    run id stay those of ``plan``. An engine whose workers are not this machine (a Spark
+    cluster's executors) runs a plan made here placed for them.
+    """
+    features = {}
+    for name, f in plan.features.items():
+        engine, reason = route(plan.definitions[name], has_gpu)
+        features[name] = dataclasses.replace(f, engine=engine, route_reason=reason)
+    return dataclasses.replace(plan, features=features, stages=_stages(features), has_gpu=has_gpu)
 
 
 def resolve_producers(state: FamilyState, defs: dict[str, FeatureDefinition], features: list[str]
@@ -349,15 +379,9 @@ def plan_retry(state: FamilyState, features: list[str], failed: dict[tuple[str, 
         planned[name] = PlannedFeature(name, d.version, engine, reason, batches, [], True, list(d.inputs),
                                        d.output_names, 1 if batches else 0,
                                        data_version=chains[name].data_version, upstream=list(chains[name].upstream))
-    groups: dict[str, list[str]] = {}
-    for f in planned.values():
-        if f.batches:
-            groups.setdefault(f.engine, []).append(f.name)
-    stages = [Stage(i + 1, engine, sorted(names), list(dict.fromkeys(x for n in names for x in planned[n].inputs)),
-                    sorted(set().union(*(planned[n].batches for n in names))))
-              for i, (engine, names) in enumerate(sorted(groups.items()))]
     return BackfillPlan(state.table.identifier, state.version, list(features), sorted({b for _, b in failed}),
-                        planned, stages, None, [], {k: v for k, v in failed.items() if v}, attempt)
+                        planned, _stages(planned), None, [], {k: v for k, v in failed.items() if v}, attempt,
+                        has_gpu=has_gpu.given, definitions={n: defs[n] for n in planned})
 
 
 def feature_status(state: FamilyState) -> list[dict[str, Any]]:

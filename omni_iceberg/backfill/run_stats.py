@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from omni_iceberg.context import OmniContext
 
 #: the message of a failed run the engine reran by itself starts with this (``omni runs --stats``
-#: counts those attempts apart); written by :class:`omni_iceberg.backfill.engine.BackfillRun`
+#: counts those attempts apart); written by :class:`omni_iceberg.backfill.run.BackfillRun`
 RERUN_MARK = "[rerun with smaller batches] "
 
 

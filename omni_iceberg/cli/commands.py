@@ -435,11 +435,10 @@ def backfill(args, omni, command_line: str) -> int:
         return 0
     if not args.json and not plan.empty:  # an empty plan's "nothing to do" is the report's to say
         print(plan.describe(), file=sys.stderr)
-    # Spark plans again with its cluster's GPUs unless --engine local
+    # the plan shown is the one that runs (placed for a Spark cluster's GPUs there; nothing is planned again)
     report = omni.backfill(args.name, features, batches, engine=args.engine, spark_master=args.spark_master,
                            isolation=args.isolation, max_error_ratio=args.max_error_ratio,
-                           progress=progress(args), command=command_line,
-                           plan=plan if args.engine == "local" else None)
+                           progress=progress(args), command=command_line, plan=plan)
     emit(args, report.to_dict(), lambda: render.backfill_text(report, batches))
     return 0
 

@@ -26,7 +26,7 @@ the UDF still computes on the CPU.
 Example::
 
     with SparkTestCluster(tmp_path, fake_gpus=1) as cluster:
-        SparkBackfill(omni, master=cluster.master_url).run("web", ["quality"])
+        run_backfill(omni.context, "web", ["quality"], engine="spark", spark_master=cluster.master_url)
 """
 
 from __future__ import annotations

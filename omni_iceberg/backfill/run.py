@@ -1,17 +1,18 @@
-"""Run a backfill plan and commit it as ONE logical version; the local engine.
+"""Run a finished backfill plan and commit it as ONE logical version: the machinery every engine shares.
 
-:class:`BackfillRun` is the machinery every engine shares (see
-:mod:`omni_iceberg.backfill.protocol`); :class:`LocalExecutor` is the local engine's
-per-unit work and :class:`LocalBackfill` the engine :mod:`omni_iceberg.engines` hands out.
+The core plans once per command (:mod:`omni_iceberg.backfill.planner`, handed down by
+:func:`omni_iceberg.backfill.choose.run_backfill`), tunes once and commits once; an
+engine (:class:`~omni_iceberg.backfill.protocol.BackfillEngine`) supplies only the
+execution of units. :func:`run_plan` is the run: placement for the engine's GPUs,
+tuning, attempts, and :class:`BackfillRun` - staging writers, resume from
+checkpoints, the error budget, the ONE logical commit, lineage and run rows - which
+hands each unit to the engine's :class:`~omni_iceberg.backfill.protocol.UnitExecutor`.
 
-Per stage, one worker holds every feature of the stage (models load once). Per batch
-of the stage, the inputs are read once, bucket by bucket (bounded memory), from the
-exact snapshots the run sees: the pinned logical version plus the outputs of earlier
-stages of this same run. Each (stage, batch) unit ends with a checkpoint - one
-snapshot per feature table on the run's staging branch - so a killed run resumes
-where it stopped. Record failures go to ``omni_sys.errors``; lineage and the run
-report go to ``omni_sys.lineage`` and ``omni_sys.runs``. Where the run's time went is
-in ``BackfillReport.phases`` (see :mod:`omni_iceberg.backfill.phases`).
+Each (stage, batch) unit ends with a checkpoint - one snapshot per feature table on
+the run's staging branch - so a killed run resumes where it stopped. Record failures go
+to ``omni_sys.errors``; lineage and the run report go to ``omni_sys.lineage`` and
+``omni_sys.runs``. Where the run's time went is in ``BackfillReport.phases`` (see
+:mod:`omni_iceberg.backfill.phases`).
 """
 
 from __future__ import annotations
@@ -20,33 +21,31 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from catalog_ext import settings, system_tables
-from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, RAW_STAGE, split_qualified
+from catalog_ext.contract import RAW_STAGE, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
 from catalog_ext.group_values import null_recomputed
 from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.physical import StagedWrite, StagingBranchTakenError, abandon_all, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, MarkRetried, PinSnapshot
-from catalog_ext.errors import ConfigError, OmniError
+from catalog_ext.errors import OmniError
 from omni_iceberg.backfill.bookkeeping import (UNIT_ATTEMPT_PROPERTY, UNIT_PROPERTY, checkpoint_properties,
                                                error_row, unit_label)
+from omni_iceberg.backfill.errors import failed_run_hint
 from omni_iceberg.backfill.phases import PhaseClock
-from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, plan_backfill
-from omni_iceberg.backfill.protocol import Unit, UnitExecutor
+from omni_iceberg.backfill.planner import BackfillPlan, Stage, definitions_of, place
+from omni_iceberg.backfill.protocol import BackfillEngine, BackfillReport, Unit, UnitExecutor, UnitStats
 from omni_iceberg.backfill.reuse import ReuseIndex
-from omni_iceberg.backfill.run_stats import (ATTEMPT_KEY, RERUN_MARK, UNITS_KEY, next_attempt, recorded_attempt,
-                                             shown_error_attempts)
+from omni_iceberg.backfill.run_stats import ATTEMPT_KEY, RERUN_MARK, UNITS_KEY, next_attempt
 from omni_iceberg.backfill.tuning import tune_run
-from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult, WorkerCrashedError, holds_models
 from omni_iceberg.features.registry import physical_column_name
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
-from omni_iceberg.features.udf import get_udf
 from omni_iceberg.ui.progress import progress_bar
 from omni_iceberg.explore.reader import iter_logical_slices
 
@@ -75,50 +74,6 @@ class NullInputsError(OmniError):
     exit_code = 4
 
 
-@dataclass
-class UnitStats:
-    feature: str
-    batch: str
-    rows: int = 0
-    errors: int = 0
-    reused: int = 0
-    filtered: int = 0
-    started_ms: int = 0
-    finished_ms: int = 0
-    resumed: bool = False
-    #: the attempt of the run that computed the unit (a resumed unit keeps its own; 0: not recorded)
-    attempt: int = 0
-
-
-@dataclass
-class BackfillReport:
-    logical_table: str
-    run_id: str = ""
-    engine: str = "local"
-    engine_reason: str = ""
-    status: str = "planned"
-    plan: dict[str, Any] = field(default_factory=dict)
-    units: list[dict[str, Any]] = field(default_factory=list)
-    rows: int = 0
-    errors: int = 0
-    reused: int = 0
-    resumed_units: int = 0
-    logical_version: int | None = None
-    seconds: float = 0.0
-    #: ``feature/batch`` units a concurrent run committed first; this run did not append them again
-    raced_units: list[str] = field(default_factory=list)
-    #: wall seconds per phase of the run (``plan_s``, ``worker_start_s``, ``read_s``, ``compute_s``,
-    #: ``checkpoint_s``, ``commit_s``, ...; ``other_s`` is the rest): see :mod:`omni_iceberg.backfill.phases`
-    phases: dict[str, float] = field(default_factory=dict)
-    #: what the run changed about itself on the way (a rerun with smaller batches after running out of memory)
-    tuning: list[str] = field(default_factory=list)
-    #: built-ins registered first, as producers of inputs no registered feature computed (``name@version``)
-    registered: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def now_ms() -> int:
     """Milliseconds since the epoch: the unit of checkpoint and run timestamps."""
     return int(time.time() * 1000)
@@ -126,57 +81,6 @@ def now_ms() -> int:
 
 def _ts(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-
-
-def unresolved_errors(ctx: OmniContext, state: FamilyState, features: list[str], error_classes: list[str] | None = None
-                      ) -> tuple[dict[tuple[str, str], set[str]], int]:
-    """Failed records of the current feature versions that still have no value; and the retry's round.
-
-    Only records of computed units count: a failed run's records (kept in
-    ``omni_sys.errors`` for reading) belong to units no commit made, which the next
-    plain backfill computes whole - retrying them alone would add a second copy later.
-    The round (``BackfillPlan.attempt``) is one more than the runs that recorded these
-    failures, so a retry of records an earlier retry left failing is a new run, not
-    that committed run again.
-    """
-    errors = system_tables.read_rows(ctx.catalog, system_tables.ERRORS,
-                                     f"logical_table == '{state.table.identifier}'").to_pylist()
-    failed: dict[tuple[str, str], set[str]] = {}
-    attempt = 1
-    for f in features:
-        binding = state.feature(f)
-        if binding is None:
-            raise FeatureDefinitionError(f"no feature {f!r} is registered on {state.table.identifier}")
-        computed = state.computed_batches(f, binding.version)
-        rows = [r for r in errors if r["feature"] == f and r["version"] == binding.version
-                and r["batch"] in computed and (not error_classes or r["exception_class"] in error_classes)]
-        if not rows:
-            continue
-        attempt = max(attempt, len({r["run_id"] for r in rows}) + 1)
-        table = state.physical_table(binding.table_key)
-        have = set(ctx.catalog.load_table(table.identifier).scan(
-            snapshot_id=table.snapshot_id, selected_fields=(ID_COLUMN,)).to_arrow().column(0).to_pylist())
-        for r in rows:
-            if r[ID_COLUMN] not in have:
-                failed.setdefault((f, r["batch"]), set()).add(r[ID_COLUMN])
-    return failed, attempt
-
-
-def retry_failed(ctx: OmniContext, name: str, features: list[str], *, error_classes: list[str] | None = None,
-                 **kwargs: Any) -> BackfillReport:
-    """Recompute only the failed records of ``features`` on the local engine (optionally some exception classes)."""
-    return LocalBackfill(ctx, isolation=kwargs.pop("isolation", "process")).retry_failed(
-        name, features, error_classes, **kwargs)
-
-
-def backfill(ctx: OmniContext, name: str, features: list[str], batches: list[str] | None = None, *,
-             dry_run: bool = False, isolation: str = "process", max_error_ratio: float | None = None,
-             progress: bool | None = None, command: str = "", has_gpu: bool | None = None,
-             plan: BackfillPlan | None = None) -> BackfillReport:
-    """Plan and (unless ``dry_run``) run a backfill on the local engine."""
-    return LocalBackfill(ctx, isolation=isolation).run(
-        name, features, batches, dry_run=dry_run, max_error_ratio=max_error_ratio, progress=progress,
-        command=command, has_gpu=has_gpu, plan=plan)
 
 
 def start_report(state: FamilyState, plan: BackfillPlan, engine: str, engine_reason: str) -> BackfillReport:
@@ -191,66 +95,6 @@ def start_report(state: FamilyState, plan: BackfillPlan, engine: str, engine_rea
         report.run_id = ("rt-" if plan.only_ids else "bf-") + plan.fingerprint()
     return report
 
-
-def failed_run_hint(logical_table: str, run_id: str) -> str:
-    """The exact command that shows the failed records of a run, committed or not."""
-    return f"omni errors {logical_table} --run {run_id}"
-
-
-def run_errors(ctx: OmniContext, name: str, run_id: str | None = None, *, all_attempts: bool = False) -> pa.Table:
-    """Failed records of ``name`` (optionally one run) with the status of the attempt that recorded them.
-
-    Failed attempts keep their records in ``omni_sys.errors`` too: ``run_status`` tells
-    them apart (``succeeded``, ``failed``, or ``running`` while an attempt has no outcome
-    yet). By default only the records of the attempt whose work on each unit stands are
-    shown (see :func:`errors_of`).
-    """
-    ns, table = split_qualified(name)
-    errors = errors_of(ctx.catalog, ctx.state(name).table.identifier, run_id or None, all_attempts=all_attempts)
-    runs = system_tables.read_rows(ctx.catalog, system_tables.RUNS, f"logical_table == '{ns}.{table}'")
-    rows = runs.select(["run_id", "started_at", "finished_at", "status", "plan"]).to_pylist()
-    by_attempt = {(r["run_id"], n): r["status"] for r in rows if (n := recorded_attempt(r)) is not None}
-    # rows written before attempts were recorded: the attempt an error row belongs to is
-    # the run row whose time span holds the moment it failed
-    spans: dict[str, list[tuple[Any, Any, str]]] = {}
-    for r in rows:
-        spans.setdefault(r["run_id"], []).append((r["started_at"], r["finished_at"], r["status"]))
-
-    def status_of(rid: str, attempt: int, failed_at: Any) -> str:
-        if (rid, attempt) in by_attempt:
-            return by_attempt[(rid, attempt)]
-        if any(k[0] == rid for k in by_attempt):
-            return "running"  # this run numbers its attempts: one without a row has no outcome yet
-        for started, finished, status in spans.get(rid, ()):
-            if started <= failed_at <= finished:
-                return status
-        return "running"
-
-    status = [status_of(r["run_id"], r["attempt"], r["failed_at"])
-              for r in errors.select(["run_id", "attempt", "failed_at"]).to_pylist()]
-    return errors.append_column("run_status", pa.array(status, pa.string()))
-
-
-def errors_of(catalog: Any, logical_table: str, run_id: str | None = None, *, all_attempts: bool = False
-              ) -> pa.Table:
-    """Rows of ``omni_sys.errors`` for ``logical_table`` (optionally one run).
-
-    A rerun of the same plan is another attempt of the same run (same run id): by
-    default each unit's records are those of the attempt whose work on it is current
-    (see :func:`~omni_iceberg.backfill.run_stats.shown_error_attempts`), so a record that
-    failed in a failed attempt and again in its rerun is listed once, and a unit the rerun
-    resumed from a checkpoint keeps the records of the attempt that computed it.
-    ``all_attempts`` returns every attempt's rows (each with its ``attempt`` number).
-    """
-    where = f"logical_table == '{logical_table}'" + (f" and run_id == '{run_id}'" if run_id else "")
-    errors = system_tables.read_rows(catalog, system_tables.ERRORS, where)
-    if all_attempts or errors.num_rows == 0:
-        return errors
-    runs = system_tables.read_rows(catalog, system_tables.RUNS, where).select(["run_id", "plan"]).to_pylist()
-    rows = [(r["run_id"], unit_label(r["feature"], r["batch"]), r["attempt"])
-            for r in errors.select(["run_id", "feature", "batch", "attempt"]).to_pylist()]
-    shown = shown_error_attempts(runs, rows)
-    return errors.filter(pa.array([shown[(rid, unit)] == n for rid, unit, n in rows], pa.bool_()))
 
 
 class BackfillRun:
@@ -646,232 +490,50 @@ class BackfillRun:
                 raise
 
 
-# ---- the local engine ------------------------------------------------------------------------
-class LocalExecutor:
-    """The local engine's units: pyarrow reads, UDFs in a worker process (or inline).
+def run_plan(ctx: OmniContext, engine: BackfillEngine, state: FamilyState, plan: BackfillPlan, *,
+             max_error_ratio: float | None = None, progress: bool | None = None, command: str = "",
+             engine_reason: str = "") -> BackfillReport:
+    """Run the finished ``plan`` on ``engine``: ONE logical commit on ``state``'s table.
 
-    ``isolation="process"`` runs a stage's UDFs in a child process (a crashing UDF
-    cannot take the caller down); ``"inline"`` runs them here (tests, debugging).
+    Nothing is planned here. A plan routed for this machine (made without ``has_gpu``)
+    is placed for the engine's workers when they see GPUs differently (a Spark
+    cluster's executors): the same units, stages regrouped by route. The run is tuned
+    once (:func:`~omni_iceberg.backfill.tuning.tune_run`), then attempted: an attempt
+    the engine says ran out of memory (``engine.reruns_smaller``) runs again with batch
+    sizes and slices halved, its finished units resumed from their checkpoints, down to
+    1/:data:`MAX_MEMORY_SHRINK`.
     """
-
-    name = "local"
-
-    def __init__(self, isolation: str = "process", shrink: int = 1, slice_rows: int = SLICE_ROWS):
-        if isolation not in ("process", "inline"):
-            raise ConfigError(f"unknown isolation {isolation!r}: use 'process' or 'inline'")
-        self.isolation = isolation
-        #: batch sizes and slice rows are divided by this (history, hints, or a rerun after
-        #: the worker ran out of memory: see :mod:`omni_iceberg.backfill.tuning`)
-        self.shrink = shrink
-        self.slice_rows = slice_rows
-        self._worker: Any = None
-        self._stage: Stage | None = None
-
-    def open_stage(self, run: BackfillRun, stage: Stage) -> None:
-        # Called only for a stage with units to do. The worker starts now, not at the first
-        # compute: the child imports while this process reads the first unit's inputs.
-        with run.clock.span("worker_start_s"):
-            defs = [run.defs[f] if self.shrink == 1 else
-                    run.defs[f].model_copy(update={"batch_size": max(1, run.defs[f].batch_size // self.shrink)})
-                    for f in stage.features]
-            specs = {d.name: get_udf(d.udf) for d in defs}
-            label = f"stage {stage.index}"
-            if self._worker is not None:  # kept from the previous stage (see close_stage)
-                self._worker.load(defs, specs, label)
-            elif self.isolation == "process":
-                self._worker = ProcessWorker(defs, specs, label)
-            else:
-                self._worker = InlineWorker(defs, specs)
-        self._stage = stage
-
-    def close_stage(self, run: BackfillRun, stage: Stage) -> None:
-        """End the stage's worker, or keep it for the next stage when neither holds a model.
-
-        A process costs its start (interpreter, imports) every time; a worker whose
-        UDFs are plain functions is as good as new for the next stage. One that
-        loaded a model (class UDFs, GPU stages) ends, so its memory goes back.
-        """
-        if self._worker is None:
-            return
-        nxt = self._next_stage(run, stage)
-        if nxt is not None and not holds_models(self._worker.definitions, self._worker.specs):
-            nxt_defs = [run.defs[f] for f in nxt.features]
-            if not holds_models(nxt_defs, {d.name: get_udf(d.udf) for d in nxt_defs}):
-                return
-        self.end_run(run)
-
-    @staticmethod
-    def _next_stage(run: BackfillRun, stage: Stage) -> Stage | None:
-        stages = run.plan.stages
-        at = next((i for i, s in enumerate(stages) if s is stage), None)
-        return stages[at + 1] if at is not None and at + 1 < len(stages) else None
-
-    def end_run(self, run: BackfillRun) -> None:
-        """End the worker if one is running (the run calls this when it ends, failed or not)."""
-        if self._worker is not None:
-            worker, self._worker = self._worker, None
-            worker.close()
-
-    def before_commit(self, run: BackfillRun) -> None:
-        pass  # every write went through the staged writers
-
-    def run_unit(self, run: BackfillRun, unit: Unit, bar: Any) -> None:
-        todo, batch = list(unit.features), unit.batch
-        inputs = list(dict.fromkeys(p for f in todo for p in run.defs[f].inputs))
-        stats = {f: UnitStats(f, batch, started_ms=now_ms()) for f in todo}
-        error_rows: list[dict[str, Any]] = []
-        clock = run.clock
-        parts = _rebatch(iter_logical_slices(run.store.catalog, run.working_state(), inputs, batch),
-                         max(1, self.slice_rows // self.shrink), unit.retry_ids)
-        for part in clock.timed_iter("read_s", parts):
-            with clock.span("read_s"):
-                computed_here = self._reuse(run, todo, part)
-            with clock.span("worker_start_s"):
-                self._worker.wait_ready()
-            with clock.span("compute_s"):
-                result: SliceResult = self._worker.compute(todo, part)
-            for f in todo:
-                self._write(run, f, result, computed_here.get(f), stats[f], batch, error_rows)
-            if bar is not None:
-                bar.set_postfix_str(f"batch {batch}: {sum(s.rows for s in stats.values())} rows")
-        run.finish_unit(unit, stats, error_rows)
-
-    @staticmethod
-    def _reuse(run: BackfillRun, todo: list[str], part: pa.Table) -> dict[str, pa.Table]:
-        """Copy values computed elsewhere for the same content; those rows are then not recomputed."""
-        if not run.reuse.active:
-            return {}
-        found: dict[str, pa.Table] = {}
-        for f in todo:
-            cols = [physical_column_name(o.name) for o in run.defs[f].outputs]
-            hit = run.reuse.lookup(f, part.column(ID_COLUMN).combine_chunks(), cols)
-            if hit is not None and hit.num_rows:
-                found[f] = hit
-        return found
-
-    @staticmethod
-    def _write(run: BackfillRun, f: str, result: SliceResult, reused: pa.Table | None, s: UnitStats, batch: str,
-               error_rows: list) -> None:
-        out = result.outputs.get(f)
-        s.filtered += result.filtered.get(f, 0)
-        if reused is not None:
-            reused_ids = set(reused.column(ID_COLUMN).to_pylist())
-            copy = pa.Table.from_arrays(
-                [reused.column(ID_COLUMN), pa.array([batch] * reused.num_rows, pa.string())]
-                + [reused.column(c) for c in reused.column_names[1:]],
-                names=[ID_COLUMN, BATCH_COLUMN] + reused.column_names[1:])
-            if out is not None:
-                keep = pa.array([i not in reused_ids for i in out.column(ID_COLUMN).to_pylist()])
-                out = out.filter(keep)
-            s.reused += copy.num_rows
-            run.append(f, copy)
-        failures = [(rid, fail) for rid, fail in result.failures.get(f, [])
-                    if reused is None or rid not in reused_ids]
-        if out is not None and out.num_rows:
-            run.append(f, out)
-            s.rows += out.num_rows
-        s.rows += 0 if reused is None else reused.num_rows
-        s.errors += len(failures)
-        now = datetime.now(timezone.utc)
-        for rid, fail in failures:
-            error_rows.append(run.error_row(f, rid, batch, fail.exception_class, fail.message,
-                                            fail.traceback_digest, now))
-
-
-class LocalBackfill:
-    """The local backfill engine (registered as ``local`` in :mod:`omni_iceberg.engines`).
-
-    >>> from omni_iceberg.engines import backfill_engine
-    >>> backfill_engine("local") is LocalBackfill
-    True
-    """
-
-    name = "local"
-
-    def __init__(self, ctx: OmniContext, *, isolation: str = "process", **_ignored: Any):
-        # other engines' options (a Spark master) mean nothing here: the registry passes them to every engine
-        self.ctx = ctx
-        self.isolation = isolation
-
-    def __enter__(self) -> LocalBackfill:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        pass
-
-    def run(self, name: str, features: list[str], batches: list[str] | None = None, *, dry_run: bool = False,
-            max_error_ratio: float | None = None, progress: bool | None = None, command: str = "",
-            has_gpu: bool | None = None, plan: BackfillPlan | None = None, engine_reason: str = "",
-            ) -> BackfillReport:
-        """Plan (unless ``plan`` is given) and run on this machine; ONE logical commit."""
-        started = time.perf_counter()
-        clock = PhaseClock()
-        with clock.span("plan_s"):
-            ns, table = split_qualified(name)
-            state = self.ctx.store.load(ns, table)
-            plan = plan or plan_backfill(state, features, batches, has_gpu)
-            report = start_report(state, plan, self.name, engine_reason)
-        if plan.empty or dry_run:
-            report.status = "nothing to do" if plan.empty else "dry run"
-            return report
-        with clock.span("plan_s"):
-            tuning = tune_run(self.ctx, state, plan, definitions_of(state), slice_rows=SLICE_ROWS,
-                              max_shrink=MAX_MEMORY_SHRINK)
-        report.tuning.extend(tuning.reasons)
-        if tuning.parallelism > 1:
-            report.tuning.append(f"parallelism {tuning.parallelism} asked: the local engine runs one worker per "
-                                 "stage (the Spark engine uses it)")
-        shrink = tuning.shrink
-        while True:
-            executor = LocalExecutor(self.isolation, shrink, slice_rows=tuning.slice_rows)
-            run = BackfillRun(self.ctx, state, plan, report, executor,
-                              max_error_ratio=max_error_ratio, progress=progress, clock=clock)
-            run.tuning = {**tuning.to_dict(), "shrink": shrink}
-            # killed for memory: the same plan again (finished units resume from their
-            # checkpoints) with batches and slices halved, not the same failure again
-            run.reruns_after = lambda e, shrink=shrink: (isinstance(e, WorkerCrashedError) and e.out_of_memory
-                                                         and shrink < MAX_MEMORY_SHRINK
-                                                         and self.isolation == "process")
-            try:
-                return run.run_to_commit(command, started)
-            except WorkerCrashedError as e:
-                if not run.reruns_after(e):
-                    raise
-                shrink *= 2
-                what = str(e).split(";", 1)[0]  # which worker, killed while doing what
-                report.tuning.append(f"{what} (out of memory?): rerun with batch sizes and slices divided by "
-                                     f"{shrink}, finished units kept")
-                print(f"warning: {report.tuning[-1]}", file=sys.stderr)
-
-    def retry_failed(self, name: str, features: list[str], error_classes: list[str] | None = None,
-                     **kwargs: Any) -> BackfillReport:
-        """Recompute only the failed records of ``features`` (optionally some exception classes)."""
-        from omni_iceberg.backfill.planner import plan_retry
-
-        ns, table = split_qualified(name)
-        state = self.ctx.store.load(ns, table)
-        failed, attempt = unresolved_errors(self.ctx, state, features, error_classes)
-        plan = plan_retry(state, features, failed, attempt, kwargs.pop("has_gpu", None))
-        return self.run(name, features, plan=plan, **kwargs)
-
-
-def _rebatch(slices, size: int, only_ids: set[str] | None):
-    """Regroup per-bucket slices into parts of about ``size`` rows: small buckets would starve
-    batch UDFs (a model wants full batches), and big ones are cut so memory stays bounded."""
-    buffer: list[pa.Table] = []
-    rows = 0
-    for data in slices:
-        if only_ids is not None:  # a retry run recomputes only the records that failed
-            data = data.filter(pa.array([i in only_ids for i in data.column(ID_COLUMN).to_pylist()], pa.bool_()))
-        for start in range(0, data.num_rows, size):
-            piece = data.slice(start, size)
-            buffer.append(piece)
-            rows += piece.num_rows
-            if rows >= size:
-                yield pa.concat_tables(buffer).combine_chunks()
-                buffer, rows = [], 0
-    if rows:
-        yield pa.concat_tables(buffer).combine_chunks()
+    started = time.perf_counter()
+    if not plan.empty and plan.has_gpu is None:
+        view = engine.has_gpu()
+        if view is not None:
+            plan = place(plan, view)
+    report = start_report(state, plan, engine.name, engine_reason or f"requested --engine {engine.name}")
+    if plan.empty:
+        report.status = "nothing to do"
+        return report
+    clock = PhaseClock()
+    with clock.span("plan_s"):
+        tuning = tune_run(ctx, state, plan, definitions_of(state), slice_rows=SLICE_ROWS, max_shrink=MAX_MEMORY_SHRINK)
+    report.tuning.extend(tuning.reasons)
+    engine.start(report, tuning)
+    command = command or (f"backfill {state.table.identifier} --features {','.join(plan.requested)}"
+                          + ("" if engine.name == "local" else f" --engine {engine.name}"))
+    shrink = tuning.shrink
+    while True:
+        run = BackfillRun(ctx, state, plan, report, engine.executor(tuning, shrink),
+                          max_error_ratio=max_error_ratio, progress=progress, clock=clock)
+        run.tuning = {**tuning.to_dict(), "shrink": shrink}
+        # killed for memory: the same plan again (finished units resume from their
+        # checkpoints) with batches and slices halved, not the same failure again
+        run.reruns_after = lambda e, shrink=shrink: shrink < MAX_MEMORY_SHRINK and engine.reruns_smaller(e)
+        try:
+            return run.run_to_commit(command, started)
+        except Exception as e:
+            if not run.reruns_after(e):
+                raise
+            shrink *= 2
+            what = str(e).split(";", 1)[0]  # which worker, killed while doing what
+            report.tuning.append(f"{what} (out of memory?): rerun with batch sizes and slices divided by "
+                                 f"{shrink}, finished units kept")
+            print(f"warning: {report.tuning[-1]}", file=sys.stderr)
