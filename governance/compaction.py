@@ -12,9 +12,9 @@ merges the small files of each partition:
   couple of manifests, not two per group). Rows are written sorted by (batch, id), so a merged
   file covers a narrow batch range and batch pruning by file statistics stays sharp.
   On Spark (``engine="spark"``, or ``"auto"`` from the bytes to rewrite) the same plan
-  is executed by :mod:`spark_udfs.compaction` on the same branch: whole chosen
-  partitions, rewritten with Iceberg's Spark writer (see there for why not
-  ``rewrite_data_files``);
+  is executed by the Spark engine's ``rewrite`` capability on the same branch: whole
+  chosen partitions, rewritten with Iceberg's Spark writer (``spark_udfs/compaction.py``
+  says why not ``rewrite_data_files``);
 - commit: one logical version re-pins the compacted snapshots. Readers of older
   versions keep their snapshots (and the id index resolves them to the old files); a
   writer that committed meanwhile makes the commit fail cleanly (its branch is dropped)
@@ -28,19 +28,16 @@ table. Tables created with the older (batch, bucket) spec are compacted per
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
-from catalog_ext.errors import ConfigError
+from catalog_ext.contract import split_qualified
 from catalog_ext.family import FamilyState
-from catalog_ext.iceberg_io import PLANS, read_data_files
+from catalog_ext.iceberg_io import PLANS
 from catalog_ext.physical import file_batch
 from catalog_ext.store import FamilyStore
-from catalog_ext.updates import PinSnapshot
-from governance.attempt import staged_attempt
 from governance.leftovers import clean_leftovers
+from governance.rewrite import CompactJob, run_rewrite
 
 #: files at least this big are left alone: merging them buys little and rewrites a lot
 SMALL_FILE_BYTES = 32 * 2**20
@@ -173,16 +170,15 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
     With ``clean`` (default) the leftovers of killed runs are removed first (see
     :func:`governance.leftovers.clean_leftovers`); the report lists them.
 
-    ``engine``: ``local`` (pyarrow, this process), ``spark`` (:mod:`spark_udfs.compaction`:
-    Iceberg's Spark writer rewrites the chosen partitions on the staging branch), or
+    ``engine``: ``local`` (pyarrow, this process), ``spark`` (the Spark engine's ``rewrite``
+    capability: Iceberg's Spark writer rewrites the chosen partitions on the staging branch), or
     ``auto``: Spark when the partitions to rewrite hold at least the Spark threshold (the
     one backfills use, ``OMNI_SPARK_THRESHOLD_BYTES``) and Spark can run here
     (``spark_blocker`` None). ``spark`` returns the SparkSession to use, started only
     when Spark is chosen. Either way the plan, the staging branches and the ONE logical
-    commit are the same.
+    commit are the same (:func:`governance.rewrite.run_rewrite`).
     """
     from omni_iceberg.backfill.choose import choose_rewrite_engine
-    from omni_iceberg.ui.progress import progress_bar
 
     report: dict[str, Any] = {}
     if clean:
@@ -196,57 +192,17 @@ def compact(store: FamilyStore, name: str, min_files: int = 2, dry_run: bool = F
                    "engine": chosen, "engine_reason": reason})
     if plan.empty or dry_run:
         return report
-    if chosen == "spark" and spark is None:
-        raise ConfigError("compaction on Spark needs a Spark session: call Omni.compact(..., engine='spark'), "
-                          "which starts one on this catalog, or pass spark=")
-    ns, table = split_qualified(name)
-    state = store.load(ns, table, plan.version)
-    run_id = f"compact-{uuid.uuid4().hex[:12]}"
-    writers = {t.key: store.staged_write(state, t.identifier, t.snapshot_id, run_id,
-                                         {"omni.operation": "compact"}, rebasable=False)
-               for t in plan.tables}
-    bar = progress_bar(progress, f"compact {plan.logical_table}", "file",
-                       total=sum(t.files_rewritten for t in plan.tables))
-    with staged_attempt(bar, writers.values):  # the rewritten files were never pinned: deleted on failure
-        session = spark() if chosen == "spark" else None
-        for t in plan.tables:
-            w = writers[t.key]
-            partitions = ",".join(sorted({g.partition for g in t.partitions}))[:1000]
-            if session is not None:
-                from omni_iceberg.engines import engine_operation
 
-                engine_operation("spark", "compact")(session, store.catalog.name, w, t.snapshot_id,
-                                                     list(t.partition_files),
-                                                     {"omni.partitions": partitions, "omni.engine": "spark"})
-                if bar is not None:
-                    bar.update(t.files_rewritten)
-            else:
-                _rewrite_locally(store, w, t, bar, partitions)
-            report["files_after"][t.identifier] = sum(
-                1 for _ in store.catalog.load_table(t.identifier).scan(snapshot_id=w.staged_snapshot_id).plan_files())
+    def job(t: TableCompaction, writer: Any) -> CompactJob:
+        partitions = ",".join(sorted({g.partition for g in t.partitions}))[:1000]
+        return CompactJob(store, writer, t.snapshot_id, t.files_rewritten, {"omni.partitions": partitions},
+                          groups=tuple(tuple(g.paths) for g in t.partitions),
+                          partition_files=tuple(t.partition_files))
 
-        def updates(latest: FamilyState):
-            # a rewrite cannot be rebased: if another writer moved a table, PinConflict fails
-            # this commit (StagedWrite.rebasable is False) and compaction runs again later
-            return tuple(PinSnapshot(t.key, writers[t.key].staged_snapshot_id, t.snapshot_id) for t in plan.tables)
-
-        new_state = store.commit(ns, table, updates, operation="compact", command=f"compact {name}",
-                                 summary=lambda _: {"omni.tables": ",".join(t.key for t in plan.tables)},
-                                 staged=list(writers.values()))
+    new_state, report["files_after"] = run_rewrite(
+        store, name, plan.version, plan.tables, job, engine=chosen, spark=spark, what="compaction", verb="compact",
+        properties={"omni.operation": "compact"}, command=f"compact {name}",
+        summary={"omni.tables": ",".join(t.key for t in plan.tables)}, label=f"compact {plan.logical_table}",
+        total=sum(t.files_rewritten for t in plan.tables), progress=progress)
     report["logical_version"] = new_state.version
     return report
-
-
-def _rewrite_locally(store: FamilyStore, w: Any, t: TableCompaction, bar: Any, partitions: str) -> None:
-    """Merge each group of ``t``'s small files with pyarrow, as ONE snapshot on ``w``'s branch."""
-    ice = store.catalog.load_table(t.identifier)
-    live = {task.file.file_path: task.file for task in PLANS.tasks(ice.scan(snapshot_id=t.snapshot_id))}
-    for group in t.partitions:
-        files = [live[p] for p in group.paths]
-        rows = read_data_files(ice, files)
-        rows = rows.sort_by([(BATCH_COLUMN, "ascending"), (ID_COLUMN, "ascending")])
-        w.write_replacement(files, rows)
-        if bar is not None:
-            bar.update(group.files)
-    # one snapshot per table, not per group: see StagedWrite.write_replacement
-    w.commit_replacements({"omni.partitions": partitions})

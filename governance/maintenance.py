@@ -15,7 +15,7 @@ from typing import Any
 from catalog_ext import settings
 from catalog_ext.contract import split_qualified
 from catalog_ext.errors import ConfigError
-from catalog_ext.staging import SweepReport, sweep_orphan_files, sweep_stale_branches
+from catalog_ext.staging import SweepReport, sweep_stale_branches
 from catalog_ext.store import FamilyStore
 from governance.leftovers import CleanupReport
 
@@ -259,29 +259,26 @@ def sweep_orphans(store: FamilyStore, state: Any, *, engine: str = "local", spar
 
     ``local``: :func:`catalog_ext.staging.sweep_orphan_files` (this process reads every
     manifest of every snapshot and lists storage). ``spark``: Iceberg's
-    ``remove_orphan_files`` procedure finds them (the Spark engine's ``sweep_orphans`` operation,
-    :mod:`spark_udfs.orphans`). ``auto``: Spark
+    ``remove_orphan_files`` procedure finds them (the Spark engine's ``rewrite`` capability,
+    ``spark_udfs/orphans.py``). ``auto``: Spark
     when the family's data files (at the pinned snapshots) hold at least the Spark threshold
     backfills use, Spark can run here, and the grace period is one Iceberg accepts.
     """
     from catalog_ext.staging import orphan_grace_s
+    from governance.rewrite import orphan_sweep_blocker, rewrite_engine
     from omni_iceberg.backfill.choose import choose_rewrite_engine
-    from omni_iceberg.engines import engine_operation
 
     grace = orphan_grace_s(older_than_s)
     if engine == "auto":
-        spark_blocker = spark_blocker or engine_operation("spark", "orphan_grace_blocker")(grace)
+        spark_blocker = spark_blocker or orphan_sweep_blocker("spark", grace)
     chosen, reason = choose_rewrite_engine(engine, lambda: _family_bytes(store, state), spark=spark,
                                            spark_blocker=spark_blocker, what="the family's data files hold",
                                            threshold_bytes=threshold_bytes)
-    if chosen == "spark":
-        if spark is None:
-            raise ConfigError("the orphan sweep on Spark needs a Spark session: call Omni.maintain(..., "
-                              "engine='spark'), which starts one on this catalog, or pass spark=")
-        found = engine_operation("spark", "sweep_orphans")(spark(), store.catalog, state, older_than_s=grace,
-                                                           dry_run=dry_run)
-    else:
-        found = sweep_orphan_files(store.catalog, state, older_than_s=grace, dry_run=dry_run)
+    if chosen == "spark" and spark is None:
+        raise ConfigError("the orphan sweep on Spark needs a Spark session: call Omni.maintain(..., "
+                          "engine='spark'), which starts one on this catalog, or pass spark=")
+    with rewrite_engine(chosen, **({"session": spark} if chosen != "local" else {})) as sweeper:
+        found = sweeper.sweep_orphans(store.catalog, state, older_than_s=grace, dry_run=dry_run)
     return found, f"{chosen}: {reason}"
 
 

@@ -37,24 +37,21 @@ default spec is at that moment.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from catalog_ext import settings
-from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
-from catalog_ext.errors import ConfigError, OmniError
+from catalog_ext.contract import split_qualified
+from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState
-from catalog_ext.iceberg_io import PLANS, bucket_position, read_data_files
+from catalog_ext.iceberg_io import PLANS, bucket_position
 from catalog_ext.physical import ensure_bucket_spec
 from catalog_ext.store import FamilyStore
-from catalog_ext.updates import PinSnapshot, SetBucketCount
-from governance.attempt import staged_attempt
+from catalog_ext.updates import SetBucketCount
+from governance.rewrite import RebucketJob, run_rewrite
 
 #: a bucket of the largest table should hold at most this many bytes (OMNI_BUCKET_TARGET_MB)
 TARGET_BUCKET_BYTES = int(settings.value("OMNI_BUCKET_TARGET_MB") * 2**20)
-#: one rewrite unit (files read together, then written out) is cut at this many input bytes
-UNIT_BYTES = 128 * 2**20
 MAX_BUCKETS = 1024
 
 
@@ -177,41 +174,6 @@ def plan_rebucket(store: FamilyStore, name: str, buckets: int | None = None, *,
     return RebucketPlan(state.table.identifier, state.version, current, target, reason, due, tables)
 
 
-def _rewrite_locally(store: FamilyStore, w: Any, t: TableRebucket, plan: RebucketPlan, bar: Any) -> None:
-    """One table's files rewritten unit by unit (a split or a merge at a time) on ``w``'s branch."""
-    ice = store.catalog.load_table(t.identifier)
-    for unit in _units(ice, t.snapshot_id, plan.current, plan.target):
-        rows = read_data_files(ice, unit)
-        w.write_replacement(unit, rows.sort_by([(BATCH_COLUMN, "ascending"), (ID_COLUMN, "ascending")]))
-        if bar is not None:
-            bar.update(len(unit))
-    w.commit_replacements({"omni.bucket-count": str(plan.target)})
-
-
-def _units(ice: Any, snapshot_id: int, current: int, target: int) -> list[list[Any]]:
-    """Groups of live files rewritten together: files of one old bucket (split) or of the old
-    buckets that make one new bucket (merge), cut at :data:`UNIT_BYTES` of input."""
-    specs = ice.metadata.specs()
-    by_unit: dict[int, list[Any]] = {}
-    for task in PLANS.tasks(ice.scan(snapshot_id=snapshot_id)):
-        f = task.file
-        old = f.partition[bucket_position(specs[f.spec_id])]
-        by_unit.setdefault(old if target >= current else old % target, []).append(f)
-    units: list[list[Any]] = []
-    for key in sorted(by_unit):
-        unit: list[Any] = []
-        size = 0
-        for f in sorted(by_unit[key], key=lambda f: f.file_path):
-            unit.append(f)
-            size += f.file_size_in_bytes
-            if size >= UNIT_BYTES:
-                units.append(unit)
-                unit, size = [], 0
-        if unit:
-            units.append(unit)
-    return units
-
-
 def rebucket(store: FamilyStore, name: str, buckets: int | None = None, *, dry_run: bool = False,
              progress: bool | None = None, command: str = "",
              target_bucket_bytes: int = TARGET_BUCKET_BYTES, engine: str = "local",
@@ -220,16 +182,15 @@ def rebucket(store: FamilyStore, name: str, buckets: int | None = None, *, dry_r
     """Plan and (unless ``dry_run`` or not due) rewrite every table to the new count, in ONE logical commit.
 
     ``engine``: ``local`` (pyarrow, this process, one rewrite unit at a time), ``spark``
-    (:mod:`spark_udfs.rebucket`: Spark rewrites each table onto the same staging branch), or
-    ``auto``: Spark when the tables to rewrite hold at least the Spark threshold backfills
-    use and Spark can run here (``spark_blocker`` None), as for compaction. ``spark``
+    (the Spark engine's ``rewrite`` capability: Spark rewrites each table onto the same staging
+    branch), or ``auto``: Spark when the tables to rewrite hold at least the Spark threshold
+    backfills use and Spark can run here (``spark_blocker`` None), as for compaction. ``spark``
     returns the SparkSession to use, started only when Spark is chosen.
 
     Returns the plan, the engine and why, the files each rewritten table holds after, and
     the logical version.
     """
     from omni_iceberg.backfill.choose import choose_rewrite_engine
-    from omni_iceberg.ui.progress import progress_bar
 
     plan = plan_rebucket(store, name, buckets, target_bucket_bytes=target_bucket_bytes)
     chosen, reason = choose_rewrite_engine(engine, lambda: sum(t.bytes for t in plan.tables), spark=spark,
@@ -240,47 +201,25 @@ def rebucket(store: FamilyStore, name: str, buckets: int | None = None, *, dry_r
                               "files_after": {}, "engine": chosen, "engine_reason": reason}
     if plan.empty or dry_run:
         return report
-    if chosen == "spark" and spark is None:
-        raise ConfigError("re-bucketing on Spark needs a Spark session: call Omni.rebucket(..., engine='spark'), "
-                          "which starts one on this catalog, or pass spark=")
-    ns, table = split_qualified(name)
-    state = store.load(ns, table, plan.version)
-    run_id = f"rebucket-{uuid.uuid4().hex[:12]}"
-    props = {"omni.operation": "rebucket", "omni.bucket-count": str(plan.target)}
-    # every table gets the new spec, also those without files: a later write to them (a
-    # backfill of an empty feature table) must find the family's count
-    for t in state.tables:
-        ensure_bucket_spec(store.catalog, t.identifier, plan.target)
+
+    def new_spec(state: FamilyState) -> None:
+        # every table gets the new spec, also those without files: a later write to them (a
+        # backfill of an empty feature table) must find the family's count
+        for t in state.tables:
+            ensure_bucket_spec(store.catalog, t.identifier, plan.target)
+
+    def job(t: TableRebucket, writer: Any) -> RebucketJob:
+        return RebucketJob(store, writer, t.snapshot_id, t.files, {"omni.bucket-count": str(plan.target)},
+                           current=plan.current, target=plan.target)
+
     rewrite = [t for t in plan.tables if t.files]
-    writers = {t.key: store.staged_write(state, t.identifier, t.snapshot_id, run_id, props, rebasable=False,
-                                         bucket_count=plan.target) for t in rewrite}
-    bar = progress_bar(progress, f"rebucket {plan.logical_table} {plan.current}->{plan.target}", "file",
-                       total=sum(t.files for t in rewrite))
-    with staged_attempt(bar, writers.values):  # the rewritten files were never pinned: deleted on failure
-        session = spark() if chosen == "spark" else None
-        for t in rewrite:
-            w = writers[t.key]
-            if session is not None:
-                from omni_iceberg.engines import engine_operation
-
-                engine_operation("spark", "rebucket")(session, store.catalog.name, w, t.snapshot_id, plan.target,
-                                                      {"omni.bucket-count": str(plan.target), "omni.engine": "spark"})
-                if bar is not None:
-                    bar.update(t.files)
-            else:
-                _rewrite_locally(store, w, t, plan, bar)
-            report["files_after"][t.identifier] = sum(
-                1 for _ in store.catalog.load_table(t.identifier).scan(snapshot_id=w.staged_snapshot_id).plan_files())
-
-        def updates(latest: FamilyState):
-            # a rewrite cannot be rebased: a writer that moved a table meanwhile fails this
-            # commit (PinConflict), and the next run re-plans from its version
-            return (SetBucketCount(plan.current, plan.target),
-                    *(PinSnapshot(t.key, writers[t.key].staged_snapshot_id, t.snapshot_id) for t in rewrite))
-
-        new_state = store.commit(ns, table, updates, operation="rebucket",
-                                 command=command or f"rebucket {name} --buckets {plan.target}",
-                                 summary=lambda _: {"omni.bucket-count": f"{plan.current}->{plan.target}"},
-                                 staged=list(writers.values()))
+    new_state, report["files_after"] = run_rewrite(
+        store, name, plan.version, rewrite, job, engine=chosen, spark=spark, what="re-bucketing", verb="rebucket",
+        properties={"omni.operation": "rebucket", "omni.bucket-count": str(plan.target)},
+        command=command or f"rebucket {name} --buckets {plan.target}",
+        summary={"omni.bucket-count": f"{plan.current}->{plan.target}"},
+        label=f"rebucket {plan.logical_table} {plan.current}->{plan.target}", total=sum(t.files for t in rewrite),
+        progress=progress, updates=lambda _writers: (SetBucketCount(plan.current, plan.target),),
+        bucket_count=plan.target, prepare=new_spec)
     report["logical_version"] = new_state.version
     return report

@@ -31,9 +31,8 @@ from governance.materialize import plan_materialization as _plan_materialization
 from governance.materialize import refresh_materializations as _refresh_materializations
 from governance.rebucket import rebucket as _rebucket
 from governance.retention import RetentionPolicy, RetentionReport, apply_retention
-from omni_iceberg.backfill.choose import spark_blocker
+from governance.rewrite import rewrite_engine, rewrite_unavailable
 from omni_iceberg.context import OmniContext
-from omni_iceberg.engines import backfill_engine
 from omni_iceberg.explore.query_log import flush_query_log
 from omni_iceberg.hot.sync import set_hot_columns, sync
 
@@ -160,14 +159,14 @@ def advise(ctx: OmniContext, name: str, *, apply: bool = False, progress: bool |
 def with_spark(ctx: OmniContext, engine: str, master: str | None, session: Any, run: Callable[..., Any]) -> Any:
     """``run(spark=<session factory or None>, blocker=<why Spark cannot run or None>)`` for ``engine``.
 
-    The Spark backfill engine owns starting, reusing and stopping a session on this
-    catalog; governance borrows its session, started only if the plan goes to Spark.
+    The Spark engine's ``rewrite`` capability owns starting, reusing and stopping a session
+    on this catalog; the rewrites borrow it, started only if the plan goes to Spark.
     """
-    blocker = spark_blocker(ctx.config) if engine == "auto" and session is None else None
+    blocker = rewrite_unavailable("spark", ctx.config) if engine == "auto" and session is None else None
     if engine == "local" or blocker:
         return run(None, blocker)
-    with backfill_engine("spark")(ctx, master=master, spark=session) as spark_engine:
-        return run(lambda: spark_engine.spark, None)
+    with rewrite_engine("spark", ctx, master=master, spark=session) as spark_engine:
+        return run(spark_engine.session, None)
 
 
 __all__ = ["accelerate", "advise", "coread_regroup", "compact", "drop_batch", "expire", "maintain", "materialize",

@@ -126,12 +126,12 @@ def trino_properties(config: OmniConfig, uri: str) -> dict[str, str]:
 def spark_properties(config: OmniConfig) -> dict[str, str]:
     """``spark-defaults.conf`` settings that make catalog ``config.catalog_name`` omni's catalog.
 
-    Made by the Spark engine (its ``settings`` operation); secrets (a JDBC password) are
+    Made by the Spark engine (its ``settings`` capability); secrets (a JDBC password) are
     included, and :func:`render_spark_defaults` masks them for standard output.
     """
-    from omni_iceberg.engines import engine_operation
+    from omni_iceberg.engines import lookup
 
-    return engine_operation("spark", "settings")(config)
+    return lookup("settings", "spark")(config)
 
 
 def render_spark_defaults(conf: dict[str, str], *, mask_secrets: bool) -> str:

@@ -1,35 +1,41 @@
-"""The engine registry: which backfill engines, SQL executors and engine operations are installed.
+"""The engine registry: which engines are installed, and what each can do.
 
-The core never imports an engine, and the registry imports nothing of the core.
-Engines register themselves here - the core's own (local) when the core first looks
-one up (:func:`omni_iceberg.backfill.choose.backfill_engine`), others (Spark) through
-the entry-point group
-:data:`ENTRY_POINT_GROUP`, whose entries are registration hooks: callables taking
-no argument that call :func:`register_backfill_engine` / :func:`register_sql_executor`
-/ :func:`register_engine_operation`. The group is loaded once, lazily, the first time a
+An engine offers CAPABILITIES (:data:`CAPABILITIES`) and registers only those it has,
+each under its own name: ``register("backfill", "spark", factory)``. The core asks for a
+capability by engine name - ``lookup("rewrite", "spark")`` - and a name nothing offers
+that capability under is one :class:`~catalog_ext.errors.ConfigError` saying what is
+installed, what the engine offers instead, or that no installed engine offers it, and
+what to install. :func:`offering` lists the engines that offer a capability.
+
+The core never imports an engine, and the registry imports nothing of the core. The
+core's own engine (``local``: backfill, rewrite) registers when the core first looks one
+up (:func:`omni_iceberg.backfill.choose.backfill_engine`,
+:func:`governance.rewrite.rewrite_engine`); others (Spark) through the entry-point group
+:data:`ENTRY_POINT_GROUP`, whose entries are registration hooks: callables taking no
+argument that call :func:`register`. The group is loaded once, lazily, the first time a
 name is not yet known, so a plain ``import omni_iceberg`` starts no engine.
 
-A backfill engine factory is called as ``factory(ctx, **options)`` (``ctx``: the catalog's
-:class:`~omni_iceberg.context.OmniContext`) and returns a
-:class:`~omni_iceberg.backfill.protocol.BackfillEngine` (a context manager that
-executes a finished plan's units). A SQL executor is ``fn(ctx, sql_text) -> pyarrow.Table``
-for SQL already rewritten to the engine's dialect. An engine operation is any other
-function of an engine the core calls by name, with the arguments :data:`OPERATIONS`
-lists (governance's rewrites on Spark, the settings ``omni spark-config`` writes).
+A provider may carry ``provider.unavailable(config) -> str | None``: why the engine
+cannot run for that configuration here (``--engine auto`` then stays local).
 
->>> register_sql_executor("echo", lambda ctx, sql: sql)
->>> sql_executor("echo")(None, "SELECT 1")
+>>> register("sql", "echo", lambda ctx, sql: sql)
+>>> lookup("sql", "echo")(None, "SELECT 1")
 'SELECT 1'
->>> sql_executor("no-such-engine")  # doctest: +ELLIPSIS
+>>> "echo" in offering("sql") and "sql" in capabilities_of("echo")
+True
+>>> lookup("sql", "no-such-engine")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
 catalog_ext.errors.ConfigError: no SQL executor named 'no-such-engine' is installed (installed: ...
+>>> lookup("export", "echo")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+catalog_ext.errors.ConfigError: no export engine named 'echo' is installed (no installed engine offers export); echo offers sql only
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from catalog_ext.errors import ConfigError
@@ -40,100 +46,90 @@ ENTRY_POINT_GROUP = "omni_iceberg.engines"
 #: the extra that installs an engine shipped with omni-iceberg, for the "install it" hint
 KNOWN_EXTRAS = {"spark": "omni-iceberg[spark]"}
 
-#: the engine operations the core calls, and how: ``engine_operation(engine, name)(...)``
-OPERATIONS = {
-    "settings": "(config) -> dict[str, str]: the settings that make the engine read omni's catalog",
-    "compact": "(session, catalog_name, writer, snapshot_id, paths, properties): rewrite files onto a staged write",
-    "rebucket": "(session, catalog_name, writer, snapshot_id, buckets, properties): rewrite a table onto a staged "
-                "write with a new bucket count",
-    "sweep_orphans": "(session, catalog, state, *, older_than_s, dry_run) -> SweepReport: find and delete a "
-                     "family's orphan files",
-    "orphan_grace_blocker": "(older_than_s) -> str | None: why the engine cannot sweep with this grace period",
+#: what an engine can offer, and the provider it registers for it
+CAPABILITIES = {
+    "backfill": "factory(ctx, **options) -> BackfillEngine (omni_iceberg.backfill.protocol): executes the units "
+                "of a finished plan; the core plans, tunes and commits",
+    "rewrite": "factory(ctx=None, **options) -> RewriteEngine (governance.rewrite): writes governance's rewrites "
+               "(compaction, re-bucketing) onto staging branches and finds orphan files; governance plans and commits",
+    "ingest": "factory(ctx, **options): reads sources into staged batches; the core commits",
+    "export": "factory(ctx, **options): writes query results out",
+    "sql": "fn(ctx, sql_text) -> pyarrow.Table: runs SQL already rewritten to the engine's dialect",
+    "settings": "fn(config) -> dict[str, str]: the settings that make the engine read omni's catalog",
 }
 
-BackfillEngineFactory = Callable[..., Any]
-SqlExecutor = Callable[[Any, str], Any]
+#: how an error message names a provider of a capability
+_NOUNS = {"sql": "SQL executor", "settings": "settings provider"}
 
-_BACKFILL: dict[str, BackfillEngineFactory] = {}
-_SQL: dict[str, SqlExecutor] = {}
-_OPERATIONS: dict[str, dict[str, Callable[..., Any]]] = {}
+_PROVIDERS: dict[str, dict[str, Any]] = {capability: {} for capability in CAPABILITIES}
 _lock = threading.RLock()
 _loaded = False
 _load_errors: dict[str, str] = {}
 
 
-def register_backfill_engine(name: str, factory: BackfillEngineFactory) -> None:
-    """Make ``factory(ctx, **options)`` the backfill engine called ``name`` (last registration wins).
-
-    A factory may carry ``factory.unavailable(config) -> str | None``: why the engine
-    cannot run for that configuration here (``--engine auto`` then stays local).
-    """
+def register(capability: str, name: str, provider: Any) -> None:
+    """Make ``provider`` engine ``name``'s ``capability`` (one of :data:`CAPABILITIES`; last registration wins)."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown engine capability {capability!r} (known: {', '.join(CAPABILITIES)})")
     with _lock:
-        _BACKFILL[name] = factory
+        _PROVIDERS[capability][name] = provider
 
 
-def register_sql_executor(name: str, fn: SqlExecutor) -> None:
-    """Make ``fn(ctx, sql_text) -> pyarrow.Table`` the SQL executor called ``name``."""
-    with _lock:
-        _SQL[name] = fn
+def lookup(capability: str, name: str) -> Any:
+    """Engine ``name``'s provider of ``capability``; a ConfigError saying what is installed and what to install."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown engine capability {capability!r} (known: {', '.join(CAPABILITIES)})")
+    found = _PROVIDERS[capability].get(name)
+    if found is None:
+        _load_entry_points()
+        found = _PROVIDERS[capability].get(name)
+    if found is not None:
+        return found
+    raise ConfigError(_missing(capability, name))
 
 
-def register_engine_operation(engine: str, operation: str, fn: Callable[..., Any]) -> None:
-    """Make ``fn`` the operation ``operation`` (one of :data:`OPERATIONS`) of engine ``engine``."""
-    if operation not in OPERATIONS:
-        raise ValueError(f"unknown engine operation {operation!r} (known: {', '.join(sorted(OPERATIONS))})")
-    with _lock:
-        _OPERATIONS.setdefault(operation, {})[engine] = fn
-
-
-def backfill_engine(name: str) -> BackfillEngineFactory:
-    """The factory of the backfill engine ``name``; a ConfigError saying what to install if none."""
-    return _lookup(_BACKFILL, name, "backfill engine")
-
-
-def sql_executor(name: str) -> SqlExecutor:
-    """The SQL executor ``name`` (``fn(ctx, sql_text) -> pyarrow.Table``)."""
-    return _lookup(_SQL, name, "SQL executor")
-
-
-def engine_operation(engine: str, operation: str) -> Callable[..., Any]:
-    """Operation ``operation`` of engine ``engine``; a ConfigError saying what to install if none."""
-    return _lookup(_OPERATIONS.setdefault(operation, {}), engine, f"engine providing the {operation!r} operation")
-
-
-def backfill_engines() -> list[str]:
-    """Names of every installed backfill engine."""
+def offering(capability: str) -> list[str]:
+    """Names of the installed engines that offer ``capability`` (empty: none does)."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown engine capability {capability!r} (known: {', '.join(CAPABILITIES)})")
     _load_entry_points()
-    return sorted(_BACKFILL)
+    return sorted(_PROVIDERS[capability])
 
 
-def sql_executors() -> list[str]:
-    """Names of every installed SQL executor."""
+def capabilities_of(name: str) -> list[str]:
+    """The capabilities installed engine ``name`` offers (empty: no engine of that name is installed)."""
     _load_entry_points()
-    return sorted(_SQL)
+    return [c for c in CAPABILITIES if name in _PROVIDERS[c]]
 
 
-def engine_unavailable(name: str, config: Any) -> str | None:
-    """Why engine ``name`` cannot run here for ``config`` (not installed, or its own check), or None."""
+def unavailable(capability: str, name: str, config: Any) -> str | None:
+    """Why engine ``name`` cannot do ``capability`` here for ``config`` (not installed, or its own check), or None."""
     try:
-        factory = backfill_engine(name)
+        provider = lookup(capability, name)
     except ConfigError as e:
         return str(e)
-    check = getattr(factory, "unavailable", None)
+    check = getattr(provider, "unavailable", None)
     return check(config) if check is not None else None
 
 
-def _lookup(table: dict[str, Any], name: str, kind: str) -> Any:
-    found = table.get(name)
-    if found is None:
-        _load_entry_points()
-        found = table.get(name)
-    if found is not None:
-        return found
-    hint = f"; install it: pip install '{KNOWN_EXTRAS[name]}'" if name in KNOWN_EXTRAS else ""
-    broken = f"; its entry point failed to load: {_load_errors[name]}" if name in _load_errors else ""
-    raise ConfigError(f"no {kind} named {name!r} is installed (installed: {', '.join(sorted(table)) or 'none'})"
-                      f"{broken}{hint}")
+def sql_executor(name: str) -> Any:
+    """Engine ``name``'s ``sql`` capability: ``fn(ctx, sql_text) -> pyarrow.Table``."""
+    return lookup("sql", name)
+
+
+def _missing(capability: str, name: str) -> str:
+    noun = _NOUNS.get(capability, f"{capability} engine")
+    installed = sorted(_PROVIDERS[capability])
+    text = f"no {noun} named {name!r} is installed " + (
+        f"(installed: {', '.join(installed)})" if installed else f"(no installed engine offers {capability})")
+    offers = [c for c in CAPABILITIES if name in _PROVIDERS[c]]
+    if offers:
+        return f"{text}; {name} offers {', '.join(offers)} only"
+    if name in _load_errors:
+        text += f"; its entry point failed to load: {_load_errors[name]}"
+    if name in KNOWN_EXTRAS:
+        text += f"; install it: pip install '{KNOWN_EXTRAS[name]}'"
+    return text
 
 
 def _load_entry_points() -> None:
@@ -160,6 +156,5 @@ def reload_entry_points() -> None:
         _load_errors.clear()
 
 
-__all__ = ["ENTRY_POINT_GROUP", "OPERATIONS", "backfill_engine", "backfill_engines", "engine_operation",
-           "engine_unavailable", "register_backfill_engine", "register_engine_operation", "register_sql_executor",
-           "reload_entry_points", "sql_executor", "sql_executors"]
+__all__ = ["CAPABILITIES", "ENTRY_POINT_GROUP", "KNOWN_EXTRAS", "capabilities_of", "lookup", "offering", "register",
+           "reload_entry_points", "sql_executor", "unavailable"]

@@ -1,7 +1,8 @@
 """The Spark side of the engine protocol: jars, session, the engine and its stages.
 
 The core never imports this package: :mod:`spark_udfs.plugin` registers the ``spark``
-backfill engine (:mod:`spark_udfs.engine`) and SQL executor (:mod:`spark_udfs.sql`)
+engine's capabilities - backfill (:mod:`spark_udfs.engine`), rewrite (:mod:`spark_udfs.rewrite`:
+compaction, re-bucketing, the orphan sweep), sql (:mod:`spark_udfs.sql`) and settings -
 through the ``omni_iceberg.engines`` entry point. Stages run as one fused
 ``mapInArrow`` pass (:mod:`spark_udfs.arrow_stage`) or, when every feature of a stage
 is a pandas UDF, as Spark pandas UDFs (:mod:`spark_udfs.pandas_stage`).

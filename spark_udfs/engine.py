@@ -568,8 +568,8 @@ def _translate(error: Exception, stage: _SparkStage, todo: list[str], batch: str
 
 
 # ---- entry points ------------------------------------------------------------------------------------
-class SparkBackfill:
-    """Executes backfill plans on Spark for one catalog (:class:`~omni_iceberg.context.OmniContext`).
+class SparkSessionOwner:
+    """The checked Spark session of one catalog that an engine's capabilities run on.
 
     Give it a session (``spark=``), or a ``master`` (``local[2]``, ``spark://HOST:PORT``)
     and it starts one on first use and stops it on :meth:`close`. Either way the
@@ -577,12 +577,10 @@ class SparkBackfill:
     reachable - otherwise a :class:`~catalog_ext.errors.ConfigError` says what to fix.
     """
 
-    name = ENGINE
-
-    def __init__(self, ctx: OmniContext, *, spark: SparkSession | None = None, master: str | None = None,
+    def __init__(self, config: Any, *, spark: SparkSession | None = None, master: str | None = None,
                  jar_cache_dir: Any = None, overrides: dict[str, Any] | None = None,
                  executor_wait_s: float = EXECUTOR_WAIT_S):
-        self.ctx = ctx
+        self.config = config
         self.master = master or "local[2]"
         self._spark = spark
         self._owned = False
@@ -600,14 +598,14 @@ class SparkBackfill:
                 # a session the caller already runs is used, never stopped by us
                 self._spark = active
                 return self.spark
-            self._spark = open_session(self.ctx.config, self.master, **self._session_args)
+            self._spark = open_session(self.config, self.master, **self._session_args)
             self._owned = self._checked = True
         elif not self._checked:
-            check_session(self._spark, self.ctx.config)
+            check_session(self._spark, self.config)
             self._checked = True
         return self._spark
 
-    def __enter__(self) -> SparkBackfill:
+    def __enter__(self) -> SparkSessionOwner:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -618,6 +616,20 @@ class SparkBackfill:
         if self._owned and self._spark is not None:
             self._spark.stop()
             self._spark, self._owned, self._checked = None, False, False
+
+
+class SparkBackfill(SparkSessionOwner):
+    """The Spark engine's ``backfill`` capability: executes backfill plans on Spark for one catalog
+    (:class:`~omni_iceberg.context.OmniContext`), on the session :class:`SparkSessionOwner` holds."""
+
+    name = ENGINE
+
+    def __init__(self, ctx: OmniContext, *, spark: SparkSession | None = None, master: str | None = None,
+                 jar_cache_dir: Any = None, overrides: dict[str, Any] | None = None,
+                 executor_wait_s: float = EXECUTOR_WAIT_S):
+        super().__init__(ctx.config, spark=spark, master=master, jar_cache_dir=jar_cache_dir, overrides=overrides,
+                         executor_wait_s=executor_wait_s)
+        self.ctx = ctx
 
     def has_gpu(self) -> bool:
         """Whether GPU stages get GPUs: the cluster's executors declare them (GPU routes follow it)."""

@@ -1,7 +1,9 @@
 """Spark's registration hook, the ``omni_iceberg.engines`` entry point named ``spark``.
 
-Importing this module imports no pyspark: the factory, the executor and the operations
-load the Spark modules when first called.
+Spark offers four capabilities (:data:`omni_iceberg.engines.CAPABILITIES`): ``backfill``,
+``rewrite`` (compaction, re-bucketing, the orphan sweep), ``sql`` and ``settings``. It
+offers no ``ingest`` or ``export``. Importing this module imports no pyspark: the
+factories and functions load the Spark modules when first called.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ if TYPE_CHECKING:
 
 
 def register() -> None:
-    """Register the Spark backfill engine, SQL executor and operations (called by :mod:`omni_iceberg.engines`)."""
-    from omni_iceberg.engines import register_backfill_engine, register_engine_operation, register_sql_executor
+    """Register Spark's capabilities (called by :mod:`omni_iceberg.engines`)."""
+    from omni_iceberg.engines import register as offer
 
-    register_backfill_engine("spark", spark_engine)
-    register_sql_executor("spark", execute_sql)
-    for operation, fn in OPERATIONS.items():
-        register_engine_operation("spark", operation, fn)
+    offer("backfill", "spark", spark_engine)
+    offer("rewrite", "spark", spark_rewrite)
+    offer("sql", "spark", execute_sql)
+    offer("settings", "spark", settings)
 
 
 def spark_engine(ctx: OmniContext, *, master: str | None = None, spark: Any = None, **options: Any) -> Any:
@@ -35,8 +37,15 @@ def spark_engine(ctx: OmniContext, *, master: str | None = None, spark: Any = No
     return SparkBackfill(ctx, spark=spark, master=master, **options)
 
 
+def spark_rewrite(ctx: OmniContext | None = None, **options: Any) -> Any:
+    """:func:`spark_udfs.rewrite.spark_rewrite`: a :class:`~spark_udfs.rewrite.SparkRewrite`."""
+    from spark_udfs.rewrite import spark_rewrite as build
+
+    return build(ctx, **options)
+
+
 def unavailable(config: Any) -> str | None:
-    """Why Spark cannot run a backfill for ``config`` here, or None."""
+    """Why Spark cannot run for ``config`` here, or None."""
     if importlib.util.find_spec("pyspark") is None:
         return "pyspark is not installed (pip install 'omni-iceberg[spark]')"
     if config.is_embedded:
@@ -45,6 +54,7 @@ def unavailable(config: Any) -> str | None:
 
 
 spark_engine.unavailable = unavailable  # type: ignore[attr-defined]
+spark_rewrite.unavailable = unavailable  # type: ignore[attr-defined]
 
 
 def execute_sql(ctx: OmniContext, sql_text: str) -> Any:
@@ -59,36 +69,3 @@ def settings(config: Any) -> dict[str, str]:
     from spark_udfs.config import spark_properties
 
     return spark_properties(config)
-
-
-def compact(*args: Any, **kwargs: Any) -> Any:
-    """:func:`spark_udfs.compaction.rewrite_partitions_on_spark`, imported on first call."""
-    from spark_udfs.compaction import rewrite_partitions_on_spark
-
-    return rewrite_partitions_on_spark(*args, **kwargs)
-
-
-def rebucket(*args: Any, **kwargs: Any) -> Any:
-    """:func:`spark_udfs.rebucket.rebucket_table_on_spark`, imported on first call."""
-    from spark_udfs.rebucket import rebucket_table_on_spark
-
-    return rebucket_table_on_spark(*args, **kwargs)
-
-
-def sweep_orphans(*args: Any, **kwargs: Any) -> Any:
-    """:func:`spark_udfs.orphans.sweep_on_spark`, imported on first call."""
-    from spark_udfs.orphans import sweep_on_spark
-
-    return sweep_on_spark(*args, **kwargs)
-
-
-def orphan_grace_blocker(older_than_s: float) -> str | None:
-    """:func:`spark_udfs.orphans.spark_grace_blocker`, imported on first call."""
-    from spark_udfs.orphans import spark_grace_blocker
-
-    return spark_grace_blocker(older_than_s)
-
-
-#: what Spark registers under :data:`omni_iceberg.engines.OPERATIONS`' names
-OPERATIONS = {"settings": settings, "compact": compact, "rebucket": rebucket, "sweep_orphans": sweep_orphans,
-              "orphan_grace_blocker": orphan_grace_blocker}

@@ -1,6 +1,6 @@
 """Spark's SQL executor: run SQL already rewritten to the Spark dialect, return Arrow.
 
-Registered as ``sql_executor("spark")`` in :mod:`omni_iceberg.engines` (through the
+Registered as the ``sql`` capability of engine ``spark`` in :mod:`omni_iceberg.engines` (through the
 ``omni_iceberg.engines`` entry point), so the explore planner never imports Spark.
 """
 

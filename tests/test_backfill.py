@@ -396,34 +396,34 @@ def test_pandas_form_rejects_a_shared_parameter():
 # ---- the engine registry -------------------------------------------------------------------------
 @pytest.fixture
 def empty_registry(monkeypatch):
-    """The registry as in a fresh process (the core registers the local engine before its first lookup)."""
+    """The registry as in a fresh process (the core registers its local engine before its first lookup)."""
     from omni_iceberg import engines
 
-    monkeypatch.setattr(engines, "_BACKFILL", {})
-    monkeypatch.setattr(engines, "_SQL", {})
+    monkeypatch.setattr(engines, "_PROVIDERS", {capability: {} for capability in engines.CAPABILITIES})
     monkeypatch.setattr(engines, "_load_errors", {})
     monkeypatch.setattr(engines, "_loaded", False)
     return engines
 
 
 PLUGIN = '''
-from omni_iceberg.engines import register_backfill_engine, register_sql_executor
+from omni_iceberg.engines import register
 
 class DummyEngine:
-    def __init__(self, omni, **options):
-        self.omni, self.options = omni, options
+    def __init__(self, ctx, **options):
+        self.ctx, self.options = ctx, options
 
-def register():
-    register_backfill_engine("dummy", DummyEngine)
-    register_sql_executor("dummy", lambda omni, sql: "ran " + sql)
+def register_dummy():
+    register("backfill", "dummy", DummyEngine)
+    register("sql", "dummy", lambda ctx, sql: "ran " + sql)
 
 def broken():
     raise ImportError("no module named dummy_runtime")
 '''
 
 
-def test_engines_register_through_the_entry_point_group(tmp_path, monkeypatch, empty_registry):
+def test_engines_register_their_capabilities_through_the_entry_point_group(tmp_path, monkeypatch, empty_registry):
     from catalog_ext.errors import ConfigError
+    from governance.rewrite import LocalRewrite, RewriteEngine, rewrite_engine
     from omni_iceberg.backfill.local import LocalBackfill
 
     (tmp_path / "omni_dummy_engine.py").write_text(PLUGIN)
@@ -431,29 +431,43 @@ def test_engines_register_through_the_entry_point_group(tmp_path, monkeypatch, e
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: omni-dummy-engine\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "[omni_iceberg.engines]\ndummy = omni_dummy_engine:register\nshaky = omni_dummy_engine:broken\n")
+        "[omni_iceberg.engines]\ndummy = omni_dummy_engine:register_dummy\nshaky = omni_dummy_engine:broken\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    from omni_iceberg.backfill.choose import backfill_engine
     from omni_iceberg.backfill.local import LocalExecutor
     from omni_iceberg.backfill.protocol import BackfillEngine, UnitExecutor
 
     engines = empty_registry
-    from omni_iceberg.backfill.choose import backfill_engine
-
     assert backfill_engine("local") is LocalBackfill  # the core registers its own engine before a lookup
     assert isinstance(LocalExecutor(), UnitExecutor) and isinstance(LocalBackfill(None), BackfillEngine)
-    runner = engines.backfill_engine("dummy")("omni", master="x")
+    with rewrite_engine("local") as rewriter:
+        assert type(rewriter) is LocalRewrite and isinstance(rewriter, RewriteEngine)
+    runner = engines.lookup("backfill", "dummy")("ctx", master="x")
     assert type(runner).__name__ == "DummyEngine" and runner.options == {"master": "x"}
     assert engines.sql_executor("dummy")(None, "SELECT 1") == "ran SELECT 1"
-    assert {"dummy", "local"} <= set(engines.backfill_engines())
+    assert {"dummy", "local"} <= set(engines.offering("backfill")) and "dummy" not in engines.offering("rewrite")
+    assert engines.capabilities_of("dummy") == ["backfill", "sql"]
     with pytest.raises(ConfigError, match=r"no backfill engine named 'shaky' is installed .* its entry point "
                                           r"failed to load: omni_dummy_engine:broken: ImportError"):
-        engines.backfill_engine("shaky")
+        engines.lookup("backfill", "shaky")
+    # an engine registers only what it can do: asking it for more says what it offers
+    with pytest.raises(ConfigError, match=r"no rewrite engine named 'dummy' is installed \(installed: local[^)]*\); "
+                                          r"dummy offers backfill, sql only"):
+        rewrite_engine("dummy")
+    # ingest and export are capabilities no engine offers yet: a lookup says so
+    assert engines.offering("ingest") == engines.offering("export") == []
+    with pytest.raises(ConfigError, match=r"no ingest engine named 'dummy' is installed \(no installed engine "
+                                          r"offers ingest\)"):
+        engines.lookup("ingest", "dummy")
+    with pytest.raises(ValueError, match="unknown engine capability 'paint'"):
+        engines.register("paint", "dummy", object())
 
 
 def test_a_missing_engine_names_the_extra_to_install(tmp_path, monkeypatch, empty_registry):
     import importlib.metadata
 
     from catalog_ext.errors import ConfigError
+    from governance.rewrite import rewrite_unavailable
     from omni_iceberg.backfill.choose import run_backfill, spark_blocker
 
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [])  # nothing installed but the core
@@ -467,6 +481,7 @@ def test_a_missing_engine_names_the_extra_to_install(tmp_path, monkeypatch, empt
                                           r"install it: pip install 'omni-iceberg\[spark\]'"):
         run_backfill(o, "web", ["t_fragile"], engine="spark")
     assert "pip install 'omni-iceberg[spark]'" in spark_blocker(o.config)
+    assert "no rewrite engine named 'spark'" in rewrite_unavailable("spark", o.config)
     report = run_backfill(o, "web", ["t_fragile"], engine="auto", threshold_bytes=0, isolation="inline",
                           progress=False)
     assert report.engine == "local" and "Spark cannot run here: no backfill engine named 'spark'" in \
@@ -475,12 +490,13 @@ def test_a_missing_engine_names_the_extra_to_install(tmp_path, monkeypatch, empt
 
 def test_the_spark_plugin_registers_without_importing_pyspark(tmp_path):
     code = ("import sys\n"
-            "import omni_iceberg.api, omni_iceberg.backfill.choose, omni_iceberg.explore.planner\n"
-            "from omni_iceberg.engines import backfill_engine\n"
+            "import omni_iceberg.api, omni_iceberg.backfill.choose, omni_iceberg.explore.planner, governance.verbs\n"
+            "from omni_iceberg.engines import capabilities_of, lookup\n"
             "assert not [m for m in sys.modules if m.startswith(('spark_udfs', 'pyspark'))], 'core imported an engine'\n"
             "import spark_udfs.plugin as p\n"
             "p.register()\n"
-            "assert backfill_engine('spark') is p.spark_engine\n"
+            "assert lookup('backfill', 'spark') is p.spark_engine and lookup('rewrite', 'spark') is p.spark_rewrite\n"
+            "assert capabilities_of('spark') == ['backfill', 'rewrite', 'sql', 'settings'], capabilities_of('spark')\n"
             "assert not [m for m in sys.modules if m.startswith('pyspark')], 'registration imported pyspark'\n"
             "print('ok')\n")
     root = Path(__file__).resolve().parents[1]

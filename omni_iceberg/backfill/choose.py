@@ -124,19 +124,19 @@ def measure_input_bytes(catalog: Any, state: Any, plan: Any) -> int:
 
 def spark_blocker(config: Any) -> str | None:
     """Why Spark cannot run a backfill for ``config`` here (not installed, or its own check), or None."""
-    from omni_iceberg.engines import engine_unavailable
+    from omni_iceberg.engines import unavailable
 
-    return engine_unavailable("spark", config)
+    return unavailable("backfill", "spark", config)
 
 
 def backfill_engine(name: str) -> Any:
-    """The factory of backfill engine ``name`` from :mod:`omni_iceberg.engines`; the core's own
-    (``local``) is registered first, so it needs no package metadata."""
+    """The factory of engine ``name``'s ``backfill`` capability (:mod:`omni_iceberg.engines`); the
+    core's own (``local``) is registered first, so it needs no package metadata."""
     from omni_iceberg.backfill.local import register
-    from omni_iceberg.engines import backfill_engine as lookup
+    from omni_iceberg.engines import lookup
 
     register()
-    return lookup(name)
+    return lookup("backfill", name)
 
 
 def run_backfill(ctx: OmniContext, name: str, features: list[str], batches: list[str] | None = None, *,

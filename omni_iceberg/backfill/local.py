@@ -197,10 +197,10 @@ class LocalBackfill:
 
 
 def register() -> None:
-    """Register the local engine's capabilities (the core calls this before it looks one up)."""
-    from omni_iceberg.engines import register_backfill_engine
+    """Register the local engine's ``backfill`` capability (the core calls this before it looks one up)."""
+    from omni_iceberg.engines import register as offer
 
-    register_backfill_engine("local", LocalBackfill)
+    offer("backfill", "local", LocalBackfill)
 
 
 def _rebatch(slices, size: int, only_ids: set[str] | None):
