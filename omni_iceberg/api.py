@@ -33,6 +33,8 @@ from governance import verbs as governance
 from governance.hooks import AutoMaintenanceHook
 from omni_iceberg import tables
 from omni_iceberg.context import OmniContext
+from omni_iceberg.explore.routes import HotRoute, register_hot_route
+from omni_iceberg.hot.store import HotStoreError
 from omni_iceberg.hot.sync import HotSyncHook
 from omni_iceberg.ingest.pipeline import SubmitReport, submit
 
@@ -41,6 +43,21 @@ from omni_iceberg.ingest.pipeline import SubmitReport, submit
 #: verbs itself. Governance's own commits set off nothing, so maintenance never runs
 #: inside itself, and ``accelerate --hot`` reports the sync it runs, not one a hook ran.
 FOLLOWED_OPERATIONS = ("ingest", "backfill", "drop-batch")
+
+
+def _hot(name: str) -> Any:
+    """omni_iceberg.hot.route's function ``name``, imported when a query first calls it (with sqlglot)."""
+    def call(*args: Any) -> Any:
+        from omni_iceberg.hot import route
+
+        return getattr(route, name)(*args)
+
+    return call
+
+
+# the planner does not import hot, which sits beside explore, not below it: the facade plugs the
+# hot store's route into the planner
+register_hot_route(HotRoute(_hot("decide"), _hot("hot_sql"), _hot("execute_hot"), (HotStoreError,)))
 
 
 def _looks_like_path(text: str) -> bool:

@@ -29,6 +29,7 @@ from catalog_ext.view_sql import pinned_ref, render_family_select
 from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError, too_deep_is_an_error
 from omni_iceberg.explore.id_route import IndexRoute, pinned_ids, plan_route, read_through_index
 from omni_iceberg.explore.results import plain_numbers
+from omni_iceberg.explore.routes import hot_route
 from omni_iceberg.explore.rules import QueryContext, run_rules
 from omni_iceberg.explore.rules.context import leaf_paths
 from omni_iceberg.explore.rules.push_predicates import rejects_null
@@ -56,7 +57,8 @@ class QueryPlan:
     ctx: QueryContext
     scans: list[PhysicalScan]
     loaded: dict[str, Any] = field(default_factory=dict)  # identifier -> pyiceberg table loaded while planning
-    #: whether the hot store answers this query and why (None: no table it reads has hot columns)
+    #: whether the hot store answers this query and why (None: no table it reads has hot columns,
+    #: or no hot route is registered; see omni_iceberg.explore.routes)
     hot: Any = None
 
     def tables(self) -> list[str]:
@@ -131,10 +133,9 @@ class QueryPlan:
                    "snapshot_id": next(s.table.snapshot_id for s in self.scans if s.alias == alias)}
                   for alias, t in self.ctx.system.items()]
         physical = {"duckdb": self.sql("duckdb")}
-        if self.hot is not None and self.hot.use:
-            from omni_iceberg.hot.route import hot_sql
-
-            physical["clickhouse"] = hot_sql(self.ctx, self.hot)
+        route = hot_route()
+        if self.hot is not None and self.hot.use and route is not None:
+            physical["clickhouse"] = route.sql(self.ctx, self.hot)
         return {"tables": out, "system_tables": system, "physical_sql": physical,
                 "hot_store": self.hot.to_dict() if self.hot is not None else None}
 
@@ -235,10 +236,9 @@ def plan_query(context: OmniContext, sql: str | exp.Query, as_of: int | None = N
         scans.append(PhysicalScan(alias, table, list(system.columns),
                                   local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
     plan = QueryPlan(ctx, scans, loaded)
-    if catalog is not None and getattr(context, "config", None) is not None:
-        from omni_iceberg.hot.route import decide
-
-        plan.hot = decide(context, ctx)
+    route = hot_route()
+    if route is not None and catalog is not None and getattr(context, "config", None) is not None:
+        plan.hot = route.decide(context, ctx)
     return plan
 
 
@@ -394,12 +394,12 @@ def _try_hot(plan: QueryPlan) -> pa.Table | None:
     """The hot store's answer, or None (with a warning) when it fails: the query is never lost."""
     import sys
 
-    from omni_iceberg.hot.route import execute_hot
-    from omni_iceberg.hot.store import HotStoreError
-
+    route = hot_route()
+    if route is None:
+        return None
     try:
-        return execute_hot(plan.ctx, plan.hot)
-    except HotStoreError as e:
+        return route.execute(plan.ctx, plan.hot)
+    except route.unavailable as e:
         print(f"warning: {e}; answered from Iceberg instead", file=sys.stderr)
         return None
 
