@@ -107,7 +107,7 @@ def engine_level(source, threshold: str, repeats: int) -> list[dict]:
     from omni_iceberg.backfill.run import SLICE_ROWS
     from omni_iceberg.backfill.worker import InlineWorker
     from omni_iceberg.features.udf import get_udf
-    from omni_iceberg.explore.reader import iter_logical_slices
+    from omni_iceberg.read.reader import iter_logical_slices
 
     omni = C.fresh_omni("isolation-engine")
     try:

@@ -66,7 +66,7 @@ def family_scan(spark: Any, omni: Any, table: str) -> Any:
     from pyspark.sql import functions as F
 
     from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
-    from omni_iceberg.explore.reader import plan_columns
+    from omni_iceberg.read.reader import plan_columns
     from spark_udfs.engine import table_name
 
     state = omni.state(table)

@@ -384,7 +384,7 @@ def _merge_by_keys(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
     are null wherever a moved value exists (see the module docstring), so order only
     matters for data that breaks that rule - and then the newest value is the right one.
     """
-    from omni_iceberg.explore.reader import left_join
+    from omni_iceberg.read.reader import left_join
 
     keys = pa.concat_tables([p.select(KEYS) for p in parts]).group_by(KEYS).aggregate([])
     keys = keys.select(KEYS).sort_by([(BATCH_COLUMN, "ascending"), (ID_COLUMN, "ascending")])

@@ -83,7 +83,7 @@ class CoreadPlan:
 
 def read_of(state: FamilyState, row: dict[str, Any]) -> dict[str, Any]:
     """One query-log row as a read of ``state``: its logical leaf columns that still exist."""
-    from omni_iceberg.explore.rules.context import leaf_paths
+    from omni_iceberg.read.reader import leaf_paths
 
     # columns of an older version may have left the table since: they are not advised on
     asked = [c for c in json.loads(row["columns"]) if c not in (ID_COLUMN, BATCH_COLUMN)]

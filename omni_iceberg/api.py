@@ -184,7 +184,7 @@ class Omni:
     def read(self, name: str, columns: list[str] | None = None, batches: list[str] | None = None,
              as_of: int | str | None = None) -> pa.Table:
         """Rows of the logical table at one version, reading only the physical tables needed."""
-        from omni_iceberg.explore.reader import read_logical
+        from omni_iceberg.read.reader import read_logical
 
         state = self.state(name, as_of)
         if as_of is not None:

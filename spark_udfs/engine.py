@@ -260,7 +260,7 @@ def read_unit(spark: SparkSession, catalog_name: str, state: FamilyState, leaves
     """Keys + ``_in<k>`` = logical column ``leaves[k]`` of one batch, at the snapshots ``state`` pins."""
     from pyspark.sql import functions as F
 
-    from omni_iceberg.explore.reader import PART_MARK, logical_of, plan_columns
+    from omni_iceberg.read.reader import PART_MARK, logical_of, plan_columns
 
     def alias(name: str) -> str:  # a later part of a column (column groups) keeps its part number
         column = A.input_column(leaves.index(logical_of(name)))

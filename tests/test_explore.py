@@ -277,7 +277,7 @@ def test_a_filter_outside_a_limited_subquery_is_not_pushed_into_its_scans(omni):
 @pytest.mark.parametrize("clause", ["AT (VERSION => {v})", "VERSION AS OF {v}", "FOR VERSION AS OF {v}"])
 def test_a_version_clause_reads_that_logical_version_like_as_of(omni, clause):
     """Issue #40: the clause was dropped, so AT (VERSION => 1) answered today's 40 rows."""
-    from omni_iceberg.explore.guard import QueryError
+    from omni_iceberg.read.guard import QueryError
 
     for v, n in ((1, 0), (2, 25), (3, 40)):
         sql = f"SELECT count(*) AS n FROM web {clause.format(v=v)}"

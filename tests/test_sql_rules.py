@@ -108,8 +108,8 @@ def test_run_rules_runs_the_rules_tuple_in_order(monkeypatch):
     assert seen == RULE_NAMES
 
 
-DOCTEST_MODULES = ["omni_iceberg.explore.guard", "omni_iceberg.explore.sandbox", "omni_iceberg.explore.export",
-                   "omni_iceberg.explore.scope",
+DOCTEST_MODULES = ["omni_iceberg.read.guard", "omni_iceberg.read.sandbox", "omni_iceberg.explore.export",
+                   "omni_iceberg.read.scope",
                    "omni_iceberg.explore.results", "omni_iceberg.ui.formatting", "catalog_ext.redact"] + \
     [f"omni_iceberg.explore.rules.{n}" for n in RULE_NAMES]
 

@@ -15,7 +15,7 @@ import yaml
 
 from omni_iceberg.api import Omni
 from omni_iceberg.cli import main
-from omni_iceberg.explore.guard import QueryError
+from omni_iceberg.read.guard import QueryError
 from omni_iceberg.features import feature
 from tests import feature_udfs as U
 
@@ -155,7 +155,7 @@ def test_the_engine_itself_is_locked_even_without_the_guard(world):
     """Second wall: SQL the guard would refuse fails inside DuckDB too."""
     import duckdb
 
-    from omni_iceberg.explore.sandbox import locked_duckdb
+    from omni_iceberg.read.sandbox import locked_duckdb
 
     con = locked_duckdb({"t": pa.table({"x": [1]})})
     for sql in [f"SELECT * FROM read_text('{world['canary']}')", f"COPY t TO '{world['out']}/x.csv'",

@@ -21,9 +21,9 @@ from omni_iceberg.backfill.protocol import BackfillReport, Unit, UnitStats
 from omni_iceberg.backfill.run import SLICE_ROWS, BackfillRun, now_ms
 from omni_iceberg.backfill.tuning import Tuning
 from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult, WorkerCrashedError, holds_models
-from omni_iceberg.explore.reader import iter_logical_slices
 from omni_iceberg.features.registry import physical_column_name
 from omni_iceberg.features.udf import get_udf
+from omni_iceberg.read.reader import iter_logical_slices
 
 if TYPE_CHECKING:
     from omni_iceberg.context import OmniContext

@@ -46,8 +46,8 @@ from omni_iceberg.backfill.run_stats import ATTEMPT_KEY, RERUN_MARK, UNITS_KEY, 
 from omni_iceberg.backfill.tuning import tune_run
 from omni_iceberg.features.registry import physical_column_name
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
+from omni_iceberg.read.reader import iter_logical_slices
 from omni_iceberg.ui.progress import progress_bar
-from omni_iceberg.explore.reader import iter_logical_slices
 
 if TYPE_CHECKING:
     from omni_iceberg.context import OmniContext

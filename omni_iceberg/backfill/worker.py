@@ -63,8 +63,8 @@ def _filter_mask(definition: FeatureDefinition, data: pa.Table) -> pa.Array | No
         mask = valid if mask is None else pc.and_(mask, valid)
     if not definition.filter:
         return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
-    from omni_iceberg.explore.guard import filter_query
-    from omni_iceberg.explore.sandbox import locked_duckdb
+    from omni_iceberg.read.guard import filter_query
+    from omni_iceberg.read.sandbox import locked_duckdb
 
     names = [p.rsplit(".", 1)[-1] for p in definition.inputs]
     # the filter text is user input: parsed and checked like omni sql, run on a locked DuckDB

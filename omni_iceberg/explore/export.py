@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
-from omni_iceberg.explore.guard import QueryError, parse_column_name, parse_condition
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, engine_message, load_physical, plan_query
+from omni_iceberg.read.guard import QueryError, parse_column_name, parse_condition
 from omni_iceberg.ui.formatting import jsonable
 from omni_iceberg.ui.progress import progress_bar
 
@@ -296,7 +296,7 @@ def _run_duckdb(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
     """The export's query on the locked DuckDB; an engine error is the user's query (exit 2, as in omni sql)."""
     import duckdb
 
-    from omni_iceberg.explore.sandbox import locked_duckdb
+    from omni_iceberg.read.sandbox import locked_duckdb
 
     con = locked_duckdb(tables)
     try:

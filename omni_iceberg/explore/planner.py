@@ -26,14 +26,14 @@ from sqlglot import exp
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState, PhysicalTable
 from catalog_ext.view_sql import pinned_ref, render_family_select
-from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError, too_deep_is_an_error
 from omni_iceberg.explore.id_route import IndexRoute, pinned_ids, plan_route, read_through_index
 from omni_iceberg.explore.results import plain_numbers
 from omni_iceberg.explore.routes import hot_route
 from omni_iceberg.explore.rules import QueryContext, run_rules
-from omni_iceberg.explore.rules.context import leaf_paths
 from omni_iceberg.explore.rules.push_predicates import rejects_null
-from omni_iceberg.explore.scope import check_generated, replacement, rewrite_sources
+from omni_iceberg.read.guard import GENERATED_PREFIX, QueryError, too_deep_is_an_error
+from omni_iceberg.read.reader import leaf_paths
+from omni_iceberg.read.scope import check_generated, replacement, rewrite_sources
 
 if TYPE_CHECKING:
     from omni_iceberg.context import OmniContext
@@ -72,7 +72,7 @@ class QueryPlan:
     def physical_tree(self, dialect: str) -> exp.Query:
         """The user's query tree with every logical table replaced by its physical subquery.
 
-        CTEs get generated names too (:func:`~omni_iceberg.explore.scope.rewrite_sources`):
+        CTEs get generated names too (:func:`~omni_iceberg.read.scope.rewrite_sources`):
         the engine is handed no table name the user wrote.
         """
         originals = {id(t.node): alias for alias, t in [*self.ctx.tables.items(), *self.ctx.system.items()]}
@@ -365,7 +365,7 @@ def execute_local(context: OmniContext, plan: QueryPlan) -> pa.Table:
     """Run the plan on a locked embedded DuckDB over Arrow scans of the pinned snapshots."""
     import duckdb
 
-    from omni_iceberg.explore.sandbox import locked_duckdb
+    from omni_iceberg.read.sandbox import locked_duckdb
 
     sql = plan.sql("duckdb")
     con = locked_duckdb(scan_all(context, plan))

@@ -159,12 +159,12 @@ def check_registrable(state: FamilyState, resolved: list[FeatureDefinition]) -> 
 def check_filter(d: FeatureDefinition) -> None:
     """Refuse a ``filter:`` the backfill would refuse, now rather than at the first batch.
 
-    The same guard checks it as when it runs (``omni_iceberg.explore.guard.filter_query``):
+    The same guard checks it as when it runs (``omni_iceberg.read.guard.filter_query``):
     syntax, a single condition, only the feature's inputs, only allow-listed functions.
     """
     if not d.filter:
         return
-    from omni_iceberg.explore.guard import QueryError, filter_query
+    from omni_iceberg.read.guard import QueryError, filter_query
 
     names = [p.rsplit(".", 1)[-1] for p in d.inputs]  # what the filter sees, as in the worker
     try:

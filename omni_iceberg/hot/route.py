@@ -26,10 +26,10 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
-from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError
-from omni_iceberg.explore.rules.context import leaf_paths
-from omni_iceberg.explore.scope import check_generated, replacement, rewrite_sources
 from omni_iceberg.hot.store import DATABASE, HotStore, HotStoreError, store_for
+from omni_iceberg.read.guard import GENERATED_PREFIX, QueryError
+from omni_iceberg.read.reader import leaf_paths
+from omni_iceberg.read.scope import check_generated, replacement, rewrite_sources
 
 if TYPE_CHECKING:
     from omni_iceberg.context import OmniContext

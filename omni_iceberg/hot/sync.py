@@ -128,7 +128,7 @@ def plan_sync(store: HotStore, state: FamilyState) -> HotSyncPlan:
 def sync(ctx: OmniContext, name: str, *, dry_run: bool = False, progress: bool | None = None,
          state: FamilyState | None = None) -> dict[str, Any]:
     """Bring the hot store to the latest version of ``name`` (see the module docstring)."""
-    from omni_iceberg.explore.reader import read_logical
+    from omni_iceberg.read.reader import read_logical
     from omni_iceberg.ui.progress import progress_bar
 
     if state is None:

@@ -30,7 +30,7 @@ from omni_iceberg.index.backend import POSITION_BYTES
 from omni_iceberg.index.core import EntryRows, IdIndex, IndexView, TableEntries
 from omni_iceberg.index.inline import count_distinct, decode_column_arrays, decode_row, distinct_small
 from omni_iceberg.index.keys import ID_BYTES, check_ids
-from omni_iceberg.explore.reader import coalesce_parts, logical_of
+from omni_iceberg.read.reader import coalesce_parts, logical_of
 
 if TYPE_CHECKING:
     from omni_iceberg.context import OmniContext
@@ -198,7 +198,7 @@ _PLANS_MAX = 64
 
 def _plan(state: FamilyState, columns: list[str] | None) -> _LookupPlan:
     """The lookup plan, cached by the state's identity (a state is immutable) and the columns."""
-    from omni_iceberg.explore.reader import expand_columns, plan_columns
+    from omni_iceberg.read.reader import expand_columns, plan_columns
 
     key = (id(state), tuple(columns) if columns is not None else None)
     hit = _PLANS.get(key)
@@ -529,14 +529,14 @@ def _empty(cols: list[tuple[str, str]], state: FamilyState) -> pa.Table:
 
 
 def _scan(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str], state: FamilyState) -> pa.Table:
-    from omni_iceberg.explore.reader import _flatten
+    from omni_iceberg.read.reader import flatten
     from omni_iceberg.index.scan import bucket_scan
 
     if state.physical_table(key).snapshot_id is None:
         return _empty(cols, state)
     top = list(dict.fromkeys(p for p, _ in cols))  # nested names read only that leaf
     data = bucket_scan(view.catalog, state, key, ids, KEYS + top)
-    flat = _flatten(data, cols)
+    flat = flatten(data, cols)
     arrays = [flat.column(ID_COLUMN), flat.column(BATCH_COLUMN)]
     arrays += [flat.column(lg).cast(arrow_type(state.column(logical_of(lg)).type)) for _, lg in cols]
     return pa.Table.from_arrays(arrays, names=KEYS + [lg for _, lg in cols])
@@ -568,9 +568,9 @@ def _finish(state: FamilyState, joined: pa.Table, out_names: list[str], leaves: 
     ``asked`` (when known) is each joined row's position in ``wanted``; otherwise the
     positions are found by id (Python per row).
     """
-    from omni_iceberg.explore.reader import _assemble
+    from omni_iceberg.read.reader import assemble
 
-    found = _assemble(state, joined, out_names, leaves)
+    found = assemble(state, joined, out_names, leaves)
     if ID_COLUMN not in found.column_names:  # the caller asked for other columns only: keep the key
         found = found.append_column(ID_COLUMN, joined.column(ID_COLUMN))
     if asked is not None and len(asked) == found.num_rows:

@@ -15,7 +15,6 @@ from typing import Callable
 from sqlglot import exp
 
 from catalog_ext.family import FamilyState, PhysicalTable
-from omni_iceberg.explore.guard import QueryError
 from omni_iceberg.explore.rules.bind_tables import bind_tables
 from omni_iceberg.explore.rules.check_types import check_types
 from omni_iceberg.explore.rules.context import BoundTable, QueryContext
@@ -25,6 +24,7 @@ from omni_iceberg.explore.rules.prune_columns import prune_columns
 from omni_iceberg.explore.rules.push_predicates import push_predicates
 from omni_iceberg.explore.rules.resolve_columns import resolve_columns
 from omni_iceberg.explore.rules.skip_base_table import skip_base_table
+from omni_iceberg.read.guard import QueryError
 
 RULES = (parse_read_only, bind_tables, resolve_columns, check_types, prune_columns, prune_batches, push_predicates,
          skip_base_table)

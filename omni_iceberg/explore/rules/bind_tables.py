@@ -9,9 +9,9 @@ from sqlglot import exp
 from catalog_ext.contract import DEFAULT_NAMESPACE, PHYSICAL_SEPARATOR, SYSTEM_NAMESPACE
 from catalog_ext.errors import NoSuchLogicalTableError
 from catalog_ext.suggest import closest, did_you_mean
-from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import BoundTable, QueryContext, SystemTable
-from omni_iceberg.explore.scope import scopes
+from omni_iceberg.read.guard import QueryError, at
+from omni_iceberg.read.scope import scopes
 
 #: clauses after a table name the physical query keeps (on the subquery that replaces
 #: the table); the time-travel ones are read here. Any other clause is refused: the
@@ -25,7 +25,7 @@ def bind_tables(ctx: QueryContext) -> QueryContext:
     """Bind ``FROM name`` / ``FROM namespace.name`` (never a physical table, a catalog or a file).
 
     Which names are tables and which are CTEs follows SQL scope
-    (:mod:`omni_iceberg.explore.scope`): a CTE hides a table only inside its WITH's query.
+    (:mod:`omni_iceberg.read.scope`): a CTE hides a table only inside its WITH's query.
     ``VERSION AS OF N`` / ``AT (VERSION => N)`` after a table reads it at logical
     version N, as ``--as-of N`` does for the whole query; other time-travel clauses
     are refused.
@@ -43,7 +43,7 @@ def bind_tables(ctx: QueryContext) -> QueryContext:
     >>> bind_tables(example_context("SELECT 1 FROM webb", until="bind_tables"))
     Traceback (most recent call last):
     ...
-    omni_iceberg.explore.guard.QueryError: unknown logical table 'aidata.webb' at line 1, column 15; did you mean 'aidata.web'?
+    omni_iceberg.read.guard.QueryError: unknown logical table 'aidata.webb' at line 1, column 15; did you mean 'aidata.web'?
     >>> bind_tables(example_context("SELECT 1 FROM (WITH web AS (SELECT 1) SELECT * FROM web) AS a, web",
     ...                             until="bind_tables")).tables["web"].node.sql()
     'web'

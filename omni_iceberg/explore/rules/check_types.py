@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import QueryContext
+from omni_iceberg.read.guard import QueryError, at
 
 _NUMERIC = {"long", "int", "double", "float"}
 
@@ -30,7 +30,7 @@ def check_types(ctx: QueryContext) -> QueryContext:
     >>> check_types(example_context("SELECT 1 FROM web WHERE lang = 5", until="check_types"))
     Traceback (most recent call last):
     ...
-    omni_iceberg.explore.guard.QueryError: type error at line 1, column 32: lang is string, compared with number 5; quote the value
+    omni_iceberg.read.guard.QueryError: type error at line 1, column 32: lang is string, compared with number 5; quote the value
     """
     for cmp in ctx.tree.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE):
         left, right = cmp.left, cmp.right

@@ -8,7 +8,7 @@ from typing import Callable
 from sqlglot import exp
 
 from catalog_ext.family import FamilyState, PhysicalTable
-from omni_iceberg.explore.scope import Scopes, from_items
+from omni_iceberg.read.scope import Scopes, from_items
 
 
 @dataclass
@@ -94,17 +94,4 @@ def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
             stack.append(item.this)
         else:
             out.append(item)
-    return out
-
-
-def leaf_paths(state: FamilyState, columns: list[str]) -> list[str]:
-    """Logical paths of the values read: stage structs expand to their fields, keys are left out."""
-    from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
-
-    out = []
-    for c in columns:
-        if c in STAGES:
-            out += [f.path for f in state.stage_fields(c)]
-        elif c not in (ID_COLUMN, BATCH_COLUMN):
-            out.append(c)
     return out

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from omni_iceberg.explore.guard import parse_query
 from omni_iceberg.explore.rules.context import QueryContext
+from omni_iceberg.read.guard import parse_query
 
 
 def parse_read_only(ctx: QueryContext) -> QueryContext:
@@ -18,9 +18,9 @@ def parse_read_only(ctx: QueryContext) -> QueryContext:
     >>> parse_read_only(QueryContext("DELETE FROM web"))
     Traceback (most recent call last):
     ...
-    omni_iceberg.explore.guard.QueryError: DELETE is not allowed in the query: only queries are allowed (one SELECT or WITH); omni sql is read-only
+    omni_iceberg.read.guard.QueryError: DELETE is not allowed in the query: only queries are allowed (one SELECT or WITH); omni sql is read-only
     """
-    from omni_iceberg.explore.guard import QueryError, check_tree
+    from omni_iceberg.read.guard import QueryError, check_tree
 
     if ctx.tree is None:
         ctx.tree = parse_query(ctx.sql)

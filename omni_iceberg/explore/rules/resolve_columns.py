@@ -7,9 +7,9 @@ from sqlglot import exp
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
 from catalog_ext.family import FamilyState
 from catalog_ext.suggest import closest, did_you_mean
-from omni_iceberg.explore.guard import QueryError, at
 from omni_iceberg.explore.rules.context import QueryContext
-from omni_iceberg.explore.scope import SelectScope, Source, is_opaque
+from omni_iceberg.read.guard import QueryError, at
+from omni_iceberg.read.scope import SelectScope, Source, is_opaque
 
 
 def top_level(state: FamilyState) -> list[str]:
@@ -75,7 +75,7 @@ def _resolve_path(state: FamilyState, parts: list[str]) -> str | None:
 def resolve_columns(ctx: QueryContext) -> QueryContext:
     """Bind columns by name, qualified (``w.quality``) or not; unknown and ambiguous names are errors.
 
-    Names resolve by SQL scope (:mod:`omni_iceberg.explore.scope`): a qualifier names
+    Names resolve by SQL scope (:mod:`omni_iceberg.read.scope`): a qualifier names
     the nearest FROM item of that name, an unqualified column the tables of its own
     SELECT first, then those of the queries it is nested in. Output aliases
     (``ORDER BY n``) and columns that may come from a CTE, a subquery, VALUES or
@@ -90,7 +90,7 @@ def resolve_columns(ctx: QueryContext) -> QueryContext:
     >>> resolve_columns(example_context("SELECT qualty FROM web", until="resolve_columns"))
     Traceback (most recent call last):
     ...
-    omni_iceberg.explore.guard.QueryError: unknown column 'qualty' at line 1, column 8; did you mean 'quality'?
+    omni_iceberg.read.guard.QueryError: unknown column 'qualty' at line 1, column 8; did you mean 'quality'?
     """
     for star in ctx.tree.find_all(exp.Star):
         parent = star.parent

@@ -27,8 +27,9 @@ from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.family import FamilyState
-from omni_iceberg.explore.rules.context import QueryContext, leaf_paths, top_where
+from omni_iceberg.explore.rules.context import QueryContext, top_where
 from omni_iceberg.explore.rules.push_predicates import rejects_null
+from omni_iceberg.read.reader import leaf_paths
 
 _NULL_IGNORING = (exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Count)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from omni_iceberg.explore.guard import GENERATED_PREFIX, QueryError, check_tree
+from omni_iceberg.read.guard import GENERATED_PREFIX, QueryError, check_tree
 
 #: FROM items whose columns the planner does not know (a CTE, a subquery, VALUES,
 #: unnest, LATERAL): their columns come from checked parts and the engine binds them

@@ -40,6 +40,17 @@ def expand_columns(state: FamilyState, columns: list[str] | None) -> tuple[list[
     return list(requested), list(dict.fromkeys(leaves))
 
 
+def leaf_paths(state: FamilyState, columns: list[str]) -> list[str]:
+    """Logical paths of the values read: stage structs expand to their fields, keys are left out."""
+    out = []
+    for c in columns:
+        if c in STAGES:
+            out += [f.path for f in state.stage_fields(c)]
+        elif c not in KEYS:
+            out.append(c)
+    return out
+
+
 def read_logical(catalog: Any, state: FamilyState, columns: list[str] | None = None,
                  batches: list[str] | None = None) -> pa.Table:
     out_names, leaves = expand_columns(state, columns)
@@ -51,7 +62,7 @@ def read_logical(catalog: Any, state: FamilyState, columns: list[str] | None = N
         part = _scan(catalog, state, key, cols, batches)
         joined = part if joined is None else left_join(joined, part)
     assert joined is not None
-    return _assemble(state, coalesce_parts(joined), out_names, leaves)
+    return assemble(state, coalesce_parts(joined), out_names, leaves)
 
 
 def left_join(left: pa.Table, right: pa.Table) -> pa.Table:
@@ -142,7 +153,7 @@ def iter_logical_slices(catalog: Any, state: FamilyState, columns: list[str], ba
         for key, cols in per_table.items():
             scan, groups = planned[key]
             data = iceberg_io.read_tasks(scan, groups.get(bucket, []))
-            part = _flatten(data, cols)
+            part = flatten(data, cols)
             joined = part if joined is None else left_join(joined, part)
         yield _assemble_flat(state, coalesce_parts(joined), leaves)
 
@@ -165,10 +176,10 @@ def _scan(catalog, state: FamilyState, key: str, cols: list[tuple[str, str]], ba
     row_filter = In(BATCH_COLUMN, set(batches)) if batches else AlwaysTrue()
     data = table.scan(row_filter=row_filter, snapshot_id=table_meta.snapshot_id,
                       selected_fields=tuple(KEYS + top)).to_arrow()
-    return _flatten(data, cols)
+    return flatten(data, cols)
 
 
-def _flatten(data: pa.Table, cols: list[tuple[str, str]]) -> pa.Table:
+def flatten(data: pa.Table, cols: list[tuple[str, str]]) -> pa.Table:
     """One column per logical path: joins cannot carry struct payloads."""
     # pyiceberg hands back string or large_string depending on the path; joins need one type
     arrays = [data.column(ID_COLUMN).cast(pa.string()), data.column(BATCH_COLUMN).cast(pa.string())]
@@ -185,7 +196,9 @@ def _flatten(data: pa.Table, cols: list[tuple[str, str]]) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def _assemble(state: FamilyState, joined: pa.Table, out_names: list[str], leaves: list[str]) -> pa.Table:
+def assemble(state: FamilyState, joined: pa.Table, out_names: list[str], leaves: list[str]) -> pa.Table:
+    """Logical rows from flat parts joined on the keys: columns ``out_names``, each stage a struct
+    of its ``leaves``, a column computed nowhere yet all NULLs."""
     n = joined.num_rows
     present = set(joined.column_names)
 

@@ -7,7 +7,7 @@ checked tree, never text spliced around user input, so a quote in an alias or a 
 stays an identifier or disappears. The check is an allow-list: a function that is not
 known to be a pure computation on values is refused, so a new file-reading or
 settings-reading function of some engine version is refused too until someone adds it.
-The embedded DuckDB runs locked besides (:mod:`omni_iceberg.explore.sandbox`): two
+The embedded DuckDB runs locked besides (:mod:`omni_iceberg.read.sandbox`): two
 independent walls.
 """
 
@@ -127,7 +127,7 @@ def parse_query(sql: str, what: str = "the query") -> exp.Query:
     >>> parse_query("SELECT current_setting('threads') FROM web")
     Traceback (most recent call last):
     ...
-    omni_iceberg.explore.guard.QueryError: function current_setting at line 1, column 8 is refused in the query: it reads engine settings
+    omni_iceberg.read.guard.QueryError: function current_setting at line 1, column 8 is refused in the query: it reads engine settings
     """
     statements = _parse(sql, what)
     if len(statements) != 1:
@@ -149,7 +149,7 @@ def parse_condition(text: str, what: str) -> exp.Expression:
     >>> parse_condition("1 = 1; COPY web TO '/tmp/x.csv'", "the filter")
     Traceback (most recent call last):
     ...
-    omni_iceberg.explore.guard.QueryError: expected one expression in the filter, got 2 statements: write a condition such as "t_len > 100"
+    omni_iceberg.read.guard.QueryError: expected one expression in the filter, got 2 statements: write a condition such as "t_len > 100"
     """
     statements = _parse(text, what)
     if len(statements) != 1:
@@ -352,7 +352,7 @@ def _check_function(node: exp.Func, what: str) -> None:
         raise QueryError(f"function {name}{at(node)} is refused in {what}: {DENIED_FUNCTIONS[name]}")
     if name not in ALLOWED_FUNCTIONS:
         raise QueryError(f"function {name}{at(node)} is not on omni sql's allow-list of functions "
-                         f"that compute on values only; see omni_iceberg.explore.guard.ALLOWED_FUNCTIONS")
+                         f"that compute on values only; see omni_iceberg.read.guard.ALLOWED_FUNCTIONS")
 
 
 def filter_query(condition: str, columns: list[str], table: str, what: str) -> str:
@@ -366,7 +366,7 @@ def filter_query(condition: str, columns: list[str], table: str, what: str) -> s
     >>> filter_query("getenv('HOME') = ''", ["raw_data"], "rows_in", "feature f@1")
     Traceback (most recent call last):
     ...
-    omni_iceberg.explore.guard.QueryError: function getenv at line 1, column 1 is refused in the filter of feature f@1: it reads the environment of the server
+    omni_iceberg.read.guard.QueryError: function getenv at line 1, column 1 is refused in the filter of feature f@1: it reads the environment of the server
     """
     node = parse_condition(condition, f"the filter of {what}")
     for col in node.find_all(exp.Column):
