@@ -251,8 +251,8 @@ def main(argv: list[str] | None = None) -> None:
     saved_spec = os.environ.get("OMNI_INDEX")
     os.environ["OMNI_INDEX"] = spec  # the writers index into the backend under test
     try:
+        from omni_iceberg.explore.lookup import get_rows
         from omni_iceberg.index import lookup_rows, open_index
-        from omni_iceberg.index.lookup import get_rows
 
         setup = build_table(omni, scratch, rows, batch_rows, args.row_group_rows)
         state = omni.state("syn")

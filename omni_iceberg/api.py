@@ -494,7 +494,7 @@ class Omni:
 
         >>> omni.get("web", ["9e107d9d372bb6826bd81d3542a419d6"], columns=["RawData.url"])  # doctest: +SKIP
         """
-        from omni_iceberg.index.lookup import get_rows
+        from omni_iceberg.explore.lookup import get_rows
 
         return get_rows(self.context, name, ids, columns=columns, as_of=self.version_of(name, as_of),
                         explain=explain, index=index)

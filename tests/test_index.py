@@ -18,8 +18,9 @@ from catalog_ext.physical import StagedWrite
 from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.store import FamilyStore
 from omni_iceberg.api import Omni
+from omni_iceberg.explore.lookup import get_rows
 from omni_iceberg.index import (
-    FOUND_COLUMN, IndexUnavailableError, MalformedIdError, get_rows, open_index, rebuild, verify,
+    FOUND_COLUMN, IndexUnavailableError, MalformedIdError, open_index, rebuild, verify,
 )
 from omni_iceberg.index import visibility
 from omni_iceberg.index.backend import RUN_PREFIX, RunRecord

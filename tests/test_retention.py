@@ -362,7 +362,8 @@ def test_a_writer_winning_the_swap_is_kept_and_retention_retries(omni, tmp_path,
 
 
 def test_the_index_stays_authoritative_after_expiry(omni, tmp_path):
-    from omni_iceberg.index import FOUND_COLUMN, get_rows, open_index, rebuild
+    from omni_iceberg.explore.lookup import get_rows
+    from omni_iceberg.index import FOUND_COLUMN, open_index, rebuild
     from omni_iceberg.index import visibility
 
     omni.create_table(NAME)
@@ -394,7 +395,8 @@ def test_the_expiry_record_keeps_only_runs_with_live_files(omni, tmp_path):
     what a lookup walks follows the live data, not every batch ever ingested."""
     import json as _json
 
-    from omni_iceberg.index import FOUND_COLUMN, get_rows, open_index, verify, visibility
+    from omni_iceberg.explore.lookup import get_rows
+    from omni_iceberg.index import FOUND_COLUMN, open_index, verify, visibility
 
     omni.create_table(NAME)
     _ingest(omni, tmp_path, ["a", "b", "c", "d"], rows=30)

@@ -1,2 +1,2 @@
 """Explore: logical SQL rewritten to the physical tables it needs, run locally or on Spark;
-reproducible filtered export; every query recorded in the query log."""
+reproducible filtered export; rows by id; every query recorded in the query log."""

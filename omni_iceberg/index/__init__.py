@@ -7,20 +7,20 @@ only through the runs the family's pinned snapshots name
 (:mod:`omni_iceberg.index.visibility`); when the index cannot vouch for a table,
 lookups scan instead and say so.
 
-Example::
+Example (the verb that loads a version by name, :func:`omni_iceberg.explore.lookup.get_rows`,
+takes the context, which opens the index, so it lives above this package)::
 
-    >>> from omni_iceberg.index import get_rows
-    >>> get_rows(omni, "web", ids, columns=["RawData.url"])  # doctest: +SKIP
+    >>> from omni_iceberg.index import lookup_rows, open_index
+    >>> lookup_rows(omni.catalog, omni.state("web"), open_index(omni.config, "aidata.web"), ids)  # doctest: +SKIP
 """
 
 from omni_iceberg.index.core import IdIndex, IndexView, IndexWriter, Location
 from omni_iceberg.index.errors import IndexCorruptError, IndexUnavailableError, MalformedIdError
-from omni_iceberg.index.lookup import FOUND_COLUMN, Lookup, get_rows, lookup_rows
+from omni_iceberg.index.lookup import FOUND_COLUMN, Lookup, lookup_rows
 from omni_iceberg.index.maintenance import RebuildReport, VerifyReport, rebuild, verify
 from omni_iceberg.index.select import open_index
 
 __all__ = [
     "FOUND_COLUMN", "IdIndex", "IndexCorruptError", "IndexUnavailableError", "IndexView", "IndexWriter", "Location",
-    "Lookup", "MalformedIdError", "RebuildReport", "VerifyReport", "get_rows", "lookup_rows", "open_index", "rebuild",
-    "verify",
+    "Lookup", "MalformedIdError", "RebuildReport", "VerifyReport", "lookup_rows", "open_index", "rebuild", "verify",
 ]

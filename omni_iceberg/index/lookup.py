@@ -1,4 +1,4 @@
-"""``get_rows``: logical rows for a list of ids, read through the index.
+"""``lookup_rows``: logical rows of a loaded version for a list of ids, read through the index.
 
 Per physical table the version needs (the base table, plus those holding the asked
 columns): if the index is authoritative there (see :mod:`omni_iceberg.index.core`),
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES, split_qualified
+from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES
 from catalog_ext.family import FamilyState
 from catalog_ext.physical import arrow_type
 from omni_iceberg.index.backend import POSITION_BYTES
@@ -31,9 +31,6 @@ from omni_iceberg.index.core import EntryRows, IdIndex, IndexView, TableEntries
 from omni_iceberg.index.inline import count_distinct, decode_column_arrays, decode_row, distinct_small
 from omni_iceberg.index.keys import ID_BYTES, check_ids
 from omni_iceberg.read.reader import coalesce_parts, logical_of
-
-if TYPE_CHECKING:
-    from omni_iceberg.context import OmniContext
 
 FOUND_COLUMN = "_found"
 #: from this many rows of a table on, inline values are decoded as whole arrays
@@ -60,7 +57,7 @@ class TableAccess:
 
 @dataclass
 class Lookup:
-    """The rows of a ``get_rows`` call and how they were found."""
+    """The rows of a lookup and how they were found."""
 
     rows: pa.Table
     logical_table: str
@@ -86,35 +83,10 @@ class Lookup:
         return "\n".join(lines)
 
 
-def get_rows(ctx: OmniContext, name: str, ids: Sequence[str], columns: list[str] | None = None,
-             as_of: int | None = None, explain: bool = False, index: IdIndex | str | None = None
-             ) -> pa.Table | Lookup:
-    """Logical rows of ``name`` for ``ids`` at version ``as_of`` (default latest).
-
-    Returns a table with one row per distinct id, in the order asked, the requested
-    columns (default: the whole logical row; nested fields like ``RawData.url`` allowed)
-    and ``_found`` (False rows carry only the id). With ``explain=True`` returns a
-    :class:`Lookup` whose ``explain()`` says, per physical table, index or scan and why.
-    Malformed ids raise :class:`~omni_iceberg.index.errors.MalformedIdError` naming the id;
-    an index backend that cannot be reached raises
-    :class:`~omni_iceberg.index.errors.IndexUnavailableError` naming where.
-
-    Example::
-
-        >>> ctx = omni.context  # doctest: +SKIP
-        >>> get_rows(ctx, "web", ["9e107d9d372bb6826bd81d3542a419d6"], columns=["RawData.url"])  # doctest: +SKIP
-    """
-    wanted = check_ids(ids)
-    ns, table = split_qualified(name)
-    state: FamilyState = ctx.state(f"{ns}.{table}", as_of)
-    idx = index if isinstance(index, IdIndex) else _open(ctx, state, index)
-    result = lookup_rows(ctx.catalog, state, idx, wanted, columns)
-    return result if explain else result.rows
-
-
 def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[str],
                 columns: list[str] | None = None, *, force_scan: bool = False) -> Lookup:
-    """:func:`get_rows` for an already loaded version (a service pinned to one version).
+    """Logical rows of version ``state`` for ``ids`` (see :func:`omni_iceberg.explore.lookup.get_rows`,
+    which loads the version by name; a service pinned to one version calls this directly).
 
     ``force_scan`` skips the index: the bucket-pruned scan the lookup falls back to,
     for comparisons (benchmarks) and for checking the index against the tables.
@@ -595,8 +567,3 @@ def _finish(state: FamilyState, joined: pa.Table, out_names: list[str], leaves: 
         rank = np.fromiter(map(order.__getitem__, found.column(ID_COLUMN).to_pylist()), np.int64, found.num_rows)
     return found.take(pa.array(np.argsort(rank, kind="stable"), pa.int64()))
 
-
-def _open(ctx: OmniContext, state: FamilyState, spec: str | None) -> IdIndex:
-    from omni_iceberg.index.select import open_index
-
-    return open_index(ctx.config, state.table.identifier, spec)
