@@ -31,7 +31,7 @@ from __future__ import annotations
 import gzip
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +94,16 @@ def source_files(path: str | os.PathLike[str], suffixes: tuple[str, ...],
     else:
         raise SourceError(f"source not found: {p} (check the path exists and is readable)")
 
+
+
+def read_each(path: str | os.PathLike[str], suffixes: tuple[str, ...], policy: ReadPolicy,
+              read_file: Callable[[SourceFile], Iterator]) -> Iterator:
+    """What ``read_file`` yields for each file :func:`source_files` accepts, and each refusal as a problem."""
+    for file in source_files(path, suffixes, policy):
+        if isinstance(file, RecordProblem):
+            yield file
+        else:
+            yield from read_file(file)
 
 def _walk(root: Path, suffixes: tuple[str, ...], policy: ReadPolicy) -> Iterator[SourceFile | RecordProblem]:
     real_root = os.path.realpath(root)

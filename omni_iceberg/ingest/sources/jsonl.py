@@ -42,6 +42,7 @@ from omni_iceberg.ingest.sources.files import (
     SourceFile,
     decompressed,
     open_file,
+    read_each,
     read_line,
     source_files,
 )
@@ -89,11 +90,7 @@ class JsonlReader:
     def read(self, path: str, policy: ReadPolicy | None = None) -> Iterator[SourceItem]:
         """Stream records and per-line problems from a file or folder."""
         policy = policy or ReadPolicy()
-        for file in source_files(path, JSONL_SUFFIXES, policy):
-            if isinstance(file, RecordProblem):
-                yield file
-            else:
-                yield from self._read_file(file, policy)
+        yield from read_each(path, JSONL_SUFFIXES, policy, lambda file: self._read_file(file, policy))
 
     def read_blocks(self, path: str, block_rows: int,
                     policy: ReadPolicy | None = None) -> Iterator[SourceItem | SourceBlock]:

@@ -22,6 +22,7 @@ from omni_iceberg.ingest.sources.files import (
     SourceFile,
     decompressed,
     open_file,
+    read_each,
     source_files,
 )
 from omni_iceberg.ingest.sources.html_dir import one_line
@@ -136,11 +137,7 @@ class CsvReader:
     def read(self, path: str, policy: ReadPolicy | None = None) -> Iterator[SourceItem]:
         """Stream rows of a file, or of every CSV file of a folder (sorted)."""
         policy = policy or ReadPolicy()
-        for file in source_files(path, CSV_SUFFIXES, policy):
-            if isinstance(file, RecordProblem):
-                yield file
-            else:
-                yield from self._read_file(file, policy.max_record_bytes)
+        yield from read_each(path, CSV_SUFFIXES, policy, lambda file: self._read_file(file, policy.max_record_bytes))
 
     def _read_file(self, file: SourceFile, limit: int) -> Iterator[SourceItem]:
         src = str(file.path)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from omni_iceberg.ingest.sources.files import MAX_RECORD_ENV, ReadPolicy, SourceFile, open_file, source_files
+from omni_iceberg.ingest.sources.files import MAX_RECORD_ENV, ReadPolicy, SourceFile, open_file, read_each
 from omni_iceberg.ingest.sources.html_dir import one_line
 from omni_iceberg.ingest.sources.records import RecordProblem, SourceItem, SourceRecord
 
@@ -72,11 +72,7 @@ class WarcReader:
     def read(self, path: str, policy: ReadPolicy | None = None) -> Iterator[SourceItem]:
         """Stream HTML responses (and problems) from a file or folder."""
         policy = policy or ReadPolicy()
-        for file in source_files(path, WARC_SUFFIXES, policy):
-            if isinstance(file, RecordProblem):
-                yield file
-            else:
-                yield from self._read_file(file, policy.max_record_bytes)
+        yield from read_each(path, WARC_SUFFIXES, policy, lambda file: self._read_file(file, policy.max_record_bytes))
 
     def _read_file(self, file: SourceFile, limit: int) -> Iterator[SourceItem]:
         from warcio.archiveiterator import WARCIterator
