@@ -302,10 +302,13 @@ class StagedWrite:
         self.flush()
         self.table = self.catalog.load_table(self.identifier)
 
-    def write(self, data: pa.Table) -> None:
+    def write(self, data: pa.Table, nbytes: int | None = None) -> None:
         """Add rows; they become data files once :data:`WRITE_BUFFER_BYTES` are held, at the
         next checkpoint, or when rows of another batch arrive (a file holds one batch:
-        :meth:`rebase_excluding` and batch pruning rely on it). Commit is later still."""
+        :meth:`rebase_excluding` and batch pruning rely on it). Commit is later still.
+
+        ``nbytes`` is what the rows weigh against the buffer when not ``data.nbytes`` (ingest
+        hands over the arrays it read, and weighs them as the copy it used to make)."""
         if not data.num_rows:
             return
         batch = _only_batch(data)
@@ -313,7 +316,7 @@ class StagedWrite:
             self.flush()
         self.rows += data.num_rows
         self._held.append(data)
-        self._held_bytes += data.nbytes
+        self._held_bytes += data.nbytes if nbytes is None else nbytes
         self._held_batch = batch
         if batch is None or self._held_bytes >= self.buffer_bytes:
             self.flush()

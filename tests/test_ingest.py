@@ -230,9 +230,9 @@ def test_memory_stays_bounded_by_chunks(omni, tmp_path, monkeypatch):
     real_write = pipeline.StagedWrite.write
     real_iter = pipeline.iter_sources
 
-    def spy(self, data):
+    def spy(self, data, **kwargs):
         seen["peak_rows"] = max(seen["peak_rows"], data.num_rows)
-        out = real_write(self, data)
+        out = real_write(self, data, **kwargs)
         seen["written"] += data.num_rows
         return out
 

@@ -42,7 +42,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from catalog_ext import system_tables
 from catalog_ext.contract import RAW_CONTENT_FIELD, RAW_CONTENT_TYPE_FIELD, RAW_STAGE, check_batch_name
@@ -53,8 +55,8 @@ from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddBatch, AddLogicalColumns, AddPhysicalColumns, PinSnapshot
 from catalog_ext.errors import RejectLimitExceededError, SchemaConflictError, SourceError
 from omni_iceberg.ingest import fields as F
-from omni_iceberg.ingest.dedup import ExistingIds
-from omni_iceberg.ingest.identity import content_id, random_id
+from omni_iceberg.ingest.dedup import BatchIds, ExistingIds
+from omni_iceberg.ingest.identity import content_ids, random_id
 from omni_iceberg.ingest.recheck import WinnerCheck
 from omni_iceberg.ingest.sources import iter_sources, reader_for
 from omni_iceberg.ingest.sources.files import ReadPolicy, open_file, source_files
@@ -94,14 +96,15 @@ class SubmitReport:
 
 
 class _Chunk:
-    """Column buffers for one chunk of accepted rows: per-record values, and whole Arrow blocks."""
+    """Rows accepted for one chunk: per-record values, and whole Arrow blocks (kept as they were
+    read: the chunk's table is made of them, not of copies)."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.values: dict[str, list[Any]] = {}
         self.bytes = 0
         #: (ids, columns named by target field) of blocks taken whole (the JSONL fast path)
-        self.blocks: list[tuple[list[str], pa.Table]] = []
+        self.blocks: list[tuple[pa.Array, pa.Table]] = []
 
     def add(self, rid: str, record: dict[str, Any], size: int) -> None:
         n = len(self.ids)
@@ -116,7 +119,7 @@ class _Chunk:
                 col.append(None)
         self.bytes += size
 
-    def add_block(self, ids: list[str], columns: pa.Table, size: int) -> None:
+    def add_block(self, ids: pa.Array, columns: pa.Table, size: int) -> None:
         self.blocks.append((ids, columns))
         self.bytes += size
 
@@ -125,7 +128,7 @@ class _Chunk:
         return list(dict.fromkeys([*self.values, *(n for _, cols in self.blocks for n in cols.column_names)]))
 
     def all_ids(self) -> list[str]:
-        return self.ids + [rid for ids, _ in self.blocks for rid in ids]
+        return self.ids + [rid for ids, _ in self.blocks for rid in ids.to_pylist()]
 
     def drop(self, ids: set[str]) -> int:
         """Remove the rows whose id is in ``ids``; return how many went."""
@@ -135,25 +138,49 @@ class _Chunk:
             self.ids = [self.ids[i] for i in keep]
             self.values = {name: [col[i] for i in keep] for name, col in self.values.items()}
         blocks = []
+        dropped = pa.array(list(ids), pa.string())
         for block_ids, columns in self.blocks:
-            keep = [i for i, rid in enumerate(block_ids) if rid not in ids]
-            removed += len(block_ids) - len(keep)
-            if len(keep) < len(block_ids):
-                block_ids, columns = [block_ids[i] for i in keep], columns.take(pa.array(keep, pa.int64()))
+            kept = np.flatnonzero(~pc.is_in(block_ids, value_set=dropped).to_numpy(zero_copy_only=False))
+            removed += len(block_ids) - len(kept)
+            if len(kept) < len(block_ids):
+                taken = pa.array(kept, pa.int64())
+                block_ids, columns = block_ids.take(taken), columns.take(taken)
             blocks.append((block_ids, columns))
         self.blocks = blocks
         return removed
 
-    def column(self, name: str, typ: pa.DataType) -> pa.Array:
-        """All rows' values of one field: per-record rows first, then the blocks in order."""
+    def parts(self, name: str, typ: pa.DataType) -> list[pa.Array]:
+        """One field's values: the per-record rows' array, then one array per block (nulls where
+        the block lacks the field)."""
         parts = [pa.array(self.values.get(name, [None] * len(self.ids)), type=typ)]
         for block_ids, columns in self.blocks:
-            parts.append(columns.column(name).combine_chunks().cast(typ) if name in columns.column_names
+            parts.append(_one_chunk(columns.column(name)).cast(typ) if name in columns.column_names
                          else pa.nulls(len(block_ids), typ))
-        return pa.concat_arrays(parts)
+        return parts
 
     def __len__(self) -> int:
         return len(self.ids) + sum(len(ids) for ids, _ in self.blocks)
+
+
+class _Pending:
+    """Per-record rows whose ids are still to be made, in arrival order: ids are computed and
+    checked against the batch many rows at a time (:func:`_settle`)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.raws: list[str] = []
+        self.bytes = 0
+
+    def clear(self) -> None:
+        self.records, self.raws, self.bytes = [], [], 0
+
+    def add(self, record: dict[str, Any], raw: str) -> None:
+        self.records.append(record)
+        self.raws.append(raw)
+        self.bytes += len(raw)
+
+    def __len__(self) -> int:
+        return len(self.records)
 
 
 def submit(
@@ -207,13 +234,14 @@ def submit(
         if existing.method == "scan" and store.open_index(state) is not None:
             report.warnings.append(f"dedup read every id of the table ({existing.reason}); "
                                    f"`omni index rebuild {state.table.identifier}` makes it an index lookup")
-    staged_ids: set[str] = set()  # ids of this batch: the race re-check needs only these
+    staged_ids = BatchIds()  # ids of this batch: in-batch dedup, and the race re-check needs only these
     map_check = F.MapCheck(field_map)
     base = state.base_table
     writer = store.staged_write(state, base.identifier, base.snapshot_id, report.submit_id,
                                 {"omni.operation": "ingest", "omni.batch": batch, "omni.submit-id": report.submit_id})
     rejects: list[dict[str, Any]] = []
     chunk = _Chunk()
+    pending = _Pending()
     bar = progress_bar(progress, f"ingest {name}/{batch}", "doc")
 
     def take(item: SourceRecord) -> None:
@@ -221,10 +249,7 @@ def submit(
         if problem is not None:
             _reject(report, rejects, problem, batch, state)
             return
-        raw = record[RAW_CONTENT_FIELD]
-        rid = _new_id(raw, dedup, staged_ids, report)
-        if rid is not None:
-            chunk.add(rid, record, len(raw))
+        pending.add(record, record[RAW_CONTENT_FIELD])
 
     try:
         for item in iter_sources(sources, kind, block_rows=min(BLOCK_ROWS, chunk_rows), policy=policy):
@@ -238,6 +263,7 @@ def submit(
             if map_check.unseen:
                 map_check.see(_field_names(item), count)
             if isinstance(item, SourceBlock):
+                _settle(pending, chunk, dedup, staged_ids, report)  # rows keep their order; the size is exact
                 if len(chunk) and len(chunk) + len(item) > chunk_rows:  # chunks stay within chunk_rows
                     _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types,
                            known_fields, report)
@@ -253,10 +279,15 @@ def submit(
                     _take_block(item, mapped, field_map, dedup, staged_ids, chunk, report, rejects, batch, state)
             else:
                 take(item)
-            if len(chunk) >= chunk_rows or chunk.bytes >= chunk_bytes:
-                _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types,
-                       known_fields, report)
-                chunk = _Chunk()
+            # duplicates among the pending rows only make the chunk smaller: it can be full
+            # only once the rows it would have with all of them are enough
+            if len(chunk) + len(pending) >= chunk_rows or chunk.bytes + pending.bytes >= chunk_bytes:
+                _settle(pending, chunk, dedup, staged_ids, report)
+                if len(chunk) >= chunk_rows or chunk.bytes >= chunk_bytes:
+                    _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types,
+                           known_fields, report)
+                    chunk = _Chunk()
+        _settle(pending, chunk, dedup, staged_ids, report)
         map_check.check()  # input shorter than the records checked: its end decides
         _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types, known_fields, report)
         if bar is not None:
@@ -361,15 +392,15 @@ def _check_declared_schemas(sources: list[str], field_map: dict[str, str], types
                 )
 
 
-def _without_existing(chunk: _Chunk, existing: ExistingIds | None, staged_ids: set[str],
+def _without_existing(chunk: _Chunk, existing: ExistingIds | None, staged_ids: BatchIds,
                       report: SubmitReport) -> _Chunk:
     """Drop the chunk's rows whose id an earlier batch holds (one bulk lookup per chunk)."""
-    if existing is None or not len(chunk):
+    if existing is None or existing.method == "none" or not len(chunk):
         return chunk
     taken = existing.existing(chunk.all_ids())
     if taken:
         report.duplicates += chunk.drop(taken)
-        staged_ids -= taken
+        staged_ids.discard(taken)
     return chunk
 
 
@@ -467,43 +498,75 @@ def _takes_content_type(types: dict[str, str]) -> bool:
     return types.get(RAW_CONTENT_TYPE_FIELD, "string") == "string"
 
 
-def _new_id(raw: str, dedup: bool, staged_ids: set[str], report: SubmitReport) -> str | None:
-    """The row's id, or None (counted) when this batch already holds the same content.
+def _settle(pending: _Pending, chunk: _Chunk, dedup: bool, staged_ids: BatchIds, report: SubmitReport) -> None:
+    """Give the pending rows their ids and add them to the chunk in order; a row whose content
+    this batch already holds is a duplicate (counted, not added).
 
     Earlier batches are asked once per chunk (:func:`_without_existing`), not per row.
     """
-    rid = content_id(raw) if dedup else random_id()
+    if not len(pending):
+        return
     if dedup:
-        if rid in staged_ids:
-            report.duplicates += 1
-            return None
-        staged_ids.add(rid)
-    return rid
+        ids = content_ids(pa.array(pending.raws, pa.string()))
+        new = staged_ids.add(ids)
+        report.duplicates += len(pending) - int(np.count_nonzero(new))
+        rids = ids.to_pylist()
+        for i in np.flatnonzero(new).tolist():
+            chunk.add(rids[i], pending.records[i], len(pending.raws[i]))
+    else:
+        for record, raw in zip(pending.records, pending.raws):
+            chunk.add(random_id(), record, len(raw))
+    pending.clear()
 
 
-def _take_block(block: SourceBlock, mapped: pa.Table, field_map: dict[str, str], dedup: bool, staged_ids: set[str],
+def _take_block(block: SourceBlock, mapped: pa.Table, field_map: dict[str, str], dedup: bool, staged_ids: BatchIds,
                 chunk: _Chunk, report: SubmitReport, rejects: list, batch: str, state: FamilyState) -> None:
-    """Add a mapped block's rows to the chunk: raw content checked per row, ids, in-batch dedup."""
-    raws = mapped.column(RAW_CONTENT_FIELD).to_pylist() if RAW_CONTENT_FIELD in mapped.column_names else \
-        [None] * len(block)
-    keep: list[int] = []
-    ids: list[str] = []
-    size = 0
-    for i, raw in enumerate(raws):
-        if raw is None or not raw.strip():
-            reason = _missing_raw(field_map) if raw is None else "empty raw content"
-            _reject(report, rejects, RecordProblem(block.source_file, reason, line=block.lines[i],
-                                                   field=RAW_CONTENT_FIELD), batch, state)
-            continue
-        rid = _new_id(raw, dedup, staged_ids, report)
-        if rid is None:
-            continue
-        keep.append(i)
-        ids.append(rid)
-        size += len(raw)
-    if keep:
-        rows = mapped if len(keep) == len(raws) else mapped.take(pa.array(keep, pa.int64()))
-        chunk.add_block(ids, rows, size)
+    """Add a mapped block's rows to the chunk: raw content checked per row, ids, in-batch dedup
+    (column operations; only rows that may be blank are looked at one by one)."""
+    n = len(block)
+    raws = _one_chunk(mapped.column(RAW_CONTENT_FIELD)) if RAW_CONTENT_FIELD in mapped.column_names else None
+    blank = np.ones(n, dtype=bool) if raws is None else _blank(raws)
+    for i in np.flatnonzero(blank).tolist():
+        reason = _missing_raw(field_map) if raws is None or not raws[i].is_valid else "empty raw content"
+        _reject(report, rejects, RecordProblem(block.source_file, reason, line=block.lines[i],
+                                               field=RAW_CONTENT_FIELD), batch, state)
+    keep = np.flatnonzero(~blank)
+    if not len(keep):
+        return
+    if len(keep) < n:
+        raws = raws.take(pa.array(keep, pa.int64()))
+    if dedup:
+        ids = content_ids(raws)
+        new = staged_ids.add(ids)
+        if not new.all():
+            report.duplicates += len(new) - int(np.count_nonzero(new))
+            keep, ids, raws = keep[new], ids.filter(pa.array(new)), raws.filter(pa.array(new))
+    else:
+        ids = pa.array([random_id() for _ in range(len(keep))], pa.string())
+    rows = mapped if len(keep) == n else mapped.take(pa.array(keep, pa.int64()))
+    chunk.add_block(ids, rows, int(pc.sum(pc.utf8_length(raws)).as_py() or 0))
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+_NOT_SPACE: str | None = None
+
+
+def _blank(raws: pa.Array) -> np.ndarray:
+    """True where the raw content is null or has nothing ``str.strip()`` keeps."""
+    global _NOT_SPACE
+    if _NOT_SPACE is None:
+        # what str.isspace() calls whitespace (no code point past the BMP is); a row with
+        # any other character is not blank, the few others are asked one by one
+        _NOT_SPACE = "[^" + "".join(f"\\x{{{c:x}}}" for c in range(0x10000) if chr(c).isspace()) + "]"
+    maybe = pc.invert(pc.match_substring_regex(raws, _NOT_SPACE)).fill_null(True).to_numpy(zero_copy_only=False)
+    blank = np.zeros(len(raws), dtype=bool)
+    for i in np.flatnonzero(maybe).tolist():
+        value = raws[i].as_py()
+        blank[i] = value is None or not value.strip()
+    return blank
 
 
 def _missing_raw(field_map: dict[str, str]) -> str:
@@ -550,15 +613,42 @@ def _flush(writer: StagedWrite, chunk: _Chunk, batch: str, types: dict[str, str]
     table_fields = [(f.name, arrow_type(str(f.field_type)))
                     for f in writer.table.schema().find_field(RAW_STAGE).field_type.fields]
     struct_type = pa.struct([pa.field(f, t) for f, t in table_fields])
+    schema = pa.schema(key_arrow_fields() + [pa.field(RAW_STAGE, struct_type)])
+    columns = [chunk.parts(f, t) for f, t in table_fields]
+    ids = [pa.array(chunk.ids, pa.string()), *(block_ids for block_ids, _ in chunk.blocks)]
+    # one record batch per part (the per-record rows, then each block as Arrow read it): the
+    # rows are not copied here, only when the writer splits them into files
+    batches = [pa.RecordBatch.from_arrays(
+        [part_ids, pa.array([batch] * len(part_ids), pa.string()),
+         pa.StructArray.from_arrays([parts[k] for parts in columns], fields=list(struct_type))], schema=schema)
+        for k, part_ids in enumerate(ids) if len(part_ids)]
+    data = pa.Table.from_batches(batches, schema=schema)
     n = len(chunk)
-    arrays = [chunk.column(f, t) for f, t in table_fields]
-    raw_struct = pa.StructArray.from_arrays(arrays, fields=list(struct_type))
-    data = pa.Table.from_arrays(
-        [pa.array(chunk.all_ids(), pa.string()), pa.array([batch] * n, pa.string()), raw_struct],
-        schema=pa.schema(key_arrow_fields() + [pa.field(RAW_STAGE, struct_type)]),
-    )
-    writer.write(data)
+    # the writer's buffer weighs what it holds in Arrow bytes: weighed as the table of one array
+    # per column this function made before (a copy of every row), data files end where they did
+    weight = (_joined_nbytes(ids, bitmap=False) + n * (4 + len(batch.encode("utf-8")))
+              + sum(_joined_nbytes(parts) for parts in columns))
+    writer.write(data, nbytes=weight)
     report.written += n
+
+
+def _joined_nbytes(parts: list[pa.Array], bitmap: bool | None = None) -> int:
+    """``pa.concat_arrays(parts).nbytes`` without the copy: a validity bitmap when any part has
+    one (``bitmap=False``: as ``pa.array`` of a list without None makes it, none), and the values
+    (for text: 4-byte offsets and the bytes)."""
+    n = sum(len(p) for p in parts)
+    if bitmap is None:
+        bitmap = any(p.buffers()[0] is not None for p in parts)
+    size = (n + 7) // 8 if bitmap else 0
+    typ = parts[0].type
+    if pa.types.is_string(typ) or pa.types.is_binary(typ):
+        data = 0
+        for p in parts:
+            if len(p):
+                offsets = np.frombuffer(p.buffers()[1], np.int32, len(p) + 1, p.offset * 4)
+                data += int(offsets[-1] - offsets[0])
+        return size + 4 * n + data
+    return size + (n * typ.bit_width + 7) // 8
 
 
 def _add_raw_fields(writer: StagedWrite, names: list[str], types: dict[str, str]) -> None:

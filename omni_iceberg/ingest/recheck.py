@@ -32,12 +32,13 @@ from catalog_ext import iceberg_io
 from catalog_ext.iceberg_io import read_data_files
 from catalog_ext.contract import ID_COLUMN
 from catalog_ext.physical import StagedWrite
+from omni_iceberg.ingest.dedup import BatchIds
 
 
 class WinnerCheck:
     """The ids one submit has staged, and the snapshot they are known unique through."""
 
-    def __init__(self, staged_ids: set[str], checked_through: int):
+    def __init__(self, staged_ids: BatchIds, checked_through: int):
         self.staged_ids = staged_ids
         self.checked_through = checked_through
         #: data files whose ids were read by the last check (tests assert the cost with it)
@@ -58,17 +59,16 @@ class WinnerCheck:
         if not taken:
             return 0
         removed = _rewrite_without(writer, table, taken)
-        self.staged_ids -= taken
+        self.staged_ids.discard(taken)
         return removed
 
     def _ids_taken(self, table: Any, files: list[Any]) -> set[str]:
-        ours = pa.array(list(self.staged_ids), pa.string())
         taken: set[str] = set()
         self.files_read = []
         for data_file in files:  # one file at a time: memory bounded by the largest file's ids
             ids = read_data_files(table, [data_file], (ID_COLUMN,)).column(0)
             self.files_read.append(data_file.file_path)
-            taken.update(ids.filter(pc.is_in(ids, value_set=ours)).to_pylist())
+            taken.update(ids.filter(pa.array(self.staged_ids.contains(ids))).to_pylist())
         return taken
 
 
