@@ -72,9 +72,19 @@ def test_id_halves_take_only_md5_hex():
 def test_blank_is_what_strip_removes():
     spaces = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
     values = ["", " ", "a", " a ", None, "\u200b", "\ufeff", "x" + "".join(spaces), *spaces, "".join(spaces),
-              *(s + "é" for s in spaces)]
-    got = pipeline._blank(pa.array(values, pa.string())).tolist()
-    assert got == [v is None or not v.strip() for v in values]
+              *(s + "é" for s in spaces), "\x00", "\x7f", "~", "é", "\x01 ", *(chr(c) for c in range(0x80))]
+    for arr in (pa.array(values, pa.string()), pa.array(["pad", *values], pa.string()).slice(1)):
+        assert pipeline._blank(arr).tolist() == [v is None or not v.strip() for v in values]
+
+
+def test_characters_are_what_len_counts():
+    rnd = random.Random(5)
+    alphabet = ["a", "é", "😀", "\u3000", " ", "\x00", "字"]
+    for _ in range(200):
+        values = ["".join(rnd.choice(alphabet[:rnd.randrange(1, 8)]) for _ in range(rnd.randrange(0, 30)))
+                  for _ in range(rnd.randrange(0, 40))]
+        arr = pa.array(["skip", *values], pa.string()).slice(1)
+        assert pipeline._characters(arr) == sum(len(v) for v in values)
 
 
 @pytest.mark.parametrize("typ", [pa.string(), pa.binary(), pa.int64(), pa.float64(), pa.bool_()])

@@ -544,11 +544,31 @@ def _take_block(block: SourceBlock, mapped: pa.Table, field_map: dict[str, str],
     else:
         ids = pa.array([random_id() for _ in range(len(keep))], pa.string())
     rows = mapped if len(keep) == n else mapped.take(pa.array(keep, pa.int64()))
-    chunk.add_block(ids, rows, int(pc.sum(pc.utf8_length(raws)).as_py() or 0))
+    chunk.add_block(ids, rows, _characters(raws))
 
 
 def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _text(values: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+    """(offsets, bytes) of a string array's values, or None for other layouts."""
+    if not pa.types.is_string(values.type) or values.buffers()[2] is None:
+        return None
+    offsets = np.frombuffer(values.buffers()[1], np.int32, len(values) + 1, values.offset * 4)
+    return offsets, np.frombuffer(values.buffers()[2], np.uint8)
+
+
+def _characters(values: pa.Array) -> int:
+    """What ``len()`` of each value adds up to, for a string array without nulls."""
+    text = _text(values)
+    if text is None:
+        return int(pc.sum(pc.utf8_length(values)).as_py() or 0)
+    offsets, data = text
+    data = data[offsets[0]:offsets[-1]]
+    if not len(data) or data.max() < 0x80:
+        return len(data)
+    return len(data) - int(np.count_nonzero((data & 0xC0) == 0x80))  # UTF-8: one lead byte a character
 
 
 _NOT_SPACE: str | None = None
@@ -557,13 +577,28 @@ _NOT_SPACE: str | None = None
 def _blank(raws: pa.Array) -> np.ndarray:
     """True where the raw content is null or has nothing ``str.strip()`` keeps."""
     global _NOT_SPACE
+    n = len(raws)
+    maybe = np.ones(n, dtype=bool)
+    text = _text(raws)
+    if text is not None and n:  # a value starting with a printable ASCII character is not blank
+        offsets, data = text
+        filled = offsets[1:] > offsets[:-1]
+        first = np.zeros(n, dtype=np.uint8)
+        first[filled] = data[offsets[:-1][filled]]
+        maybe = ~filled | (first <= 0x20) | (first >= 0x7F)
+        if raws.null_count:
+            maybe |= raws.is_null().to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(maybe)
+    blank = np.zeros(n, dtype=bool)
+    if not len(rows):
+        return blank
     if _NOT_SPACE is None:
         # what str.isspace() calls whitespace (no code point past the BMP is); a row with
         # any other character is not blank, the few others are asked one by one
         _NOT_SPACE = "[^" + "".join(f"\\x{{{c:x}}}" for c in range(0x10000) if chr(c).isspace()) + "]"
-    maybe = pc.invert(pc.match_substring_regex(raws, _NOT_SPACE)).fill_null(True).to_numpy(zero_copy_only=False)
-    blank = np.zeros(len(raws), dtype=bool)
-    for i in np.flatnonzero(maybe).tolist():
+    some = raws.take(pa.array(rows, pa.int64()))
+    unsure = ~pc.match_substring_regex(some, _NOT_SPACE).fill_null(False).to_numpy(zero_copy_only=False)
+    for i in rows[unsure].tolist():
         value = raws[i].as_py()
         blank[i] = value is None or not value.strip()
     return blank
