@@ -24,6 +24,7 @@ def test_content_ids_are_content_id_of_each_value(n):
     arr = pa.array(values, pa.string()).slice(3)  # an offset into the buffers, as a block's filtered column
     assert content_ids(arr).to_pylist() == [content_id(v) for v in values[3:]]
     assert content_ids(pa.chunked_array([arr, arr], pa.string())).to_pylist() == [content_id(v) for v in values[3:]] * 2
+    assert content_ids(values[3:]).to_pylist() == [content_id(v) for v in values[3:]]
 
 
 def test_content_ids_refuse_nulls():

@@ -20,13 +20,18 @@ def content_id(raw: str) -> str:
     return hashlib.md5(raw.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
-def content_ids(raws: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """:func:`content_id` of every value of a string array without nulls, as a string array.
+def content_ids(raws: pa.Array | pa.ChunkedArray | list[str]) -> pa.Array:
+    """:func:`content_id` of every value of a string array without nulls (or of a list of
+    strings), as a string array.
 
     Large arrays are hashed by DuckDB's ``md5`` over the Arrow buffers: the same digest of
     the same UTF-8 bytes, with no Python string or call per value (a Python loop spends
     more on the calls than on hashing ~175-byte records).
     """
+    if isinstance(raws, list):
+        if len(raws) < VECTOR_MIN:  # a few (often large) documents: no copy of them into Arrow
+            return pa.array([content_id(r) for r in raws], pa.string())
+        raws = pa.array(raws, pa.string())
     if isinstance(raws, pa.ChunkedArray):
         raws = raws.chunk(0) if raws.num_chunks == 1 else raws.combine_chunks()
     if raws.null_count:

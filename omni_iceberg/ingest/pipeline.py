@@ -507,7 +507,7 @@ def _settle(pending: _Pending, chunk: _Chunk, dedup: bool, staged_ids: BatchIds,
     if not len(pending):
         return
     if dedup:
-        ids = content_ids(pa.array(pending.raws, pa.string()))
+        ids = content_ids(pending.raws)
         new = staged_ids.add(ids)
         report.duplicates += len(pending) - int(np.count_nonzero(new))
         rids = ids.to_pylist()
