@@ -609,27 +609,8 @@ class StagedWrite:
         clear the branch simply sits at ``onto``.
         """
 
-        # a run's files each hold one unit, i.e. one batch (file_batch is never None for them)
-        keep = [f for f in self.data_files if file_batch(self.table, f) not in batches]
-        cleared = [b for b in self.cleared_batches if b not in batches]
-
-        def recommit(table):
-            ops = table.manage_snapshots()
-            if self.branch in table.metadata.refs:
-                ops = ops.remove_branch(self.branch)
-            ops.create_branch(onto_snapshot_id, self.branch).commit()
-            if cleared:
-                self._delete_batches(self.catalog.load_table(self.identifier), cleared)
-            table = self.catalog.load_table(self.identifier)
-            return iceberg_io.commit_data_files(table, keep, self.branch, self.properties,
-                                                self.spec_id) if keep else table
-
-        table = iceberg_io.with_table_retry(self.catalog, self.identifier, recommit)
-        self.branch_files, self.pending_files = keep, []
-        self.cleared_batches = cleared
         self.base_snapshot_id = onto_snapshot_id
-        self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
-        return self.staged_snapshot_id
+        return self._restage_without(batches)
 
     def leave_out_batches(self, batches: set[str]) -> int | None:
         """Re-stage this run on its own base without its files of ``batches``; returns the new head.
@@ -640,6 +621,12 @@ class StagedWrite:
         the run's clears of other batches are replayed: a recomputed unit's new rows must not
         meet its old ones.
         """
+        return self._restage_without(batches)
+
+    def _restage_without(self, batches: set[str]) -> int:
+        """The branch anew on :attr:`base_snapshot_id`: this run's files except those of
+        ``batches`` (a run's files each hold one unit, i.e. one batch), its clears of the
+        other batches replayed; returns the new head."""
         keep = [f for f in self.data_files if file_batch(self.table, f) not in batches]
         cleared = [b for b in self.cleared_batches if b not in batches]
 
