@@ -112,6 +112,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     # reading and writing Iceberg
     _s("OMNI_WRITE_BUFFER_BYTES", "int", 128 << 20, "io",
        "rows held per physical table before a data file is written", "bytes", 1),
+    _s("OMNI_MEMORY_LIMIT_MB", "float", 1024.0, "io",
+       "memory one local operation may hold (DuckDB's memory limit, read slices, export and sync parts); "
+       "beyond it DuckDB spills under the home and readers slice smaller", "MiB", 64),
     _s("OMNI_FOOTER_CACHE_MB", "float", 64.0, "io", "Parquet footers kept in memory between reads", "MiB", 0),
     _s("OMNI_READ_BY_NAME", "bool", True, "io",
        "read data files by column name when their field ids match the table's (the Iceberg spec's fast path)"),
