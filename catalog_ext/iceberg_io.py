@@ -16,6 +16,8 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
+from catalog_ext import row_groups
+
 
 def bucket_spec_id(table: Any, bucket_count: int | None) -> int | None:
     """The id of ``table``'s partition spec that buckets the id column into ``bucket_count``.
@@ -64,7 +66,7 @@ def write_data_files(table: Any, data: pa.Table, write_uuid: uuid.UUID, counter:
     )
     if data.num_rows == 0:
         return []
-    metadata = _with_spec(table.metadata, spec_id)
+    metadata = row_groups.for_write(_with_spec(table.metadata, spec_id), data)  # row groups sized by bytes
     return list(
         _dataframe_to_data_files(table_metadata=metadata, df=data, io=table.io, write_uuid=write_uuid, counter=counter)
     )
@@ -439,7 +441,20 @@ def _local_path(location: str) -> str | None:
 
 
 def _read_by_name(scan: Any, tasks: list[Any]) -> Any | None:
-    """Read local Parquet files with one Arrow dataset, projecting columns by name.
+    """Read local Parquet files with one Arrow dataset, projecting columns by name
+    (:func:`by_name_dataset`, read whole); None when that read is not provably pyiceberg's."""
+    found = by_name_dataset(scan, tasks)
+    if found is None:
+        return None
+    dataset, columns, arrow_filter = found
+    try:
+        return dataset.to_table(columns=columns, filter=arrow_filter)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError):
+        return None  # see by_name_dataset: pyiceberg reconciles such files field by field
+
+
+def by_name_dataset(scan: Any, tasks: list[Any]) -> tuple[Any, list[str], Any] | None:
+    """(Arrow dataset over local Parquet files, the projected column names, the Arrow filter), by name.
 
     Why: pyiceberg converts every file's *whole* Parquet schema to an Iceberg schema
     and projects it per file (about 3 ms a file at 15 columns, 44 ms at 200): for the
@@ -499,11 +514,38 @@ def _read_by_name(scan: Any, tasks: list[Any]) -> Any | None:
         # the files' own Arrow types (string or large_string, as written), else Iceberg's
         fields = [first.field(f.name).with_nullable(f.nullable) if f.name in first.names else f for f in want]
         dataset = ds.FileSystemDataset(fragments, pa.schema(fields), fmt, fs)
-        return dataset.to_table(columns=[f.name for f in projected.fields], filter=arrow_filter)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError):
         # files that disagree on a physical type (list element names, a writer's own
         # encoding): pyiceberg reconciles them field by field
         return None
+    return dataset, [f.name for f in projected.fields], arrow_filter
+
+
+def scan_dataset(table: Any, row_filter: Any, snapshot_id: int | None, selected: tuple[str, ...]) -> Any | None:
+    """The scan as a lazily read, re-scannable Arrow dataset: projection and filter applied while reading.
+
+    Why: a query engine handed this reads the pinned snapshot's files batch by batch
+    (memory follows the batches in flight, not the table), and each of its scans starts
+    a fresh read, so a plan that reads one name twice (a self-join, a CTE used twice)
+    sees every row both times - a record batch reader would be empty the second time.
+    The files are those pyiceberg plans (batch pruning by file statistics), read by name
+    under :func:`by_name_dataset`'s conditions. None when those do not hold, when the
+    files disagree on a column's physical type (such a disagreement would only show
+    mid-read, too late to fall back), or when no file is left: the caller then reads
+    through :func:`scan_to_arrow`, whole. Its columns are the projected ones plus any the
+    filter alone reads: the engine picks its columns by name.
+    """
+    scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id, selected_fields=selected)
+    found = by_name_dataset(scan, PLANS.tasks(scan))
+    if found is None:
+        return None
+    dataset, _, arrow_filter = found
+    for fragment in dataset.get_fragments():
+        physical = fragment.physical_schema
+        for want in dataset.schema:
+            if want.name in physical.names and physical.field(want.name).type != want.type:
+                return None
+    return dataset if arrow_filter is None else dataset.filter(arrow_filter)
 
 
 def read_data_files(table: Any, files: list[Any], columns: tuple[str, ...] | None = None) -> Any:
@@ -527,3 +569,71 @@ def read_data_files(table: Any, files: list[Any], columns: tuple[str, ...] | Non
             f.spec_id = table.metadata.default_spec_id
     tasks = [FileScanTask(f) for f in files]
     return ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(tasks)
+
+
+def iter_task_batches(scan: Any, tasks: list[Any], where: Any = None, batch_rows: int = 65_536):
+    """Some of a scan's file tasks as Arrow record batches (its projection and filter, then ``where``,
+    a pyarrow compute expression), read a few rows at a time: memory follows ``batch_rows``, not the files.
+
+    Through :func:`by_name_dataset` when that read is provably pyiceberg's and every file
+    agrees on the projected columns' physical types (a disagreement would only show
+    mid-read); else file by file through pyiceberg (memory then follows one data file,
+    bounded by the write buffer that wrote it). The batches hold the same rows, in the
+    same order, as :func:`read_tasks` of the same tasks filtered by ``where``.
+    """
+    if not tasks:
+        return
+    found = by_name_dataset(scan, tasks)
+    if found is not None:
+        dataset, columns, arrow_filter = found
+        agree = all(physical.field(want.name).type == want.type
+                    for physical in (fragment.physical_schema for fragment in dataset.get_fragments())
+                    for want in dataset.schema if want.name in physical.names)
+        if agree:
+            combined = arrow_filter if where is None else (where if arrow_filter is None else arrow_filter & where)
+            # one fragment and one batch ahead: readahead multiplies what is held in memory
+            yield from dataset.to_batches(columns=columns, filter=combined, batch_size=max(1, batch_rows),
+                                          batch_readahead=1, fragment_readahead=1, use_threads=True)
+            return
+    from pyiceberg.io.pyarrow import ArrowScan
+
+    reader = ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter, scan.case_sensitive)
+    for task in tasks:  # pyiceberg reads every file of a call ahead at once: one call a file
+        for batch in reader.to_record_batches([task]):
+            if where is not None:
+                batch = pa.Table.from_batches([batch]).filter(where).combine_chunks()
+                batch = batch.to_batches()[0] if batch.num_rows else None
+            if batch is not None and batch.num_rows:
+                for start in range(0, batch.num_rows, max(1, batch_rows)):
+                    yield batch.slice(start, batch_rows)
+
+
+def estimate_arrow_bytes(scan: Any, tasks: list[Any]) -> int:
+    """About how many bytes of Arrow memory reading ``tasks`` through ``scan`` takes (its projection).
+
+    Local Parquet files: the footers' uncompressed sizes of the projected columns (a
+    nested projection counts its whole top-level field), plus 8 bytes a value for offsets
+    and dictionary-decoded values the encoded size leaves out. Other files: their size
+    on disk times 4 (a typical text compression ratio). An estimate, used to choose how
+    finely to slice a read; never a correctness input.
+    """
+    top = {f.name for f in scan.projection().fields}
+    total = 0
+    local = []
+    for task in tasks:
+        path = _local_path(task.file.file_path)
+        if path is None:
+            total += 4 * int(task.file.file_size_in_bytes)
+        else:
+            local.append((path, int(task.file.file_size_in_bytes)))
+    if local:
+        _, _, fragments = FOOTERS.fragments(local)
+        for fragment in fragments:
+            meta = fragment.metadata
+            for g in range(meta.num_row_groups):
+                rg = meta.row_group(g)
+                for c in range(rg.num_columns):
+                    col = rg.column(c)
+                    if col.path_in_schema.split(".", 1)[0] in top:
+                        total += int(col.total_uncompressed_size) + 8 * int(col.num_values)
+    return total

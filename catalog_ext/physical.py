@@ -28,7 +28,7 @@ from typing import Any, Iterable, NamedTuple, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog_ext import iceberg_io, settings, staging, types
+from catalog_ext import iceberg_io, row_groups, settings, staging, types
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.errors import CommitConflictError, OmniError
 from catalog_ext.staging import STAGING_BRANCH_PREFIX
@@ -124,6 +124,9 @@ def create_physical_table(
         # every commit copies the metadata log (pyiceberg deep-copies the metadata per update):
         # keep it short; omni pins snapshots, never old metadata files (retention sweeps those)
         "write.metadata.previous-versions-max": "10",
+        # a point read through the id index decodes a whole row group: ~1 MiB each, whatever
+        # the rows (see catalog_ext/row_groups.py); Spark's writer honours it too
+        row_groups.ROW_GROUP_BYTES_PROPERTY: str(row_groups.DEFAULT_ROW_GROUP_BYTES),
         # omni writes at most one row per key: Spark's omni extension drops the view's per-key
         # aggregate over a table that says so (spark_udfs/java, UniqueKeyAggregates)
         UNIQUE_KEYS_PROPERTY: f"{ID_COLUMN},{BATCH_COLUMN}",

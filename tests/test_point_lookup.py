@@ -1,0 +1,125 @@
+"""Point lookups in the default layout (issue 41): row groups sized by bytes, kept by rewrites.
+
+A lookup through the id index decodes the row group holding the row, so family tables
+are created with ``write.parquet.row-group-size-bytes`` and omni's writers turn it into
+pyiceberg's row limit (:mod:`catalog_ext.row_groups`). Real catalog, real Parquet files.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from catalog_ext import row_groups
+from catalog_ext.contract import ID_COLUMN
+from omni_iceberg.api import Omni
+from omni_iceberg.explore.lookup import get_rows
+from omni_iceberg.index.parquet_rows import read_positions
+
+
+@pytest.fixture
+def omni(omni_home):
+    return Omni(config=omni_home)
+
+
+def _jsonl(path, start, count, width=100):
+    with open(path, "w") as f:
+        for i in range(start, start + count):
+            f.write(json.dumps({"raw_data": f"doc {i:06d} " + "x" * width, "url": f"https://e.example/{i}"}) + "\n")
+    return str(path)
+
+
+def _base(omni, name):
+    return omni.catalog.load_table(omni.state(name).physical_table("base").identifier)
+
+
+def _files(table):
+    return [t.file.file_path for t in table.scan().plan_files()]
+
+
+def _group_rows(path):
+    md = pq.ParquetFile(path.removeprefix("file://")).metadata
+    return [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+
+
+def _set_bytes(omni, name, value):
+    for t in omni.state(name).tables:
+        with omni.catalog.load_table(t.identifier).transaction() as tx:
+            tx.set_properties({row_groups.ROW_GROUP_BYTES_PROPERTY: str(value)})
+
+
+def test_family_tables_are_created_with_row_groups_sized_by_bytes(omni):
+    omni.create_table("pl")
+    for t in omni.state("pl").tables:
+        props = omni.catalog.load_table(t.identifier).properties
+        assert props[row_groups.ROW_GROUP_BYTES_PROPERTY] == str(1 << 20)
+
+
+def test_rows_per_group_follows_the_rows_average_size():
+    props = {row_groups.ROW_GROUP_BYTES_PROPERTY: str(1 << 20)}
+    assert row_groups.rows_per_group(props, rows=40_000, nbytes=40_000 * 160) == (1 << 20) // 160
+    assert row_groups.rows_per_group(props, rows=100, nbytes=100 * 50_000) == 20  # 50 KB pages
+    assert row_groups.rows_per_group(props, rows=3, nbytes=3 * (4 << 20)) == 1  # a row bigger than a group
+    with pytest.raises(ValueError, match=r"table db\.t: property write\.parquet\.row-group-size-bytes='1MB'"):
+        row_groups.rows_per_group({row_groups.ROW_GROUP_BYTES_PROPERTY: "1MB"}, 10, 100, "db.t")
+
+
+def test_writes_split_row_groups_by_bytes_without_pyiceberg_warnings(omni, tmp_path):
+    omni.create_table("pl")
+    _set_bytes(omni, "pl", 8192)  # ~70 rows of ~120 Arrow bytes: several groups per file
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pyiceberg warns about row-group-size-bytes if it sees it
+        omni.submit("pl", [_jsonl(tmp_path / "a.jsonl", 0, 3000)], batch="b0", progress=False)
+    groups = [_group_rows(p) for p in _files(_base(omni, "pl"))]
+    assert sum(map(sum, groups)) == 3000
+    assert all(len(g) > 1 for g in groups), groups
+    assert max(max(g) for g in groups) < 200  # pyiceberg's own limit would have made one group per file
+
+
+def test_lookup_of_raw_content_reads_rows_from_any_row_group(omni, tmp_path):
+    omni.create_table("pl")
+    _set_bytes(omni, "pl", 8192)
+    omni.submit("pl", [_jsonl(tmp_path / "a.jsonl", 0, 2000)], batch="b0", progress=False)
+    everything = omni.read("pl").to_pylist()
+    by_id = {r[ID_COLUMN]: r for r in everything}
+    asked = [r[ID_COLUMN] for r in everything[::-97]]  # positions in many row groups, not in file order
+    got = get_rows(omni, "pl", asked, explain=True)
+    assert got.tables[0].method == "index" and got.tables[0].files_read >= 1
+    rows = got.rows.to_pylist()
+    assert [r[ID_COLUMN] for r in rows] == asked
+    assert [r["RawData"]["raw_data"] for r in rows] == [by_id[i]["RawData"]["raw_data"] for i in asked]
+    assert [r["RawData"]["url"] for r in rows] == [by_id[i]["RawData"]["url"] for i in asked]
+
+
+def test_compaction_and_rebucketing_keep_the_row_group_size(omni, tmp_path):
+    omni.create_table("pl")
+    _set_bytes(omni, "pl", 8192)
+    for n in range(3):
+        omni.submit("pl", [_jsonl(tmp_path / f"{n}.jsonl", n * 1000, 1000)], batch=f"b{n}", progress=False)
+    before = set(_files(_base(omni, "pl")))
+    omni.compact("pl", min_files=2)
+    after = set(_files(_base(omni, "pl")))
+    assert len(after) < len(before) and after - before  # files were rewritten
+    compacted = [_group_rows(p) for p in after]
+    assert sum(map(sum, compacted)) == 3000
+    assert all(max(g) < 200 for g in compacted), compacted
+    omni.rebucket("pl", 2)
+    assert not set(_files(_base(omni, "pl"))) & after
+    rebucketed = [_group_rows(p) for p in _files(_base(omni, "pl"))]
+    assert sum(map(sum, rebucketed)) == 3000
+    assert all(max(g) < 200 for g in rebucketed), rebucketed
+
+
+def test_read_positions_reads_each_group_once_and_answers_in_asked_order(tmp_path):
+    path = str(tmp_path / "f.parquet")
+    values = [f"v{i:04d}" for i in range(1000)]
+    pq.write_table(pa.table({ID_COLUMN: values, "x": list(range(1000))}), path, row_group_size=100)
+    asked = [999, 0, 450, 451, 5, 999 - 1, 100]
+    got = read_positions(path, asked, [ID_COLUMN, "x", "missing"])
+    assert got[ID_COLUMN].to_pylist() == [values[i] for i in asked]
+    assert got["x"].to_pylist() == asked
+    assert "missing" not in got
