@@ -4,17 +4,18 @@ Only the row groups holding the wanted positions are read, and only the wanted
 columns (nested fields such as ``RawData.url`` read just that leaf). Parquet footers
 are cached per path (data files are immutable; a footer read and parse was a large
 part of a point lookup); files are opened per read, so the cache holds no handles.
-A row group is the smallest unit pyarrow decodes, so its size (the table's
-``write.parquet.row-group-limit``) bounds the cost of reading one row.
+A row group is the smallest unit pyarrow decodes, so its size bounds the cost of
+reading one row: family tables hold row groups of about 1 MiB whatever their rows
+(:mod:`catalog_ext.row_groups`), where pyiceberg's default made a file one group.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -63,43 +64,42 @@ def _has_path(schema: pa.Schema, dotted: str) -> bool:
     return True
 
 
-def read_positions(path: str, positions: list[int], columns: list[str], io: Any = None) -> dict[str, pa.Array]:
+def read_positions(path: str, positions: list[int], columns: list[str], io: Any = None,
+                   use_threads: bool = True) -> dict[str, pa.Array]:
     """Values of ``columns`` (top-level or dotted nested names) at ``positions``, in that order.
 
-    A column the file does not have (added to the table after the file was written)
-    comes back missing from the dict; the caller fills nulls of the logical type.
+    Each row group holding a wanted position is decoded once, all of them in one read in
+    file order (a 1,000-id lookup asks for several rows of many groups); the rows are
+    then taken out of that read in one ``take`` per column. A column the file does not
+    have (added to the table after the file was written) comes back missing from the
+    dict; the caller fills nulls of the logical type.
     """
     import pyarrow.parquet as pq
 
     meta, starts, schema = _footer(path, io)
     present = [c for c in columns if _has_path(schema, c)]
-    by_group: dict[int, list[tuple[int, int]]] = {}
-    for i, pos in enumerate(positions):
-        g = bisect.bisect_right(starts, pos) - 1
-        by_group.setdefault(g, []).append((i, pos - starts[g]))
-    order: list[int] = []
-    parts: dict[str, list[pa.Array]] = {c: [] for c in present}
+    pos = np.asarray(positions, np.int64)
+    group_of = np.searchsorted(np.asarray(starts, np.int64), pos, side="right") - 1
+    groups = np.unique(group_of)  # sorted: file order
+    # where each needed group starts in the concatenated read
+    sizes = np.array([meta.row_group(int(g)).num_rows for g in groups], np.int64)
+    read_start = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    take = pa.array(read_start[np.searchsorted(groups, group_of)] + pos - np.asarray(starts, np.int64)[group_of],
+                    pa.int64())
     with open_input(path, io) as f:
         pf = pq.ParquetFile(f, metadata=meta)  # the cached footer: no footer read or parse
-        groups = {g: pf.read_row_group(g, columns=present) for g in sorted(by_group)}
-    for g, wanted in sorted(by_group.items()):
-        data = groups[g]
-        take = pa.array([local for _, local in wanted], pa.int64())
-        for c in present:
-            head, *rest = c.split(".")
-            arr = data.column(head)
-            for sub in rest:
-                arr = pc.struct_field(arr, sub)
-            parts[c].append(pc.take(arr, take).combine_chunks() if isinstance(arr, pa.ChunkedArray)
-                            else pc.take(arr, take))
-        order += [i for i, _ in wanted]
-    inverse = pa.array(sorted(range(len(order)), key=order.__getitem__), pa.int64())
+        data = pf.read_row_groups(groups.tolist(), columns=present, use_threads=use_threads)
     out = {}
-    for c, arrays in parts.items():
-        arr = pa.concat_arrays(arrays) if arrays else pa.array([], pa.null())
+    for c in present:
+        head, *rest = c.split(".")
+        arr = data.column(head)
+        for sub in rest:
+            arr = pc.struct_field(arr, sub)
+        arr = pc.take(arr, take)
+        arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
         if pa.types.is_large_string(arr.type):
             arr = arr.cast(pa.string())
-        out[c] = pc.take(arr, inverse)
+        out[c] = arr
     return out
 
 
@@ -144,11 +144,16 @@ def read_located(files: dict[str, list[tuple[str, Any]]], columns: list[str], io
     for piece in _few_from_inline(few):
         out.append(piece)
 
+    to_read.sort(key=lambda item: item[0])  # file order: a service reading many ids sees one order
+    parallel = len(to_read) > 2
+
     def read(item):
         path, wanted = item
-        return path, wanted, read_positions(path, [loc.position for _, loc in wanted], wanted_columns, io)
+        # in the pool, one thread per file: pyarrow's own threads per column would only contend
+        return path, wanted, read_positions(path, [loc.position for _, loc in wanted], wanted_columns, io,
+                                            use_threads=not parallel)
 
-    done = list(_pool().map(read, to_read)) if len(to_read) > 2 else [read(i) for i in to_read]
+    done = list(_pool().map(read, to_read)) if parallel else [read(i) for i in to_read]
     for path, wanted, values in done:
         ids = [rid for rid, _ in wanted]
         got = values.get(ID_COLUMN)
