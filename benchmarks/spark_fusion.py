@@ -108,6 +108,7 @@ class SparkBench:
         self.master = master
         self.overrides = overrides
         self.startup: dict[str, float] = {}
+        self.jvm: dict[str, str] = {}
         self.pg: Any = None
         self.spark: Any = None
         self._homes: list[Path] = []
@@ -126,6 +127,12 @@ class SparkBench:
         t2 = time.perf_counter()
         self.spark.sql("SHOW NAMESPACES").collect()  # first query: catalog classes, JDBC connection
         self.startup = {"postgres_s": t1 - t0, "session_s": t2 - t1, "first_query_s": time.perf_counter() - t2}
+        got = self.spark.sparkContext.getConf()
+        # the JVM the figures come from: a user's defaults unless OMNI_SPARK_JVM / _MEMORY_MB say otherwise
+        self.jvm = {"flags": got.get("spark.driver.extraJavaOptions", ""),
+                    "driver_memory": got.get("spark.driver.memory", "1g (Spark's default)"),
+                    "broadcast_join_threshold": self.spark.conf.get("spark.sql.autoBroadcastJoinThreshold")}
+        C.log(f"Spark JVM: {self.jvm}")
         C.log(f"Spark {self.spark.version} {self.master} up: session {self.startup['session_s']:.1f} s, "
               f"first query {self.startup['first_query_s']:.1f} s")
         return self

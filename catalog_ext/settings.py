@@ -183,6 +183,13 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("OMNI_SPARK_GPUS_PER_TASK", "float", 1.0, "spark", "GPUs a Spark task of a GPU feature asks for", "GPUs", 0),
     _s("OMNI_SPARK_EXTENSION", "bool", True, "spark",
        "add omni's Spark SQL extension (view cutting, containment proofs) to every session"),
+    _s("OMNI_SPARK_JVM", "str", "production", "spark",
+       "JVM flags of Spark's driver and executors: production (C2 JIT, G1 collector) or fast-start "
+       "(C1 JIT only, serial collector: starts faster, runs long work slower; the test suite's)",
+       choices=("production", "fast-start")),
+    _s("OMNI_SPARK_MEMORY_MB", "float", 0.0, "spark",
+       "heap of the Spark driver (a local master's executors run in it); 0: a quarter of this machine's memory, "
+       "at least 1 GiB", "MiB", 0),
     # tooling: where `make` puts jars, servers, models and corpora
     _s("OMNI_CACHE", "path", ".cache", "tooling",
        "cache of jars, servers, derived model files and corpora"),

@@ -33,10 +33,14 @@ written from Python (plain ``.metadata.json`` + a row with ``iceberg_type='VIEW'
 NULL ``previous_metadata_location``) is read by Spark: ``SELECT``, ``SHOW VIEWS``,
 ``SHOW TBLPROPERTIES``. pyiceberg's SqlCatalog has no view API (NotImplementedError).
 
-Start-up: a local session's JVMs run with :data:`FAST_JVM_FLAGS` (C1 only, serial
-collector), which start faster than the JVM defaults; the first query also pays for
-loading the Iceberg catalog classes, the JDBC connection and the scan planning. What a
-session's start costs is measured in benchmarks/RESULTS.md (``spark_fusion``).
+JVM: a session runs with :data:`PRODUCTION_JVM_FLAGS` (the optimising C2 JIT, the G1
+collector) and a driver heap of ``OMNI_SPARK_MEMORY_MB`` (by default a quarter of the
+machine's memory; a local master's executors live in the driver's JVM), what long work
+wants. ``OMNI_SPARK_JVM=fast-start`` swaps in :data:`FAST_JVM_FLAGS` (C1 only, serial
+collector), which start faster and run long work slower: the test suite opts into it
+(tests/conftest.py), nothing else does. The first query also pays for loading the
+Iceberg catalog classes, the JDBC connection and the scan planning; what a session's
+start costs is measured in benchmarks/RESULTS.md (``spark_fusion``).
 """
 
 from __future__ import annotations
@@ -59,8 +63,39 @@ from spark_udfs.jars import ensure_jars
 if TYPE_CHECKING:  # pragma: no cover - typing only; pyspark stays an optional extra
     from pyspark.sql import SparkSession
 
-#: JVM flags for a faster start (C1 only, no parallel GC threads).
+#: JVM flags for a faster start (C1 only, no parallel GC threads): short-lived sessions
+#: such as the test suite's (``OMNI_SPARK_JVM=fast-start``); long work runs slower with them.
 FAST_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+#: What a user's session gets: tiered compilation up to the optimising C2 JIT (the JVM's
+#: default) and G1 named explicitly, because a JVM that sees fewer than 2 CPUs or less
+#: than 1792 MiB picks the serial collector on its own.
+PRODUCTION_JVM_FLAGS = "-XX:+UseG1GC"
+
+#: Spark's own default driver heap; the floor of the share-of-memory default below.
+_MIN_DRIVER_MB = 1024
+
+
+def jvm_flags() -> str:
+    """The driver's and executors' JVM flags for ``OMNI_SPARK_JVM`` (production or fast-start)."""
+    from catalog_ext import settings
+
+    return FAST_JVM_FLAGS if str(settings.value("OMNI_SPARK_JVM")).lower() == "fast-start" else PRODUCTION_JVM_FLAGS
+
+
+def driver_memory_mb() -> int:
+    """``OMNI_SPARK_MEMORY_MB``, or when it is 0 a quarter of this machine's memory (at least 1 GiB).
+
+    The driver's heap is sized up front because a JVM cannot grow past its ``-Xmx``:
+    Spark's 1 GiB default spills or fails on inputs a bigger machine holds easily.
+    """
+    from catalog_ext import settings
+
+    wanted = float(settings.value("OMNI_SPARK_MEMORY_MB"))
+    if wanted > 0:
+        return int(wanted)
+    total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+    return max(_MIN_DRIVER_MB, int(total_mb // 4))
 
 #: Settings that make a join of tables bucketed alike (e.g. ``(append_name,
 #: bucket(16, id))``) a storage-partitioned join: no Exchange (shuffle) on either side.
@@ -184,11 +219,12 @@ def spark_catalog_conf(
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.defaultCatalog": name,
-        # small local machine: few partitions, fast JVM, no UI, loopback only
+        # small local machine: few partitions, no UI, loopback only
         "spark.sql.shuffle.partitions": "4",
         "spark.default.parallelism": "2",
-        "spark.driver.extraJavaOptions": FAST_JVM_FLAGS,
-        "spark.executor.extraJavaOptions": FAST_JVM_FLAGS,
+        "spark.driver.memory": f"{driver_memory_mb()}m",
+        "spark.driver.extraJavaOptions": jvm_flags(),
+        "spark.executor.extraJavaOptions": jvm_flags(),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
@@ -207,7 +243,7 @@ def spark_catalog_conf(
     if extension_jar is not None:
         from spark_udfs.extension import add_to_conf
 
-        add_to_conf(conf, prefix, extension_jar)
+        add_to_conf(conf, prefix, extension_jar, config)
     for key, value in catalog_properties(config).items():
         conf[f"{prefix}.{key}"] = value
     for key, value in (overrides or {}).items():

@@ -238,6 +238,31 @@ def test_conf_names_the_catalog_and_applies_overrides() -> None:
     assert conf["spark.sql.sources.v2.bucketing.enabled"] == "true"
 
 
+def test_a_session_gets_the_production_jvm_and_a_sized_heap_unless_it_opts_out(monkeypatch) -> None:
+    """Issue #42: C2 JIT and G1 with a quarter of the machine's memory by default; the suite's
+    fast-start flags (conftest sets them) only when asked for."""
+    import os
+
+    from spark_udfs.session import FAST_JVM_FLAGS
+
+    cfg = _cfg("postgresql+psycopg://u@h/db")
+    monkeypatch.delenv("OMNI_SPARK_JVM", raising=False)
+    monkeypatch.delenv("OMNI_SPARK_MEMORY_MB", raising=False)
+    conf = spark_catalog_conf(cfg)
+    total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+    assert conf["spark.driver.extraJavaOptions"] == conf["spark.executor.extraJavaOptions"] == "-XX:+UseG1GC"
+    assert conf["spark.driver.memory"] == f"{max(1024, total_mb // 4)}m"
+    monkeypatch.setenv("OMNI_SPARK_JVM", "fast-start")
+    monkeypatch.setenv("OMNI_SPARK_MEMORY_MB", "3000")
+    conf = spark_catalog_conf(cfg)
+    assert FAST_JVM_FLAGS == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    assert conf["spark.driver.extraJavaOptions"] == conf["spark.executor.extraJavaOptions"] == FAST_JVM_FLAGS
+    assert conf["spark.driver.memory"] == "3000m"
+    monkeypatch.setenv("OMNI_SPARK_JVM", "turbo")
+    with pytest.raises(ConfigError, match="OMNI_SPARK_JVM='turbo' .*expected one of production, fast-start"):
+        spark_catalog_conf(cfg)
+
+
 def test_sqlite_catalog_is_refused_for_spark(omni_home) -> None:
     from spark_udfs.session import build_spark_session
 
