@@ -2,9 +2,10 @@
 
 The run itself is the core's (:func:`omni_iceberg.backfill.run.run_plan`); this engine
 supplies execution only. Per stage, one worker holds every feature of the stage
-(models load once). Per batch of the stage, the inputs are read once, bucket by
-bucket (bounded memory), from the exact snapshots the run sees: the pinned logical
-version plus the outputs of earlier stages of this same run.
+(models load once). Per batch of the stage, the inputs are read once, slice by slice
+(:func:`~omni_iceberg.read.reader.iter_logical_slices`: a bucket, or an id range of a
+bucket larger than a slice of ``OMNI_MEMORY_LIMIT_MB``), from the exact snapshots the run
+sees: the pinned logical version plus the outputs of earlier stages of this same run.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def register() -> None:
 
 
 def _rebatch(slices, size: int, only_ids: set[str] | None):
-    """Regroup per-bucket slices into parts of about ``size`` rows: small buckets would starve
+    """Regroup read slices into parts of about ``size`` rows: small buckets would starve
     batch UDFs (a model wants full batches), and big ones are cut so memory stays bounded."""
     buffer: list[pa.Table] = []
     rows = 0

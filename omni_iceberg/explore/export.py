@@ -1,9 +1,11 @@
 """``omni export``: stream a filtered projection of a logical table to Parquet or JSONL,
 with a manifest that re-creates the same bytes later.
 
-Rows are read a few (batch, id-bucket) partitions at a time (about ``PART_ROWS`` rows:
-bounded memory, no flood of tiny files); within a part rows are sorted by
-``_ai_unique_id_``. Writing Parquet with zstd is most of an export's time and pyarrow
+Rows are read a few (batch, id-bucket) partitions at a time (about ``PART_ROWS`` rows,
+or one slice of ``OMNI_MEMORY_LIMIT_MB`` if less: no flood of tiny files); within a part
+rows are sorted by ``_ai_unique_id_``. A part larger than a slice (one big bucket) is
+read id range by id range and spilled in id order, so memory follows the setting, not
+the table (:func:`_export_spilled`). Writing Parquet with zstd is most of an export's time and pyarrow
 writes one file on one core, so a part larger than ``PIECE_MIN_BYTES`` is cut into up to
 one piece per core, each its own file, written (and hashed) in parallel while the next
 part is read. The manifest
@@ -31,6 +33,7 @@ from sqlglot import exp
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, engine_message, load_physical, plan_query
 from omni_iceberg.read.guard import QueryError, parse_column_name, parse_condition
+from omni_iceberg.read.reader import check_records_fit, ranges_for, read_ranges, slice_bytes
 from omni_iceberg.ui.formatting import jsonable
 from omni_iceberg.ui.progress import progress_bar
 
@@ -86,6 +89,8 @@ def export(ctx: OmniContext, name: str, columns: list[str] | None, where: str | 
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"export directory {out_dir} is not empty; choose a new or empty directory")
+    from catalog_ext import iceberg_io
+
     ns, table = split_qualified(name)
     workers = _writers()
     started = time.perf_counter()
@@ -100,7 +105,8 @@ def export(ctx: OmniContext, name: str, columns: list[str] | None, where: str | 
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     files, total = [], 0
-    parts = list(_partitions(ctx, plan, batches))
+    parts = list(_partitions(ctx, plan, batches, None if expected is None else
+                             {(f["batch"], int(f["bucket"])) for f in expected.get("files", [])}))
     bar = progress_bar(progress, f"export {state.table.identifier}", "part", total=len(parts))
     replayed = _replayed_pieces(expected)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="omni-export")
@@ -108,7 +114,18 @@ def export(ctx: OmniContext, name: str, columns: list[str] | None, where: str | 
     written = False
     try:
         for batch, bucket, tables in parts:
-            data = _run_part(sql, plan, tables, batch)
+            reads = _part_reads(plan, tables, batch)
+            if ranges_for([r for _, r in reads])[0] > 1:  # larger than a slice: id range by id range
+                for f in previous:
+                    f.result()
+                previous = []
+                total += _export_spilled(ctx, sql, plan, reads, batch, bucket, fmt, out, replayed, workers,
+                                         pool, files)
+                if bar is not None:
+                    bar.update(1)
+                continue
+            data = _run_duckdb(sql, {name: iceberg_io.read_tasks(scan, tasks) for name, (scan, tasks) in reads})
+            check_records_fit(data, f"the export of batch {batch}")
             if bar is not None:
                 bar.update(1)
             if data.num_rows == 0:
@@ -215,8 +232,12 @@ def _verify(expected: dict[str, Any], got: dict[str, Any]) -> None:
                           f"({expected.get('pyarrow')} -> {pa.__version__})")
 
 
-def _partitions(ctx: OmniContext, plan: QueryPlan, batches: list[str]):
+def _partitions(ctx: OmniContext, plan: QueryPlan, batches: list[str], starts: set[tuple[str, int]] | None = None):
     """(batch, first bucket, {scan local name: (scan, tasks)}) for every part holding rows.
+
+    ``starts``: the (batch, first bucket) of a replayed manifest's files, where its parts
+    started; a replay cuts its parts there (a part that wrote no file merges into the one
+    before it: it adds no row).
 
     Each physical table is planned ONCE for all exported batches (its manifests read
     once, not once per batch: an export of a table with 1,000 batches would otherwise
@@ -250,23 +271,35 @@ def _partitions(ctx: OmniContext, plan: QueryPlan, batches: list[str]):
         for key in grouped:
             grouped[key].setdefault(scan.local_name, (ice_scan, []))
     base = plan.scans[0].local_name
+    budget = slice_bytes()
     for batch in batches:
-        # consecutive buckets are merged into parts of about PART_ROWS rows: one file per
-        # bucket would mean many tiny files for small batches
+        # consecutive buckets are merged into parts of about PART_ROWS rows, or of a slice of
+        # memory if that comes first: one file per bucket would mean many tiny files for small
+        # batches, and a part larger than a slice is read range by range, each range reading
+        # all of its files. A replay cuts parts where its manifest's parts start.
         part: dict[str, tuple[Any, list]] = {}
-        first, rows = None, 0
+        first, rows, size = None, 0, 0
         for bucket in sorted(b for (name, b) in grouped if name == batch):
             tables = grouped[(batch, bucket)]
             base_tasks = tables.get(base, (None, []))[1]
             if not base_tasks:
                 continue
+            more = 0 if starts is not None else sum(
+                iceberg_io.estimate_arrow_bytes(ice_scan, tasks) for ice_scan, tasks in tables.values()
+                if ice_scan is not None)
+            if part and ((batch, bucket) in starts if starts is not None else size + more > budget):
+                yield batch, first, part
+                part, first, rows, size = {}, None, 0, 0
             first = bucket if first is None else first
             for local, (ice_scan, tasks) in tables.items():
                 part.setdefault(local, (ice_scan, []))[1].extend(tasks)
+            if starts is not None:
+                continue
             rows += sum(t.file.record_count for t in base_tasks)
+            size += more
             if rows >= PART_ROWS:
                 yield batch, first, part
-                part, first, rows = {}, None, 0
+                part, first, rows, size = {}, None, 0, 0
         if part:
             yield batch, first, part
 
@@ -277,19 +310,108 @@ def _spans_batches(meta: Any, tasks: list[Any]) -> bool:
     return any(len(set(file_batch_bounds(meta, t.file))) != 1 for t in tasks)
 
 
-def _run_part(sql: str, plan: QueryPlan, tables: dict[str, tuple[Any, list]], batch: str) -> pa.Table:
-    from catalog_ext import iceberg_io
+def _part_reads(plan: QueryPlan, tables: dict[str, tuple[Any, list]], batch: str) -> list[tuple[str, tuple]]:
+    """(scan's local name, (pyiceberg scan, file tasks)) of every scan of the plan, for one part."""
     from pyiceberg.expressions import EqualTo
 
-    data = {}
+    out = []
     for scan in plan.scans:
         ice_scan, tasks = tables.get(scan.local_name, (None, []))
-        if ice_scan is not None and _spans_batches(ice_scan.table_metadata, tasks):
-            ice_scan = ice_scan.filter(EqualTo(BATCH_COLUMN, batch))  # a compacted file: this part's batch only
-        data[scan.local_name] = iceberg_io.read_tasks(ice_scan, tasks) if ice_scan is not None else None
-        if data[scan.local_name] is None:
+        if ice_scan is None:
             raise ExportError(f"no scan planned for {scan.table.identifier}")
-    return _run_duckdb(sql, data)
+        if _spans_batches(ice_scan.table_metadata, tasks):
+            ice_scan = ice_scan.filter(EqualTo(BATCH_COLUMN, batch))  # a compacted file: this part's batch only
+        out.append((scan.local_name, (ice_scan, tasks)))
+    return out
+
+
+def _export_spilled(ctx: OmniContext, sql: str, plan: QueryPlan, reads: list[tuple[str, tuple]], batch: str,
+                    bucket: int, fmt: str, out: Path, replayed: dict[tuple[str, int], list[int]], workers: int,
+                    pool: ThreadPoolExecutor, files: list[dict[str, Any]]) -> int:
+    """Export one part larger than a slice (:func:`~omni_iceberg.read.reader.slice_bytes`) in bounded memory.
+
+    The part is read id range by id range (:func:`~omni_iceberg.read.reader.read_ranges`),
+    each range's query result sorted by id and spilled to an Arrow file under the home:
+    ranges in id order, so the spill holds the part in the order a whole read sorts it.
+    Its files are then cut where a whole read would cut them, except that no file holds
+    more than a slice (a replay cuts where its manifest did), and each file is read back
+    from the spill alone. A file written whole from a single-chunk table is what
+    :func:`_write_piece` writes: the same bytes for the same rows.
+    """
+    import tempfile
+
+    names = [name for name, _ in reads]
+    home = getattr(getattr(ctx, "config", None), "home", None)
+    root = Path(home) / "spill" if home is not None else None
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="omni-export-", dir=root) as tmp:
+        spill = Path(tmp) / "part.arrow"
+        writer, schema, rows, nbytes = None, None, 0, 0
+        try:
+            for datas in read_ranges([r for _, r in reads]):
+                data = _run_duckdb(sql, dict(zip(names, datas)))
+                check_records_fit(data, f"the export of batch {batch}")
+                if data.num_rows == 0:
+                    continue
+                if ID_COLUMN in data.column_names:
+                    data = data.take(pc.sort_indices(data, [(ID_COLUMN, "ascending")]))
+                if writer is None:
+                    schema = data.schema
+                    writer = pa.ipc.new_file(str(spill), schema)
+                writer.write_table(data.cast(schema) if data.schema != schema else data)
+                rows += data.num_rows
+                nbytes += data.nbytes
+        finally:
+            if writer is not None:
+                writer.close()
+        if rows == 0:
+            return 0
+        sizes = replayed.get((batch, bucket))
+        if sizes is None or sum(sizes) != rows:
+            sizes = _bounded_pieces(_piece_rows(rows, nbytes, workers), nbytes, slice_bytes())
+        futures, start = [], 0
+        for k, n in enumerate(sizes):
+            fname = f"part-{batch}-{bucket:04d}.{fmt}" if len(sizes) == 1 else \
+                f"part-{batch}-{bucket:04d}-{k:03d}.{fmt}"
+            entry = {"file": fname, "batch": batch, "bucket": bucket, "rows": n}
+            files.append(entry)
+            futures.append(pool.submit(_write_spilled_piece, spill, start, n, out / fname, fmt, entry))
+            start += n
+            while len([f for f in futures if not f.done()]) >= workers:  # at most one piece a writer in memory
+                next(f for f in futures if not f.done()).result()
+        for f in futures:
+            f.result()
+    return rows
+
+
+def _bounded_pieces(sizes: list[int], nbytes: int, budget: int) -> list[int]:
+    """``sizes`` cut further, evenly, until no piece holds more than about ``budget`` bytes."""
+    rows = sum(sizes)
+    pieces = max(len(sizes), -(-nbytes // max(1, budget)))
+    pieces = max(1, min(pieces, rows))
+    if pieces == len(sizes):
+        return sizes
+    base, extra = divmod(rows, pieces)
+    return [base + (1 if k < extra else 0) for k in range(pieces)]
+
+
+def _write_spilled_piece(spill: Path, start: int, rows: int, path: Path, fmt: str, entry: dict[str, Any]) -> None:
+    """Rows ``start .. start + rows`` of the spilled part, written to ``path`` (see :func:`_export_spilled`)."""
+    with pa.OSFile(str(spill)) as f:  # read, not mapped: mapped pages would count as this process's memory
+        reader = pa.ipc.open_file(f)
+        chunks, at = [], 0
+        for i in range(reader.num_record_batches):
+            if at >= start + rows:
+                break
+            b = reader.get_batch(i)
+            lo, hi = max(start, at), min(start + rows, at + b.num_rows)
+            if lo < hi:
+                chunks.append(b.slice(lo - at, hi - lo))
+            at += b.num_rows
+        piece = pa.Table.from_batches(chunks, schema=reader.schema).combine_chunks()
+    _write(piece, path, fmt)
+    entry["sha256"] = _sha256(path)
 
 
 def _run_duckdb(sql: str, tables: dict[str, pa.Table]) -> pa.Table:

@@ -128,7 +128,7 @@ def plan_sync(store: HotStore, state: FamilyState) -> HotSyncPlan:
 def sync(ctx: OmniContext, name: str, *, dry_run: bool = False, progress: bool | None = None,
          state: FamilyState | None = None) -> dict[str, Any]:
     """Bring the hot store to the latest version of ``name`` (see the module docstring)."""
-    from omni_iceberg.read.reader import read_logical
+    from omni_iceberg.read.reader import iter_logical_slices
     from omni_iceberg.ui.progress import progress_bar
 
     if state is None:
@@ -163,12 +163,15 @@ def sync(ctx: OmniContext, name: str, *, dry_run: bool = False, progress: bool |
     bar = progress_bar(progress, f"hot sync {logical}", "row", total=plan.rows)
     try:
         for b in plan.load:
-            data = read_logical(ctx.catalog, state, [ID_COLUMN, BATCH_COLUMN, *columns], batches=[b])
-            store.insert(hot_table, _typed(state, data, columns))
+            # slice by slice (OMNI_MEMORY_LIMIT_MB), not the batch at once: the batch's
+            # partition counts as loaded only after its last slice, and the row check below
+            # catches a batch cut short
+            for data in iter_logical_slices(ctx.catalog, state, list(columns), b):
+                store.insert(hot_table, _typed(state, data, columns))
+                report["rows_loaded"] += data.num_rows
+                if bar is not None:
+                    bar.update(data.num_rows)
             loaded[b] = state.coverage_signature(columns, [b])
-            report["rows_loaded"] += data.num_rows
-            if bar is not None:
-                bar.update(data.num_rows)
     finally:
         if bar is not None:
             bar.close()

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES, check_batch_name
+from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState
 from catalog_ext.physical import arrow_type
 
@@ -130,9 +131,14 @@ def coalesce_parts(joined: pa.Table) -> pa.Table:
 
 
 def iter_logical_slices(catalog: Any, state: FamilyState, columns: list[str], batch: str):
-    """Yield one batch of the logical table bucket by bucket (bounded memory), flat columns.
+    """Yield one batch of the logical table slice by slice, flat columns: memory follows
+    ``OMNI_MEMORY_LIMIT_MB`` (:func:`slice_bytes`), not the table.
 
     Columns are named by logical path (``ProcessedData.parsed_text``), plus the keys.
+    A bucket whose parts fit one slice is read whole, as one slice; a larger one is read
+    in id ranges (:func:`read_ranges`): the same rows, each range's in the order a whole
+    read has them, ranges in id order. A record larger than the limit on its own is a
+    :class:`RecordTooLargeError`.
     """
     from catalog_ext import iceberg_io
     from pyiceberg.expressions import EqualTo
@@ -149,13 +155,155 @@ def iter_logical_slices(catalog: Any, state: FamilyState, columns: list[str], ba
         planned[key] = iceberg_io.scan_tasks_by_bucket(table, meta.snapshot_id, top, EqualTo(BATCH_COLUMN, batch))
     base_scan, base_groups = planned[state.base_table.key]
     for bucket in sorted(base_groups):
-        joined = None
-        for key, cols in per_table.items():
-            scan, groups = planned[key]
-            data = iceberg_io.read_tasks(scan, groups.get(bucket, []))
-            part = flatten(data, cols)
-            joined = part if joined is None else left_join(joined, part)
-        yield _assemble_flat(state, coalesce_parts(joined), leaves)
+        reads = [(planned[key][0], planned[key][1].get(bucket, [])) for key in per_table]
+        for datas in read_ranges(reads):
+            joined = None
+            for data, cols in zip(datas, per_table.values()):
+                part = flatten(data, cols)
+                joined = part if joined is None else left_join(joined, part)
+            out = _assemble_flat(state, coalesce_parts(joined), leaves)
+            check_records_fit(out, f"batch {batch} of {state.table.identifier}")
+            yield out
+
+
+#: one slice of a read may take this share of ``OMNI_MEMORY_LIMIT_MB``: a slice is held a few
+#: times over (the parts read, their join, the caller's copy and what it computes from it)
+SLICE_SHARE = 16
+#: id ranges are cut on the ids' first four characters (md5 and uuid ids are hex there)
+RANGE_DIGITS = 4
+
+
+class RecordTooLargeError(OmniError):
+    """One record is larger than the memory one local operation may hold (``OMNI_MEMORY_LIMIT_MB``)."""
+
+    exit_code = 2
+
+
+def memory_limit_bytes() -> int:
+    """``OMNI_MEMORY_LIMIT_MB`` in bytes."""
+    from catalog_ext import settings
+
+    return int(settings.value("OMNI_MEMORY_LIMIT_MB") * (1 << 20))
+
+
+def slice_bytes() -> int:
+    """Arrow bytes one slice of a bounded read aims at: the limit / :data:`SLICE_SHARE`."""
+    return max(1 << 20, memory_limit_bytes() // SLICE_SHARE)
+
+
+def id_ranges(count: int) -> list[tuple[str | None, str | None]]:
+    """``count`` id ranges ``[lo, hi)`` (None: unbounded) covering every string, in id order.
+
+    Cut evenly on the first :data:`RANGE_DIGITS` hex characters, where md5 and uuid ids
+    are uniform; any other id still falls in exactly one range (the cuts are plain string
+    comparisons), only the ranges may then be uneven.
+
+    >>> id_ranges(1)
+    [(None, None)]
+    >>> id_ranges(4)
+    [(None, '4000'), ('4000', '8000'), ('8000', 'c000'), ('c000', None)]
+    """
+    span = 16 ** RANGE_DIGITS
+    count = max(1, min(count, span))
+    cuts = [None] + [format(j * span // count, f"0{RANGE_DIGITS}x") for j in range(1, count)] + [None]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+def range_filter(lo: str | None, hi: str | None) -> Any:
+    """The Arrow filter of ids in ``[lo, hi)``; None for the unbounded range."""
+    import pyarrow.dataset as ds
+
+    out = None
+    if lo is not None:
+        out = ds.field(ID_COLUMN) >= lo
+    if hi is not None:
+        out = (ds.field(ID_COLUMN) < hi) if out is None else out & (ds.field(ID_COLUMN) < hi)
+    return out
+
+
+def ranges_for(reads: list[tuple[Any, list[Any]]], budget: int | None = None) -> tuple[int, int]:
+    """(how many id ranges, rows read per record batch) for reading ``reads`` within ``budget`` bytes."""
+    from catalog_ext import iceberg_io
+
+    budget = budget or slice_bytes()
+    sizes = [iceberg_io.estimate_arrow_bytes(scan, tasks) for scan, tasks in reads if tasks]
+    count = max(1, -(-sum(sizes) // budget))
+    # a record batch read before the range filter: a quarter of the budget, spread over the tables
+    rows = max((sum(t.file.record_count for t in tasks) for _, tasks in reads), default=0)
+    per_row = max(1, sum(sizes) // max(1, rows))
+    return count, max(256, budget // 4 // per_row)
+
+
+def read_ranges(reads: list[tuple[Any, list[Any]]], budget: int | None = None):
+    """Yield, per id range, one Arrow table per ``(scan, tasks)`` of ``reads``: the tasks' rows in that range.
+
+    Rows of one id-bucket sit in a different order in each physical table, so a slice of
+    one table's rows would need every row of the others to join: a range of ids is the
+    slice every table can read on its own. When the reads fit ``budget`` (default
+    :func:`slice_bytes`) they are read whole, one "range", exactly as :func:`read_tasks`
+    reads them; otherwise each range streams every file once through the range filter
+    (record batches of a quarter of the budget), so a bucket of N budgets costs N reads
+    of its files and holds one range.
+    """
+    from catalog_ext import iceberg_io
+
+    count, batch_rows = ranges_for(reads, budget)
+    if count == 1:
+        yield [iceberg_io.read_tasks(scan, tasks) for scan, tasks in reads]
+        return
+    for lo, hi in id_ranges(count):
+        where = range_filter(lo, hi)
+        out = []
+        for scan, tasks in reads:
+            batches = list(iceberg_io.iter_task_batches(scan, tasks, where, batch_rows))
+            out.append(pa.Table.from_batches(batches) if batches else iceberg_io.read_tasks(scan, []))
+        yield out
+
+
+def record_bytes(data: pa.Table) -> Any:
+    """Bytes each row of ``data`` holds (variable-width values by their length, fixed ones by width)."""
+    import numpy as np
+
+    total = np.zeros(data.num_rows, dtype=np.int64)
+
+    def add(arr: Any) -> None:
+        nonlocal total
+        t = arr.type
+        if pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                add(pc.struct_field(arr, [i]))
+        elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+                or pa.types.is_large_binary(t):
+            total += pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            total += pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64) * 8
+        else:
+            try:
+                total += t.bit_width // 8
+            except ValueError:
+                pass
+
+    for column in data.columns:
+        add(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+    return total
+
+
+def check_records_fit(data: pa.Table, where: str, limit: int | None = None) -> None:
+    """Raise :class:`RecordTooLargeError` when one row of ``data`` alone holds more than the limit.
+
+    Only a slice larger than the limit can hold such a row, so others cost nothing.
+    """
+    limit = limit or memory_limit_bytes()
+    if data.nbytes <= limit or not data.num_rows:
+        return
+    sizes = record_bytes(data)
+    at = int(sizes.argmax())
+    if int(sizes[at]) > limit:
+        rid = data.column(ID_COLUMN)[at].as_py() if ID_COLUMN in data.column_names else f"row {at}"
+        raise RecordTooLargeError(
+            f"record {rid} of {where} holds {int(sizes[at]):,} bytes, more than OMNI_MEMORY_LIMIT_MB "
+            f"({limit / (1 << 20):g} MiB) lets one operation hold; raise OMNI_MEMORY_LIMIT_MB to read it; "
+            "nothing was committed")
 
 
 def _assemble_flat(state: FamilyState, joined: pa.Table, leaves: list[str]) -> pa.Table:
