@@ -11,6 +11,17 @@ omni (``omni sql`` on ``omni_sys.query_log``, ``omni advise``) flushes first; Sp
 Trino see the rows at most that late (``omni flush-log`` / ``Omni.flush_query_log()``
 push them at once). ``OMNI_QUERY_LOG_FLUSH_ROWS=1`` restores one commit per query.
 
+Spark and Trino spool too: omni's Spark session extension and omni's Trino event listener
+append one JSON line per query and table read to ``<name>.events.jsonl`` in the same folder
+(:attr:`LogSpool.events_path`; they are handed its path when they are configured). Those
+lines name what the engine saw (a view or a physical table, its columns), not a logical
+table at a version, so a flush that is given a ``convert`` function (the query log's, in
+:mod:`omni_iceberg.explore.query_log`) first turns them into rows: the events file is
+renamed to ``<name>.events.<token>.converting``, its rows written as the flush file
+``<name>.<token>.flushing`` (then flushed like any other), and the events file deleted.
+A converter that died after writing the flush file leaves both: the flush file's
+presence says the events were converted.
+
 Exactly once: a flush renames the spool to ``<name>.<token>.flushing`` under a file lock,
 appends it with the token in the snapshot summary, then deletes it. A flusher that
 crashed in between leaves the file behind; the next flush finds the token in the
@@ -37,7 +48,7 @@ import uuid
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pyarrow as pa
@@ -114,6 +125,8 @@ class LogSpool:
         self.dir = Path(home) / "spool" / scope
         self.name = name
         self.path = self.dir / f"{name}.jsonl"
+        #: where the JVM engines (Spark's extension, Trino's listener) append their events
+        self.events_path = self.dir / f"{name}.events.jsonl"
         # where versions before the catalog's identity spooled this URI's rows
         self.legacy_dir = Path(home) / "spool" / hashlib.sha1(catalog_uri.encode()).hexdigest()[:12]
 
@@ -140,12 +153,14 @@ class LogSpool:
     def pending(self) -> int:
         """Rows spooled and not yet in the table (stranded flush files and an old-style folder's included)."""
         files = [self.path, *self._flushing(self.dir), self.legacy_dir / self.path.name,
-                 *self._flushing(self.legacy_dir)]
+                 *self._flushing(self.legacy_dir), self.events_path, *self._converting()]
         return sum(_count_lines(p) for p in files if p.exists())
 
-    def flush(self, catalog: Any, wait: bool = True) -> int:
+    def flush(self, catalog: Any, wait: bool = True,
+              convert: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None) -> int:
         """Append every spooled row to the table; returns how many. ``wait=False`` skips
-        the flush when another process is flushing (its rows arrive anyway)."""
+        the flush when another process is flushing (its rows arrive anyway). ``convert``
+        turns the engines' events into rows (see the module docstring); without it they wait."""
         if not self.dir.exists():
             if not self.legacy_dir.is_dir():
                 return 0
@@ -154,9 +169,29 @@ class LogSpool:
             if not locked:
                 return 0
             self._adopt_legacy()
+            if convert is not None:
+                self._convert_events(convert)
             if self.path.exists():
                 os.rename(self.path, self.dir / f"{self.name}.{uuid.uuid4().hex}.flushing")
             return sum(self._flush_file(f, catalog) for f in self._flushing(self.dir))
+
+    def _convert_events(self, convert: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
+        """Turn the engines' events into a flush file (under the spool's lock)."""
+        if self.events_path.exists():
+            os.rename(self.events_path, self.dir / f"{self.name}.events.{uuid.uuid4().hex}.converting")
+        for events in self._converting():
+            token = events.name.split(".")[-2]
+            target = self.dir / f"{self.name}.{token}.flushing"
+            if not target.exists():  # else converted by a flusher that died before deleting the events
+                rows = convert(_read_json_lines(events, self.dir / f"{self.name}.rejected.jsonl"))
+                part = self.dir / f".{target.name}.part"
+                part.write_bytes(b"".join(json.dumps(_encode(r), separators=(",", ":")).encode() + b"\n"
+                                          for r in rows))
+                os.replace(part, target)
+            events.unlink()
+
+    def _converting(self) -> list[Path]:
+        return sorted(self.dir.glob(f"{self.name}.events.*.converting"))
 
     def _adopt_legacy(self) -> None:
         """Move what an earlier version spooled for this URI into this folder, then remove its folder.
@@ -252,24 +287,32 @@ def _encode(row: dict[str, Any]) -> dict[str, Any]:
 
 def _read_rows(path: Path, schema: pa.Schema) -> list[dict[str, Any]]:
     stamps = [f.name for f in schema if pa.types.is_timestamp(f.type)]
+    rows = _read_json_lines(path, path.parent / (path.name.split(".")[0] + ".rejected.jsonl"))
+    for row in rows:
+        for k in stamps:
+            if isinstance(row.get(k), str):
+                row[k] = datetime.fromisoformat(row[k])
+    return rows
+
+
+def _read_json_lines(path: Path, rejected: Path) -> list[dict[str, Any]]:
+    """The JSON objects of ``path``, one a line; a line that is not one is moved to ``rejected``."""
     rows = []
     for number, line in enumerate(path.read_bytes().splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
         except ValueError as e:
             # a torn line (disk full mid-write) must not block the others: it is kept aside
             import sys
 
-            rejected = path.parent / (path.name.split(".")[0] + ".rejected.jsonl")
             with open(rejected, "ab") as f:
                 f.write(line + b"\n")
             print(f"warning: {path}:{number}: unreadable log line moved to {rejected} ({e})", file=sys.stderr)
             continue
-        for k in stamps:
-            if isinstance(row.get(k), str):
-                row[k] = datetime.fromisoformat(row[k])
         rows.append(row)
     return rows
 

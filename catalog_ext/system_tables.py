@@ -127,6 +127,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("latency_ms", pa.int64(), nullable=False),
         pa.field("sql", pa.string(), nullable=False),
         pa.field("at", _TS, nullable=False),
+        # the engine the query was submitted to: omni (``omni sql``/``omni export``), spark
+        # (the session extension's listener), trino (omni's event listener). ``engine``
+        # above is what executed it (local, hot, spark for ``omni sql --engine spark``).
+        # Added later: rows written before have it NULL, which means omni.
+        pa.field("query_engine", pa.string()),
     ]),
 }
 
@@ -137,7 +142,7 @@ def system_table(catalog: Any, name: str) -> Any:
 
     ident = f"{SYSTEM_NAMESPACE}.{name}"
     try:
-        return catalog.load_table(ident)
+        return _with_added_fields(catalog, ident, catalog.load_table(ident), SCHEMAS[name])
     except NoSuchTableError:
         pass
     try:
@@ -159,6 +164,30 @@ def system_table(catalog: Any, name: str) -> Any:
             spec.add_identity(PARTITION_BY[name])
         table = catalog.load_table(ident)
     return table
+
+
+def _with_added_fields(catalog: Any, ident: str, table: Any, schema: pa.Schema) -> Any:
+    """``table``, its schema first given the optional fields ``schema`` added since it was created.
+
+    A system table created by an earlier version lacks them, and an append of the current
+    rows would fail. Only optional fields are ever added (existing rows read them as NULL), so
+    this is a safe evolution; two processes adding the same field race, and the loser just
+    reloads the winner's schema.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    have = {f.name for f in table.schema().fields}
+    missing = [f for f in schema if f.name not in have]
+    if not missing:
+        return table
+    if any(not f.nullable for f in missing):  # a required field cannot be added to rows that exist
+        raise ValueError(f"{ident}: fields added to a system table must be optional: {missing}")
+    try:
+        with table.update_schema() as update:
+            update.union_by_name(pa.schema(missing))
+    except CommitFailedException:
+        pass  # another process added them first (same names and types): its schema is ours
+    return catalog.load_table(ident)
 
 
 #: system tables read by one key: partitioned on it so a lookup reads only its files

@@ -61,10 +61,14 @@ class Proposal:
     storage_bytes: int  # Parquet bytes of these columns today: what a copy costs
     benefit: str
     command: str
+    engines: dict[str, int] = field(default_factory=dict)  # the reads it serves, by the engine they came from
 
     def describe(self) -> str:
+        from governance.coread import engine_counts
+
         return (f"{self.kind}: {', '.join(self.columns)}\n  benefit: {self.benefit}\n"
-                f"  storage: ~{self.storage_bytes / 2**20:.1f} MiB (the columns' Parquet size today)\n"
+                + (f"  reads served by engine: {engine_counts(self.engines)}\n" if self.engines else "")
+                + f"  storage: ~{self.storage_bytes / 2**20:.1f} MiB (the columns' Parquet size today)\n"
                 f"  apply: {self.command}")
 
 
@@ -73,16 +77,21 @@ class Advice:
     logical_table: str
     version: int
     reads_logged: int
+    reads_by_engine: dict[str, int] = field(default_factory=dict)  # logged reads by the engine they came from
     proposals: list[Proposal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     applied: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"logical_table": self.logical_table, "version": self.version, "reads_logged": self.reads_logged,
+                "reads_by_engine": self.reads_by_engine,
                 "proposals": [asdict(p) for p in self.proposals], "notes": self.notes, "applied": self.applied}
 
     def describe(self) -> str:
-        lines = [f"advice for {self.logical_table} at version {self.version} from {self.reads_logged} logged read(s)"]
+        from governance.coread import engine_counts
+
+        lines = [f"advice for {self.logical_table} at version {self.version} from {self.reads_logged} logged read(s)"
+                 + (f" ({engine_counts(self.reads_by_engine)})" if self.reads_by_engine else "")]
         lines += [p.describe() for p in self.proposals]
         lines += [f"note: {n}" for n in self.notes]
         if not self.proposals:
@@ -101,7 +110,8 @@ def advise(ctx: OmniContext, name: str, *, apply: bool = False, progress: bool |
     state = ctx.store.load(ns, table)
     flush_query_log(ctx)
     reads = logged_reads(ctx.catalog, state)
-    advice = Advice(state.table.identifier, state.version, len(reads))
+    advice = Advice(state.table.identifier, state.version, len(reads),
+                    dict(Counter(r.get("query_engine", "omni") for r in reads)))
     if not reads:
         advice.notes.append(f"no query or export of {state.table.identifier} is logged yet: run some "
                             "(omni sql, omni export), then ask again")
@@ -197,7 +207,7 @@ def _coread(state: FamilyState, reads: list[dict[str, Any]]) -> Proposal | None:
         "coread", plan.columns, plan.served, len(reads), 0, 0,
         f"{plan.served} of {len(reads)} logged reads join these columns across column groups: moved into one "
         f"table, the logged reads join {plan.joins_before} -> {plan.joins_after} tables in all; a move, not a copy",
-        f"omni regroup {state.table.identifier} --co-read")
+        f"omni regroup {state.table.identifier} --co-read", plan.engines)
 
 
 def _materialize(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[str, int]) -> Proposal | None:
@@ -219,7 +229,8 @@ def _materialize(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[st
         f"{len(served)} of {len(reads)} logged reads (queries and exports) read these columns across "
         f"{MIN_TABLES_JOINED} or more physical tables: one pre-joined table removes {joins} joins "
         f"(they took {waited / 1000:.1f} s in all)",
-        f"omni accelerate {state.table.identifier} --materialize {','.join(columns)}")
+        f"omni accelerate {state.table.identifier} --materialize {','.join(columns)}",
+        dict(Counter(r.get("query_engine", "omni") for r in served)))
 
 
 def _split(state: FamilyState, reads: list[dict[str, Any]], by_table: dict[tuple[str, str], int]
@@ -248,7 +259,8 @@ def _split(state: FamilyState, reads: list[dict[str, Any]], by_table: dict[tuple
         f"{len(readers)} of {len(reads)} logged reads used column group {t.identifier}, none of them these "
         f"{len(cold)} column(s): {cold_bytes / total:.0%} of its bytes ({cold_bytes / 2**20:.2f} MiB), which every "
         "merge of a new batch rewrites with the group; a move to a table of their own, not a copy",
-        f"omni regroup {state.table.identifier} --split {','.join(cold[:MAX_COLUMNS])}")
+        f"omni regroup {state.table.identifier} --split {','.join(cold[:MAX_COLUMNS])}",
+        dict(Counter(r.get("query_engine", "omni") for r in readers)))
 
 
 def _column_bytes_by_table(catalog: Any, state: FamilyState) -> dict[tuple[str, str], int]:

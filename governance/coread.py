@@ -64,6 +64,7 @@ class CoreadPlan:
     joins_before: int = 0  # tables joined by all logged reads, summed, today
     joins_after: int = 0  # the same after the move
     why_not: str = ""
+    engines: dict[str, int] = field(default_factory=dict)  # served reads by the engine they came from
 
     @property
     def empty(self) -> bool:
@@ -75,10 +76,16 @@ class CoreadPlan:
         return (f"co-read group for {self.logical_table} at version {self.version}: move "
                 f"{len(self.columns)} column(s) into one table ({', '.join(self.columns[:12])}"
                 f"{', ...' if len(self.columns) > 12 else ''}); {self.served} of {self.reads} logged reads "
-                f"join fewer tables, the workload's tables read {self.joins_before} -> {self.joins_after}")
+                f"join fewer tables ({engine_counts(self.engines)}), the workload's tables read "
+                f"{self.joins_before} -> {self.joins_after}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def engine_counts(engines: dict[str, int]) -> str:
+    """``spark 3, trino 2``: how many reads came from each engine."""
+    return ", ".join(f"{e} {n}" for e, n in sorted(engines.items())) or "none"
 
 
 def read_of(state: FamilyState, row: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +97,9 @@ def read_of(state: FamilyState, row: dict[str, Any]) -> dict[str, Any]:
     known = [p for p in leaf_paths(state, [c for c in asked if c in STAGES or state.has_column(c)])
              if state.has_column(p)]
     return {"kind": row["kind"], "columns": known, "engine": row["engine"], "latency_ms": int(row["latency_ms"]),
-            "tables": len(json.loads(row["physical_tables"]))}
+            "tables": len(json.loads(row["physical_tables"])),
+            # the engine the query came from (rows logged before Spark and Trino were recorded: omni)
+            "query_engine": row.get("query_engine") or "omni"}
 
 
 def logged_reads(catalog: Any, state: FamilyState, *, window_days: float | None = None) -> list[dict[str, Any]]:
@@ -189,6 +198,8 @@ def plan_coread(state: FamilyState, reads: list[dict[str, Any]], *, max_columns:
     plan.columns = sorted(chosen, key=lambda c: order.get(c, len(order)))
     plan.served = sum(n for shape, n in shapes.items() if joins(shape, chosen) < joins(shape, frozenset()))
     plan.joins_before, plan.joins_after = before, best
+    plan.engines = dict(Counter(r.get("query_engine", "omni") for r in reads if r["columns"] and r.get("engine") != "hot"
+                                and joins(frozenset(r["columns"]), chosen) < joins(frozenset(r["columns"]), frozenset())))
     return plan
 
 

@@ -47,15 +47,15 @@ def spark_properties(config: OmniConfig) -> dict[str, str]:
             catalog["client.region"] = where
         conf["spark.jars.packages"] = ",".join(session_packages("s3"))
     conf.update({f"{prefix}.{k}": v for k, v in catalog.items()})
-    _add_extension(conf, prefix)
+    _add_extension(conf, prefix, config)
     return conf
 
 
-def _add_extension(conf: dict[str, str], catalog_prefix: str) -> None:
+def _add_extension(conf: dict[str, str], catalog_prefix: str, config: OmniConfig) -> None:
     """omni's session extension and catalog class (built by ``make jars``; see
     :mod:`spark_udfs.extension`), when they are there."""
     from spark_udfs.extension import add_to_conf, extension_jar
 
     jar = extension_jar()
     if jar is not None:
-        add_to_conf(conf, catalog_prefix, jar)
+        add_to_conf(conf, catalog_prefix, jar, config)

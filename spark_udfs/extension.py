@@ -18,6 +18,12 @@ What it adds:
   reads with its version's digest, and an inner join of the marked base with a marked
   feature table on the keys (a NULL-rejecting filter) loses the base when the query reads
   no base column - every feature row of one version has its base row.
+- ``omni.spark.QueryLogListener``, a query-execution listener: each successful query that
+  reads an omni view appends the logical table, version, the view columns it read and the
+  batches it named to the query-log spool's events file (``spark.omni.queryLog.events``,
+  :attr:`catalog_ext.log_spool.LogSpool.events_path`), which omni flushes into
+  ``omni_sys.query_log`` with ``query_engine = 'spark'``. Spark calls it on its listener
+  thread, after the query; a failure to record is counted, never raised.
 - ``omni.spark.RestoreScanLinks``: works around a Spark 3.5 bug that failed self-joins of
   the view under adaptive execution.
 - ``omni.spark.UniqueKeyAggregates``, an optimizer rule. The logical view
@@ -52,6 +58,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from catalog_ext.config import OmniConfig
 from catalog_ext.errors import ConfigError
 from spark_udfs.jars import ECJ, default_cache_dir, ensure_jars
 
@@ -152,9 +159,17 @@ def extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path | Non
         return None
 
 
-def add_to_conf(conf: dict[str, str], catalog_prefix: str, jar: str | os.PathLike[str]) -> None:
+#: the listener class ``spark.sql.queryExecutionListeners`` names
+LISTENER_CLASS = "omni.spark.QueryLogListener"
+#: unflushed events past this many bytes are dropped (and counted) instead of appended
+MAX_EVENT_BYTES = 64 << 20
+
+
+def add_to_conf(conf: dict[str, str], catalog_prefix: str, jar: str | os.PathLike[str],
+                config: OmniConfig | None = None) -> None:
     """Spark settings ``conf`` with the extension: its class before Iceberg's, omni's catalog
-    class for ``catalog_prefix`` (``spark.sql.catalog.<name>``) and ``jar`` on ``spark.jars``.
+    class for ``catalog_prefix`` (``spark.sql.catalog.<name>``) and ``jar`` on ``spark.jars``;
+    with ``config``, the query-log listener writing to that catalog's spool.
 
     Before: omni's view pruning is a resolution rule that must see a query's view names
     before Iceberg's rule (injected by Iceberg's extension) resolves them in the same pass.
@@ -162,6 +177,23 @@ def add_to_conf(conf: dict[str, str], catalog_prefix: str, jar: str | os.PathLik
     conf["spark.sql.extensions"] = ",".join(filter(None, [EXTENSION_CLASS, conf.get("spark.sql.extensions")]))
     conf[catalog_prefix] = CATALOG_CLASS
     conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), str(Path(jar).resolve())]))
+    if config is not None:
+        conf.update(query_log_conf(config, conf.get("spark.sql.queryExecutionListeners")))
+
+
+def query_log_conf(config: OmniConfig, listeners: str | None = None) -> dict[str, str]:
+    """The settings that make a session record its queries on omni's views in ``config``'s query log."""
+    from catalog_ext import system_tables
+    from catalog_ext.log_spool import spool_for
+
+    spool = spool_for(config, system_tables.QUERY_LOG)
+    try:
+        spool.dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # the listener tries again (and counts its failures): never the session's problem
+        log.warning("the query-log spool %s cannot be created (%s): Spark queries are not recorded", spool.dir, e)
+    return {"spark.sql.queryExecutionListeners": ",".join(filter(None, [listeners, LISTENER_CLASS])),
+            "spark.omni.queryLog.events": str(spool.events_path),
+            "spark.omni.queryLog.maxBytes": str(MAX_EVENT_BYTES)}
 
 
 if __name__ == "__main__":  # pragma: no cover - `make jars`

@@ -243,7 +243,7 @@ def spark_catalog_conf(
     if extension_jar is not None:
         from spark_udfs.extension import add_to_conf
 
-        add_to_conf(conf, prefix, extension_jar)
+        add_to_conf(conf, prefix, extension_jar, config)
     for key, value in catalog_properties(config).items():
         conf[f"{prefix}.{key}"] = value
     for key, value in (overrides or {}).items():

@@ -3,9 +3,11 @@
 One process is coordinator and worker at once, bound to 127.0.0.1 on a free port, with
 one catalog named like the omni catalog (``omni``: omni's views resolve their tables
 through that name; written by :func:`omni_iceberg.engine_config.write_trino_config`) and
-the one plugin the cached server keeps. Its ``etc`` folder is laid out as Trino's
+the one plugin the cached server keeps, plus omni's query-log event listener
+(:mod:`omni_iceberg.trino_listener`: every query on the catalog is recorded in the omni
+home's query-log spool, as a production Trino with omni's listener would). Its ``etc`` folder is laid out as Trino's
 ``bin/launcher run --etc-dir`` expects (``node.properties``, ``jvm.config``,
-``config.properties``, ``log.properties``, ``catalog/``), but the JVM is started
+``config.properties``, ``log.properties``, ``catalog/``, ``event-listener.properties``), but the JVM is started
 directly - the same command line the launcher builds - so the test owns the process id
 and can always stop it.
 
@@ -41,6 +43,7 @@ from catalog_ext.config import OmniConfig
 from catalog_ext.errors import ConfigError
 from omni_iceberg.engine_config import write_trino_config
 from omni_iceberg.jvm.java import JavaHome
+from omni_iceberg.trino_listener import install_plugin, write_listener_config
 from tests.services import free_port
 from tests.toolchain.trino import ensure_trino_server, find_java_for_trino
 
@@ -212,7 +215,8 @@ class TrinoServer:
             "node.bind-ip": self.host,
             "node.internal-address": self.host,
             "http-server.log.enabled": "false",
-            "plugin.dir": str(home / "plugin"),
+            "plugin.dir": str(self._plugins(home)),
+            "event-listener.config-files": str(write_listener_config(self.config, etc, [self.catalog])),
             "catalog.config-dir": str(etc / "catalog"),
             # one small node: leave room for the heap headroom Trino reserves
             "query.max-memory": "1GB",
@@ -221,6 +225,16 @@ class TrinoServer:
         (etc / "log.properties").write_text(_properties({"io.trino": "INFO", "io.airlift": "WARN"}))
         write_trino_config(self.config, etc / "catalog", self.catalog)
         return etc
+
+    def _plugins(self, home: Path) -> Path:
+        """This server's plugin folder: the cached server's plugins (linked) and omni's listener."""
+        assert self.root is not None
+        plugins = self.root / "plugin"
+        plugins.mkdir()
+        for folder in (home / "plugin").iterdir():
+            (plugins / folder.name).symlink_to(folder, target_is_directory=True)
+        install_plugin(plugins)
+        return plugins
 
     def _wait_ready(self) -> None:
         assert self._proc is not None

@@ -58,12 +58,44 @@ public class OmniSparkCatalog extends SparkCatalog {
         } catch (NoSuchViewException | RuntimeException e) {
             return null;  // not a view here: Spark resolves the name as it would have
         }
+        return remember(ident, view) ? view : null;
+    }
+
+    /**
+     * The properties of omni logical views this catalog loaded, by identifier: the query log's
+     * listener ({@link QueryLogListener}) tells omni's views from others by them without loading
+     * the view again. Bounded; a view not here is loaded by the listener itself.
+     */
+    private final Map<String, Map<String, String>> omniViews = new LinkedHashMap<String, Map<String, String>>(64, 0.75f, true) {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<String, Map<String, String>> eldest) {
+            return size() > 1024;
+        }
+    };
+
+    /** Whether {@code view} is an omni logical view; if so its properties are kept for {@link #omniViewProperties}. */
+    private boolean remember(Identifier ident, View view) {
         for (String property : OMNI_VIEW_PROPERTIES) {
             if (view.properties().containsKey(property)) {
-                return view;
+                synchronized (omniViews) {
+                    omniViews.put(key(ident), view.properties());
+                }
+                return true;
             }
         }
-        return null;
+        return false;
+    }
+
+    /** The properties of omni logical view {@code ident} (loading it when not seen yet), or null when it is none. */
+    Map<String, String> omniViewProperties(Identifier ident) {
+        synchronized (omniViews) {
+            Map<String, String> known = omniViews.get(key(ident));
+            if (known != null) {
+                return known;
+            }
+        }
+        View view = omniView(ident);
+        return view == null ? null : view.properties();
     }
 
     /** Keeps {@code pruned} for the next load of the returned marked name, in this thread. */
@@ -81,7 +113,9 @@ public class OmniSparkCatalog extends SparkCatalog {
     public View loadView(Identifier ident) throws NoSuchViewException {
         int at = ident.name().indexOf(PRUNED_MARK);
         if (at < 0) {
-            return super.loadView(ident);
+            View view = super.loadView(ident);
+            remember(ident, view);
+            return view;
         }
         View pruned = staged.get().remove(key(ident));
         if (pruned != null) {

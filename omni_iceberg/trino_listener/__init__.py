@@ -1,0 +1,160 @@
+"""omni's Trino event listener: Java sources in ``java/``, compiled here into a plugin jar.
+
+Trino queries on omni's logical views feed the query log (``omni_sys.query_log``) like
+``omni sql`` and Spark SQL do. Trino's convention for "tell something outside about every
+query" is an event listener (its ``EventListener`` SPI); of its choices this one fits best:
+
+- a small listener plugin (this one): ``QueryCompletedEvent`` names the view the statement
+  read and the view columns it referenced (Trino's ``TableInfo``), the physical tables it
+  scanned, its rows and wall time. It appends one JSON line per table to the query-log
+  spool's events file (:attr:`catalog_ext.log_spool.LogSpool.events_path`), a local file
+  append on Trino's event thread, off the query's path, bounded and never failing a query;
+- Trino's bundled HTTP listener would need an HTTP server beside Trino, up whenever Trino
+  is, and posts the whole event (the plan, the statistics) as JSON; the OpenLineage one
+  reports datasets, not a view's columns;
+- its system tables (``system.runtime.queries``) keep a bounded, in-memory window of recent
+  queries' text only, lost on restart and without the columns read.
+
+Built like the Spark extension (:mod:`spark_udfs.extension`): ECJ (Maven Central, SHA-1
+pinned in ``jars.lock.toml``) compiles the sources against the locked ``trino-spi`` jar on
+any Java 17+, no JDK needed; the jar's name carries a digest of the sources and the SPI
+version. :func:`install_plugin` puts it in a Trino's ``plugin/omni-query-log/`` and
+:func:`write_listener_config` writes ``etc/event-listener.properties`` for a catalog.
+
+    python -m omni_iceberg.trino_listener PLUGIN_DIR   # build it and install it there
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+
+from catalog_ext.config import OmniConfig
+from catalog_ext.errors import ConfigError
+from omni_iceberg.jvm.maven_lock import cache_root, maven_repo, read_lock
+
+LOCK = Path(__file__).resolve().parent / "jars.lock.toml"
+SPI, = read_lock(LOCK)
+ECJ, = read_lock(LOCK, "compiler")
+SOURCES = Path(__file__).resolve().parent / "java"
+#: the listener's name in ``event-listener.properties`` and its plugin folder's name
+NAME = "omni-query-log"
+PLUGIN_CLASS = "omni.trino.OmniQueryLogPlugin"
+#: unflushed events past this many bytes are dropped (and counted) instead of appended
+MAX_EVENT_BYTES = 64 << 20
+_COMPILE_TIMEOUT_S = 300
+_FIX = "run `python -m omni_iceberg.trino_listener` where Maven Central is reachable"
+
+
+def _sources() -> list[Path]:
+    return sorted(SOURCES.rglob("*.java"))
+
+
+def jar_name() -> str:
+    """``omni-trino-listener-<digest>.jar``: the digest of the sources and the SPI version."""
+    digest = hashlib.sha256(SPI.coordinates.encode())
+    for src in _sources():
+        digest.update(src.relative_to(SOURCES).as_posix().encode() + b"\0" + src.read_bytes())
+    return f"omni-trino-listener-{digest.hexdigest()[:12]}.jar"
+
+
+def default_cache_dir() -> Path:
+    """``$OMNI_CACHE/jars``, beside the Spark engine's jars (ECJ is shared)."""
+    return cache_root() / "jars"
+
+
+def ensure_listener_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The listener jar in ``cache_dir``, compiled if missing.
+
+    Raises :class:`~catalog_ext.errors.ConfigError` naming what failed (no Java, a jar not
+    downloadable, a compile error with the compiler's output).
+    """
+    from omni_iceberg.jvm.java import find_java
+
+    cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
+    target = cache / jar_name()
+    if target.is_file() and target.stat().st_size > 0:
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    tools = default_cache_dir()
+    tools.mkdir(parents=True, exist_ok=True)
+    repo = maven_repo()
+    ecj = ECJ.fetch(tools / ECJ.filename, _FIX, repo)
+    spi = SPI.fetch(tools / SPI.filename, _FIX, repo)
+    java = find_java((17,), purpose="the Java compiler of omni's Trino event listener")
+    with tempfile.TemporaryDirectory(prefix="omni-trino-listener-") as tmp:
+        classes = Path(tmp) / "classes"
+        cmd = [str(java.java), "-jar", str(ecj), "-17", "-nowarn", "-encoding", "UTF-8", "-cp", str(spi),
+               "-d", str(classes), *map(str, _sources())]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ConfigError(f"compiling omni's Trino event listener took over {_COMPILE_TIMEOUT_S} s") from None
+        if done.returncode != 0:
+            raise ConfigError(f"omni's Trino event listener ({SOURCES}) did not compile with {java.describe()}:\n"
+                              f"{(done.stdout + done.stderr).strip()[-4000:]}")
+        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=cache)
+        os.close(fd)
+        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: omni-iceberg\n")
+            # how Trino's plugin loader finds the plugin class (java.util.ServiceLoader)
+            jar.writestr("META-INF/services/io.trino.spi.Plugin", PLUGIN_CLASS + "\n")
+            for cls in sorted(classes.rglob("*.class")):
+                jar.write(cls, cls.relative_to(classes).as_posix())
+        os.chmod(part, 0o644)
+        os.replace(part, target)  # a crash never leaves a half jar under the final name
+    return target
+
+
+def install_plugin(plugin_dir: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Put the listener jar in ``<plugin_dir>/omni-query-log/`` (replacing an older build); returns that folder."""
+    jar = ensure_listener_jar(cache_dir)
+    folder = Path(plugin_dir) / NAME
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("omni-trino-listener-*.jar"):
+        if old.name != jar.name:
+            old.unlink()
+    if not (folder / jar.name).is_file():
+        fd, part = tempfile.mkstemp(prefix=f".{jar.name}.", suffix=".part", dir=folder)
+        os.close(fd)
+        shutil.copyfile(jar, part)
+        os.replace(part, folder / jar.name)
+    return folder
+
+
+def events_file(config: OmniConfig) -> Path:
+    """The query-log spool's events file of ``config``'s catalog (its folder created)."""
+    from catalog_ext import system_tables
+    from catalog_ext.log_spool import spool_for
+
+    spool = spool_for(config, system_tables.QUERY_LOG)
+    spool.dir.mkdir(parents=True, exist_ok=True)
+    return spool.events_path
+
+
+def listener_properties(config: OmniConfig, catalogs: list[str] | None = None) -> str:
+    """``etc/event-listener.properties`` recording queries on ``catalogs`` (default: ``config``'s catalog name)."""
+    names = ",".join(catalogs or [config.catalog_name])
+    return (f"event-listener.name={NAME}\n"
+            f"omni.events-file={events_file(config)}\n"
+            f"omni.catalogs={names}\n"
+            f"omni.max-bytes={MAX_EVENT_BYTES}\n")
+
+
+def write_listener_config(config: OmniConfig, etc_dir: str | os.PathLike[str], catalogs: list[str] | None = None) -> Path:
+    """Write ``<etc_dir>/event-listener.properties`` (see :func:`listener_properties`); returns the file."""
+    target = Path(etc_dir) / "event-listener.properties"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(listener_properties(config, catalogs), encoding="utf-8")
+    return target
+
+
+if __name__ == "__main__":  # pragma: no cover - set-up scripts
+    import sys
+
+    print(install_plugin(sys.argv[1]) if len(sys.argv) > 1 else ensure_listener_jar())
