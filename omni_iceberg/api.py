@@ -172,7 +172,8 @@ class Omni:
         ns, table = split_qualified(name)
         return submit(self.store, ns, table, [str(s) for s in sources], batch, field_map=field_map, kind=kind,
                       max_reject_ratio=max_reject_ratio, progress=progress,
-                      command=command or f"submit {ns}.{table} --batch {batch}", follow_links=follow_links)
+                      command=command or f"submit {ns}.{table} --batch {batch}", follow_links=follow_links,
+                      spill_dir=str(self.config.home / "spill"))
 
     # ---- look ---------------------------------------------------------------------------
     def status(self, name: str, as_of: int | str | None = None) -> dict[str, Any]:
@@ -407,11 +408,17 @@ class Omni:
 
         return lineage_tree(self.context, name, column)
 
-    def query(self, sql: str, as_of: int | str | None = None, engine: str = "local") -> pa.Table:
-        """Run a read-only SQL query over logical tables (embedded DuckDB, or Spark); logged."""
+    def query(self, sql: str, as_of: int | str | None = None, engine: str = "local",
+              stream: bool = False) -> pa.Table | pa.RecordBatchReader:
+        """Run a read-only SQL query over logical tables (embedded DuckDB, or Spark); logged.
+
+        The embedded engine reads the tables as streams and spills past ``OMNI_MEMORY_LIMIT_MB``;
+        the answer is a table, or with ``stream=True`` a record batch reader that yields it
+        as it is computed (what ``omni sql`` prints from).
+        """
         from omni_iceberg.explore.planner import run_query
 
-        return run_query(self.context, sql, as_of=self._query_version(as_of), engine=engine)
+        return run_query(self.context, sql, as_of=self._query_version(as_of), engine=engine, stream=stream)
 
     def flush_query_log(self) -> int:
         """Push the spooled query-log rows into ``omni_sys.query_log`` now (Spark and Trino

@@ -36,13 +36,20 @@ def _ids(values):
     return pa.array(values, pa.string())
 
 
-def test_batch_ids_decide_as_a_set_of_the_ids_would():
+@pytest.mark.parametrize("spill", [False, True])
+def test_batch_ids_decide_as_a_set_of_the_ids_would(spill, tmp_path, monkeypatch):
+    """``spill``: the bound is a few dozen ids and blocks hold 4, so most ids are looked up
+    on disk through the filter (a filter of 1,024 bits: false yeses are common too)."""
+    if spill:
+        monkeypatch.setattr(BatchIds, "BLOCK", 4)
     rnd = random.Random(7)
+    spilled = 0
     for _ in range(200):
         pool = [content_id(str(i)) for i in range(rnd.randrange(1, 300))]
         # ids sharing their first 64 bits: runs sort by that half only
         pool += [pool[0][:16] + f"{rnd.randrange(2 ** 64):016x}" for _ in range(4)]
-        seen, model = BatchIds(), set()
+        seen = BatchIds(memory_bytes=16 * rnd.randrange(1, 40), spill_dir=str(tmp_path)) if spill else BatchIds()
+        model = set()
         for _ in range(rnd.randrange(1, 40)):
             op = rnd.random()
             if op < 0.7:
@@ -60,6 +67,29 @@ def test_batch_ids_decide_as_a_set_of_the_ids_would():
                 ids = [rnd.choice(pool) for _ in range(rnd.randrange(0, 80))]
                 assert seen.contains(_ids(ids)).tolist() == [x in model for x in ids]
             assert len(seen) == len(model)
+        spilled += seen.spilled
+        seen.close()
+    assert (spilled > 1000) == spill
+    assert not list(tmp_path.iterdir())  # closed: every spilled run is gone
+
+
+def test_batch_ids_past_the_limit_hold_the_limit_and_spill_the_rest(tmp_path):
+    seen = BatchIds(memory_bytes=16 * 50_000, spill_dir=str(tmp_path))
+    ids = content_ids(pa.array([f"record {i}" for i in range(200_000)]))
+    for at in range(0, len(ids), 10_000):
+        assert seen.add(ids.slice(at, 10_000)).all()
+    held = sum(h.nbytes + lo.nbytes for h, lo, _ in seen._runs)
+    assert held <= 16 * 50_000 and seen.spilled == 200_000 - held // 16 and len(seen) == 200_000
+    assert len(list(tmp_path.iterdir())) == 1  # one folder of this object's runs
+    again = seen.add(pa.chunked_array([ids.slice(5, 3), ids.slice(199_990, 10)]))
+    assert not again.any() and seen.contains(ids.slice(0, 100)).all()
+    seen.discard(ids.slice(0, 7).to_pylist())
+    assert len(seen) == 200_000 - 7 and seen.contains(ids.slice(0, 10)).tolist() == [False] * 7 + [True] * 3
+    assert seen.add(ids.slice(0, 10)).tolist() == [True] * 7 + [False] * 3
+    fresh = content_ids(pa.array([f"other {i}" for i in range(20_000)]))
+    assert seen.add(fresh).all() and seen.contains(fresh.slice(0, 10)).all()
+    seen.close()
+    assert not list(tmp_path.iterdir())
 
 
 def test_id_halves_take_only_md5_hex():

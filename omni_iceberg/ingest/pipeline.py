@@ -198,11 +198,13 @@ def submit(
     chunk_rows: int = CHUNK_ROWS,
     chunk_bytes: int = CHUNK_BYTES,
     follow_links: bool = False,
+    spill_dir: str | None = None,
 ) -> SubmitReport:
     """Ingest ``sources`` as batch ``batch`` of ``namespace.name``; see module docstring.
 
     ``follow_links`` reads symbolic links in a submitted folder that lead out of it
-    (refused by default, see :mod:`.sources.files`).
+    (refused by default, see :mod:`.sources.files`). ``spill_dir``: where dedup's ids go
+    beyond ``OMNI_MEMORY_LIMIT_MB`` (the home's ``spill/``; default: the system's temp folder).
     """
     started = time.perf_counter()
     check_batch_name(batch)
@@ -228,13 +230,13 @@ def submit(
     # RawData.content_type before any batch had it) still needs its physical column
     known_fields = {c.leaf for c in state.stage_fields(RAW_STAGE) if state.physical_columns_of(c.path)}
     dedup = state.table.id_mode == "md5"
-    existing = ExistingIds(store, state) if dedup else None
+    existing = ExistingIds(store, state, spill_dir) if dedup else None
     if existing is not None:
         report.dedup = existing.method
         if existing.method == "scan" and store.open_index(state) is not None:
             report.warnings.append(f"dedup read every id of the table ({existing.reason}); "
                                    f"`omni index rebuild {state.table.identifier}` makes it an index lookup")
-    staged_ids = BatchIds()  # ids of this batch: in-batch dedup, and the race re-check needs only these
+    staged_ids = BatchIds(spill_dir=spill_dir)  # ids of this batch: in-batch dedup, and the race re-check needs only these
     map_check = F.MapCheck(field_map)
     base = state.base_table
     writer = store.staged_write(state, base.identifier, base.snapshot_id, report.submit_id,
@@ -308,6 +310,10 @@ def submit(
             bar.close()
         _abandon(writer)
         raise
+    finally:
+        staged_ids.close()  # spilled ids, if any: the race re-check ran inside the commit
+        if existing is not None:
+            existing.release()
     report.logical_version = new_state.version
     report.seconds = round(time.perf_counter() - started, 3)
     return report
