@@ -337,7 +337,7 @@ def _add_columns(ice: Any, types: dict[str, Any]) -> None:
 
 def _move_rows(store: FamilyStore, state: FamilyState, move: GroupMove, group: PhysicalTable,
                writers: dict[str, Any], bar: Any) -> None:
-    from catalog_ext.iceberg_io import read_data_files
+    from governance import slices
 
     group_ice, group_files = bucket_files(store, group)
     members = {key: bucket_files(store, state.physical_table(key)) for key in move.members}
@@ -345,36 +345,79 @@ def _move_rows(store: FamilyStore, state: FamilyState, move: GroupMove, group: P
     schema = group_ice.schema().as_arrow()
     buckets = sorted({b for _, files in members.values() for b in files})
     for bucket in buckets:
-        parts: list[pa.Table] = []
-        moved_batches: set[str] = set()
-        for key in move.members:
-            ice, files = members[key]
-            if not files.get(bucket):
-                continue
-            cols = move.member_columns[key]
-            data = read_data_files(ice, files[bucket], tuple(KEYS + [p for p, _ in cols]))
-            moved_batches.update(pc.unique(data.column(BATCH_COLUMN)).to_pylist())
-            keys = [data.column(k).cast(pa.string()) for k in KEYS]
-            parts.append(pa.table(keys + [data.column(p) for p, _ in cols],
-                                  names=KEYS + [move.columns[lg] for _, lg in cols]))
-            writers[key].delete_files(files[bucket])
-            if bar is not None:
-                bar.update(data.num_rows)
+        moving = [key for key in move.members if members[key][1].get(bucket)]
+        parts = [slices.Part(members[key][0], members[key][1][bucket],
+                             tuple(KEYS + [p for p, _ in move.member_columns[key]])) for key in moving]
+        in_group = group_files.get(bucket, [])
+        limit = slices.slice_bytes()
+        if slices.estimate_bytes(parts + [slices.Part(group_ice, in_group, None)]) <= limit:
+            # fits: read whole, as always (the batches moved are those the rows name)
+            read = [slices.read(p) for p in parts]
+            moved_batches = {b for data in read for b in pc.unique(data.column(BATCH_COLUMN)).to_pylist()}
+            pieces: Any = None
+        else:
+            read = None
+            moved_batches = set().union(*(slices.distinct_batches(p) for p in parts))
         # group files of the same batches may hold the same ids: they are merged, the rest untouched
-        overlapping = [f for f in group_files.get(bucket, []) if overlaps_batches(group_ice, f, moved_batches)]
-        if overlapping:
-            old = read_data_files(group_ice, overlapping)
-            keys = [old.column(k).cast(pa.string()) for k in KEYS]
-            values = [old.column(f.name) for f in schema if f.name not in KEYS]
-            names = KEYS + [f.name for f in schema if f.name not in KEYS]
-            parts.insert(0, pa.table(keys + values, names=names))  # first: the moved values win over it
-        merged = _merge_by_keys(parts, schema)
-        writers[move.group_key].write_replacement(overlapping, merged)
+        overlapping = [f for f in in_group if overlaps_batches(group_ice, f, moved_batches)]
+        old = slices.Part(group_ice, overlapping, None)
+        if read is not None:
+            pieces = [[slices.read(old)] + read] if overlapping else [[None] + read]
+        else:
+            pieces = slices.iter_slices([old] + parts, limit=limit, what=f"regroup of {move.identifier}")
+        out = _SliceWriter(writers[move.group_key], overlapping, limit)
+        for got in pieces:
+            tables = []
+            if got[0] is not None and got[0].num_rows:
+                keys = [got[0].column(k).cast(pa.string()) for k in KEYS]
+                names = KEYS + [f.name for f in schema if f.name not in KEYS]
+                values = [got[0].column(f.name) for f in schema if f.name not in KEYS]
+                tables.append(pa.table(keys + values, names=names))  # first: the moved values win over it
+            for key, data in zip(moving, got[1:]):
+                cols = move.member_columns[key]
+                keys = [data.column(k).cast(pa.string()) for k in KEYS]
+                tables.append(pa.table(keys + [data.column(p) for p, _ in cols],
+                                       names=KEYS + [move.columns[lg] for _, lg in cols]))
+                if bar is not None:
+                    bar.update(data.num_rows)
+            if any(t.num_rows for t in tables):
+                out.add(_merge_by_keys(tables, schema))
+        out.close(schema)
+        for key in moving:
+            writers[key].delete_files(members[key][1][bucket])
     if writers[move.group_key].replacing:
         writers[move.group_key].commit_replacements({"omni.groups": move.group_key})
     for key in move.members:  # emptied: no scan reads them, so their deleted-entry manifests may stay
         if writers[key].replacing:
             writers[key].commit_replacements({"omni.groups": move.group_key}, live_only=False)
+
+
+class _SliceWriter:
+    """Merged slices of one bucket to a writer: held until they weigh ``limit``, so a bucket
+    that fits is still written in one piece (the files it always had), and the first write
+    names the files the bucket's rows replace."""
+
+    def __init__(self, writer: Any, replaced: list[Any], limit: int) -> None:
+        self.writer, self.replaced, self.limit = writer, list(replaced), limit
+        self.held: list[pa.Table] = []
+        self.written = False
+
+    def add(self, table: pa.Table) -> None:
+        self.held.append(table)
+        if sum(t.nbytes for t in self.held) >= self.limit:
+            self._write()
+
+    def _write(self) -> None:
+        data = self.held[0] if len(self.held) == 1 else pa.concat_tables(self.held)
+        self.held = []
+        self.writer.write_replacement([] if self.written else self.replaced, data)
+        self.written = True
+
+    def close(self, schema: pa.Schema) -> None:
+        if self.held:
+            self._write()
+        elif not self.written and self.replaced:  # every row left: the old files go all the same
+            self.writer.write_replacement(self.replaced, schema.empty_table())
 
 
 def _merge_by_keys(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
@@ -494,28 +537,32 @@ def split_columns(store: FamilyStore, name: str, columns: list[str], *, dry_run:
         by_source.setdefault(source, []).append(path)
     bar = progress_bar(progress, f"split {plan.logical_table}", "bucket")
     with staged_attempt(bar, lambda: [writer]):  # the new table stays for reuse (see governance.attempt)
-        from catalog_ext.iceberg_io import read_data_files
+        from governance import slices
 
         scanned = {key: bucket_files(store, state.physical_table(key)) for key in by_source}
+        limit = slices.slice_bytes()
         for bucket in sorted({b for _, files in scanned.values() for b in files}):
-            parts = []
-            for key, paths in by_source.items():
-                ice, files = scanned[key]
-                if not files.get(bucket):
+            sources = [key for key in by_source if scanned[key][1].get(bucket)]
+            src = {key: {p.logical: p.name for p in state.columns_of_table(key)} for key in sources}
+            parts = [slices.Part(scanned[key][0], scanned[key][1][bucket],
+                                 tuple(KEYS + [src[key][p] for p in by_source[key]])) for key in sources]
+            out = _SliceWriter(writer, [], limit)
+            for got in slices.iter_slices(parts, limit=limit, what=f"split into {plan.identifier}"):
+                tables = [pa.table([data.column(k).cast(pa.string()) for k in KEYS] +
+                                   [data.column(src[key][p]) for p in by_source[key]],
+                                   names=KEYS + [plan.columns[p] for p in by_source[key]])
+                          for key, data in zip(sources, got)]
+                if not any(t.num_rows for t in tables):
                     continue
-                src = {p.logical: p.name for p in state.columns_of_table(key)}
-                data = read_data_files(ice, files[bucket], tuple(KEYS + [src[p] for p in paths]))
-                parts.append(pa.table([data.column(k).cast(pa.string()) for k in KEYS] +
-                                      [data.column(src[p]) for p in paths], names=KEYS + [plan.columns[p] for p in paths]))
-            if parts:
-                merged = _merge_by_keys(parts, schema)
+                merged = _merge_by_keys(tables, schema)
                 valued = None  # a row holding none of the columns reads as NULLs anyway: left out
                 for col in plan.columns.values():
                     has = pc.is_valid(merged.column(col))
                     valued = has if valued is None else pc.or_(valued, has)
                 merged = merged.filter(valued)
                 if merged.num_rows:
-                    writer.write_replacement([], merged)
+                    out.add(merged)
+            out.close(schema)
             if bar is not None:
                 bar.update(1)
         if writer.replacing:

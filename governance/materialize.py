@@ -144,7 +144,7 @@ def materialize(store: FamilyStore, name: str, columns: list[str], *, dry_run: b
     """Build, append to or rebuild the materialization of ``columns`` (see the module docstring)."""
     from catalog_ext.physical import create_physical_table
     from catalog_ext.types import to_iceberg
-    from omni_iceberg.read.reader import iter_logical_slices
+    from governance.slices import iter_logical_slices
     from omni_iceberg.ui.progress import progress_bar
     from pyiceberg.exceptions import TableAlreadyExistsError
 
