@@ -1,41 +1,51 @@
-"""index: point lookups by ``_ai_unique_id_`` through the id index vs the best filtered scan.
+"""index: point lookups by ``_ai_unique_id_`` of the full logical row, raw content included,
+in the default layout, vs omni's bucket-pruned scan and DuckDB on the needed Parquet files.
 
-Set-up (untimed, reported): a fresh embedded catalog; ``--rows`` synthetic short
-records (about 90 bytes of text each - synthetic on purpose: what is measured is
-finding rows, and short rows make a large table cheap to build) ingested as batches
-of ``--batch-rows``; three feature columns (``ix_len`` long, ``ix_digits`` double,
-``ix_tag`` string) backfilled into three feature tables. Ingest and backfill write the
-index entries as they write the data (``OMNI_INDEX`` names the backend for them). Then
-the index is sealed, as ``omni maintain`` (or ``omni index seal``) leaves it: on LMDB
-the entries move into one sorted segment that bulk lookups search (timed and reported;
-``--no-seal`` keeps them in the LMDB tree).
+Issue 41. Two tables, both on default write properties (nothing set by hand; family
+tables are created with ``write.parquet.row-group-size-bytes`` = 1 MiB, see
+catalog_ext/row_groups.py):
 
-Variants, interleaved per trial, on fresh random ids of the table each trial:
+- ``syn``: ``--rows`` synthetic short records (~90 bytes of text; default 10,000,000,
+  ingested as batches of ``--batch-rows``) and three feature columns (``ix_len``,
+  ``ix_digits``, ``ix_tag``) backfilled into three feature tables;
+- ``html``: ``--pages`` HTML pages (default 200,000) made distinct from the real
+  documentation corpora (``benchmarks.common.doc_pages``: every page, round after
+  round, with ``<!-- page n -->`` appended), as JSONL batches of ``--batch-pages``.
 
-- ``index``: :func:`omni_iceberg.index.lookup_rows` on the loaded version - the index
-  names data file + row, only those row groups and columns are read;
-- ``scan``: the same call with ``force_scan=True`` - the bucket-pruned filtered scan
-  (``_ai_unique_id_ IN (...)`` on every physical table at its pinned snapshot, pyiceberg
-  pruning to the id's bucket files), which is also what a lagging index falls back to.
+Ingest and backfill write the index entries; the index is then sealed (``omni index seal``).
+Every lookup fetches the whole logical row (``columns=None``: ``RawData.raw_data`` too).
+Variants, on fresh random ids of the table each trial:
 
-Both return the full logical row without raw content (``_ai_append_name_``,
-``RawData.url``, the three features) and are checked to be equal. Lookups of 1 and of
-1,000 ids; P50 / P99 per variant; headline: scan / index at the P50, timed in blocks,
-each variant back to back (10 lookups, then 2 scans for 1 id, 1 scan for 1,000 ids), as
-a service answering calls would run them. Trials that alternate the variants, so that
-every lookup runs right after a scan (cold CPU caches), are reported beside them.
-``get_rows`` (which also loads the version from the catalog) is timed for 1 id too.
-Last, one more batch of ``SUBMIT_ROWS`` records is submitted into the big table and into a
-table holding one batch of 1,000 rows (dedup goes through the index for both), each in a
-fresh interpreter: peak anonymous memory (``RssAnon``, sampled every 5 ms), peak RSS
-(``VmHWM``, which also counts the memory-mapped LMDB pages the lookups touched) and time.
+- ``index``: :func:`omni_iceberg.index.lookup_rows` on the loaded version;
+- ``scan``: the same call with ``force_scan=True``: omni's bucket-pruned pyiceberg scan;
+- ``duckdb``: one warm DuckDB connection (default threads) running
+  ``SELECT * FROM read_parquet([files]) WHERE _ai_unique_id_ IN (...)`` on every physical
+  table, over exactly the data files of the ids' buckets at the pinned snapshots (listed
+  before the clock starts: the peer gets omni's pruning for free; no join of the parts).
 
-``--row-group-rows`` sets ``write.parquet.row-group-limit`` on the family's tables before
-writing: a point read decodes whole row groups (pyarrow has no page-level reads), so
-their size bounds the cost of reading one row.
+Lookups of 1 and 1,000 ids; P50 / P99. Two orders, both reported: the variants
+alternated (each lookup right after a scan: cold CPU caches) and back to back in blocks
+(10 lookups, then the baselines: a service's steady state). Index rows are checked
+equal to the scan's (short table) and to DuckDB's base rows (both tables).
 
-    python -m benchmarks.index [--quick] [--rows N] [--batch-rows N] [--repeats N]
-                               [--row-group-rows N] [--index hbase://H:P | --start-hbase]
+Full-scan throughput before / after the layout change: the base table's data files (of
+``html``, the first files up to ``--scan-gib`` GiB of Arrow data) are rewritten as
+pyiceberg's default would have written them (one row group up to 1,048,576 rows, same
+codec, page size and batch size) into a scratch folder; DuckDB (a sum over every
+column) and pyarrow (a dataset scan streamed in batches) read both copies, interleaved,
+CPU seconds of the process and wall seconds.
+
+Last (short table only), one more batch of ``SUBMIT_ROWS`` records is submitted into
+``syn`` and into a table holding one batch of 1,000 rows, each in a fresh interpreter:
+peak anonymous memory, peak RSS and time (the check of the previous index issue).
+
+``--keep DIR`` builds the tables once into DIR and reuses them on later runs (the build
+of 10M rows and 200k pages takes most of an hour on a 2-core machine).
+``--row-group-rows N`` is a tuned variant (sets ``write.parquet.row-group-limit`` by hand
+before writing); its results go to index-tuned.json, labelled as such.
+
+    python -m benchmarks.index [--quick] [--rows N] [--pages N] [--repeats N] [--keep DIR]
+                               [--row-group-rows N] [--skip-submit]
 """
 
 from __future__ import annotations
@@ -45,13 +55,14 @@ import os
 import random
 import statistics
 import time
+from pathlib import Path
 
 from benchmarks import common as C
 from omni_iceberg.features import feature
 
-COLUMNS = ["_ai_append_name_", "RawData.url", "ix_len", "ix_digits", "ix_tag"]
 #: records of the extra batch whose submit is measured against an empty table's
 SUBMIT_ROWS = 100_000
+FEATURES = ["ix_len", "ix_digits", "ix_tag"]
 
 
 @feature(outputs={"ix_len": "long"}, inputs=["RawData.raw_data"], form="batch", batch_size=65536)
@@ -82,101 +93,239 @@ def synthetic_jsonl(path, start: int, count: int) -> None:
             f.write(json.dumps({"raw_data": text, "url": f"https://synthetic.example/{i}"}) + "\n")
 
 
-def set_row_groups(omni, rows: int) -> None:
-    """Smaller row groups: a point read decodes one row group per file and column."""
-    for t in omni.state("syn").tables:
+def synthetic_jsonl(path, start: int, count: int) -> None:
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda"]
+    rnd = random.Random(start)
+    with open(path, "w") as f:
+        for i in range(start, start + count):
+            text = f"record {i}: " + " ".join(rnd.choice(words) for _ in range(10)) + f" {rnd.random():.6f}"
+            f.write(json.dumps({"raw_data": text, "url": f"https://synthetic.example/{i}"}) + "\n")
+
+
+def html_jsonl(path, pages: list[Path], texts: dict, start: int, count: int) -> int:
+    """``count`` distinct HTML pages, numbered from ``start``: the corpora's pages in order,
+    round after round, each with its number appended. Returns the bytes of HTML written."""
+    total = 0
+    with open(path, "w") as f:
+        for n in range(start, start + count):
+            page = pages[n % len(pages)]
+            if page not in texts:
+                texts[page] = page.read_text(encoding="utf-8", errors="replace")
+            body = texts[page] + f"<!-- page {n} -->"
+            total += len(body.encode("utf-8"))
+            f.write(json.dumps({"raw_data": body, "url": f"https://docs.example/{n}/{page.name}"}) + "\n")
+    return total
+
+
+def set_row_groups(omni, name: str, rows: int) -> None:
+    """The tuned variant only: a row limit set by hand on every physical table."""
+    for t in omni.state(name).tables:
         table = omni.catalog.load_table(t.identifier)
         with table.transaction() as tx:
             tx.set_properties({"write.parquet.row-group-limit": str(rows)})
 
 
-def build_table(omni, scratch, rows: int, batch_rows: int, row_group_rows: int | None = None) -> dict[str, float]:
-    """Logical table ``syn``: ``rows`` synthetic records in batches of ``batch_rows``, and the three
-    ``ix_*`` features backfilled (4 physical tables). Returns the set-up seconds."""
+def build_short(omni, scratch, rows: int, batch_rows: int, row_group_rows: int | None) -> dict[str, float]:
     setup: dict[str, float] = {}
     omni.create_table("syn")
     if row_group_rows:
-        set_row_groups(omni, row_group_rows)
+        set_row_groups(omni, "syn", row_group_rows)
     t0 = time.perf_counter()
     for n, start in enumerate(range(0, rows, batch_rows)):
         path = scratch / f"b{n}.jsonl"
         synthetic_jsonl(path, start, min(batch_rows, rows - start))
         omni.submit("syn", [str(path)], batch=f"b{n}", progress=False)
         path.unlink()
-        C.log(f"ingested batch b{n} ({min(batch_rows, rows - start)} rows)")
+        C.log(f"syn: ingested batch b{n}")
     setup["ingest_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     omni.register_features("syn", [ix_len, ix_digits, ix_tag])
     if row_group_rows:
-        set_row_groups(omni, row_group_rows)
-    omni.backfill("syn", ["ix_len", "ix_digits", "ix_tag"], isolation="inline", progress=False, has_gpu=False)
+        set_row_groups(omni, "syn", row_group_rows)
+    omni.backfill("syn", FEATURES, isolation="inline", progress=False, has_gpu=False)
     setup["backfill_s"] = time.perf_counter() - t0
     return setup
 
 
-def add_headlines(payload: dict) -> dict:
-    """The issue's targets as headline figures, plus a table of every P50/P99 (for RESULTS.md)."""
-    res, backend = payload["results"], payload["index_backend"]
-    one, many = res["1_ids"], res["1000_ids"]
-    how = " (sealed: one sorted segment)" if payload.get("index_sealed") else ""
-    payload["title"] = (f"Point lookups by id through the {backend} index{how} vs the bucket-pruned scan, "
-                        f"{payload['rows']:,} synthetic short rows with 3 feature columns")
-    # the targets stay on the method they were set on: the variants alternated 1:1, each
-    # lookup right after a scan. The back-to-back blocks (a service's steady state) were
-    # added after that missed, so they are reported beside it without a verdict of their own
-    steady, steady_many = res.get("1_ids_back_to_back"), res.get("1000_ids_back_to_back")
-    payload["headline"] = []
-    for label, block in (("1 id", steady), ("1,000 ids", steady_many)):
-        if block:
-            payload["headline"].append(C.headline(
-                f"{label}: scan / index (P50), each variant back to back in blocks (steady state)",
-                block["scan_over_index_p50"], "x", "", None,
-                f"index {block['index']['p50_ms']:.2f} ms, scan {block['scan']['p50_ms']:.0f} ms; "
-                "method added after the alternated one missed, no verdict"))
-    payload["headline"].insert(1, C.headline(
-        f"1 id: index P50 ({backend})", one["index"]["p50_ms"], "ms", "<= 5 ms" if backend == "lmdb" else "",
-        one["index"]["p50_ms"] <= 5 if backend == "lmdb" else None, "right after a scan; back to back "
-        f"{steady['index']['p50_ms']:.2f} ms" if steady else "right after a scan"))
-    for label, block in (("1 id", one), ("1,000 ids", many)):
-        ratio = block["scan_over_index_p50"]
-        payload["headline"].append(C.headline(
-            f"{label}: scan / index (P50), the variants alternated 1:1 (each lookup right after a scan)",
-            ratio, "x", ">= 1000", ratio >= 1000,
-            f"index {block['index']['p50_ms']:.2f} ms" + (": the scan evicts the CPU caches the lookup then refills"
-                                                          if backend == "lmdb" else "")))
-    seal_s = payload.get("setup_seconds", {}).get("seal_s")
-    if seal_s is not None:
-        setup = payload["setup_seconds"]
-        payload["headline"].append(C.headline(
-            "sealing the index after the build (omni index seal): time / the build's ingest + backfill time",
-            seal_s / (setup["ingest_s"] + setup["backfill_s"]), "x", "", None,
-            f"{seal_s:.0f} s for {payload['index_entries']:,} entries, once; maintain re-seals when the "
-            "unsealed entries reach a quarter of the sealed"))
-    sub = res.get("submit")
-    if sub:
-        big, small = sub["into_table"], sub["into_small_table"]
-        payload["headline"] += [
-            C.headline(f"submit of {sub['rows']:,} rows: peak anonymous RSS into the {payload['rows']:,}-row "
-                       "table / into a 1,000-row table", big["peak_anon_mib"] / small["peak_anon_mib"], "x",
-                       "~1 (independent)", big["peak_anon_mib"] / small["peak_anon_mib"] <= 1.1,
-                       f"{big['peak_anon_mib']:.0f} MiB vs {small['peak_anon_mib']:.0f} MiB; dedup by "
-                       f"{big['dedup']} and {small['dedup']}, {big['written']:,} rows written"),
-            C.headline("the same, peak RSS with file-backed pages (VmHWM: includes "
-                       + ("the index pages (LMDB tree, sealed segment) the dedup lookups touched"
-                          if backend == "lmdb" else "mapped library and data-file pages")
-                       + ", which the kernel reclaims)", big["peak_mib"] / small["peak_mib"],
-                       "x", "", None, f"{big['peak_mib']:.0f} MiB vs {small['peak_mib']:.0f} MiB"),
-            C.headline("the same submit: time into the big table / into the 1,000-row table",
-                       big["seconds"] / small["seconds"], "x", "", None,
-                       f"{big['seconds']:.1f} s vs {small['seconds']:.1f} s"),
-        ]
-    payload["table"] = {"columns": ["ids", "variant", "P50 ms", "P99 ms"],
-                        "rows": [[k.split("_")[0], v, res[k][v]["p50_ms"], res[k][v]["p99_ms"]]
-                                 for k in ("1_ids", "1000_ids") for v in ("index", "scan")]
-                        + [[f"{label} (back to back)", v, block[v]["p50_ms"], block[v]["p99_ms"]]
-                           for label, block in (("1", steady), ("1000", steady_many)) if block
-                           for v in ("index", "scan")]}
-    return payload
+def build_table(omni, scratch, rows: int, batch_rows: int, row_group_rows: int | None = None) -> dict[str, float]:
+    """``syn`` as :func:`build_short` builds it (benchmarks.hot_columns builds its table with this)."""
+    return build_short(omni, scratch, rows, batch_rows, row_group_rows)
+
+
+def build_html(omni, scratch, pages: int, batch_pages: int, row_group_rows: int | None) -> dict[str, float]:
+    setup: dict[str, float] = {"html_bytes": 0}
+    corpus = C.doc_pages()
+    texts: dict = {}
+    omni.create_table("html")
+    if row_group_rows:
+        set_row_groups(omni, "html", row_group_rows)
+    t0 = time.perf_counter()
+    for n, start in enumerate(range(0, pages, batch_pages)):
+        path = scratch / f"h{n}.jsonl"
+        setup["html_bytes"] += html_jsonl(path, corpus, texts, start, min(batch_pages, pages - start))
+        omni.submit("html", [str(path)], batch=f"h{n}", progress=False)
+        path.unlink()
+        C.log(f"html: ingested batch h{n}")
+    setup["ingest_s"] = time.perf_counter() - t0
+    setup["corpus_pages"] = len(corpus)
+    return setup
+
+
+def needed_files(omni, state, ids: list[str]) -> dict[str, list[str]]:
+    """Per physical table, the local paths of the data files of the ids' buckets at the
+    pinned snapshot: what omni's pruning leaves, handed to DuckDB."""
+    from pyiceberg.expressions import AlwaysTrue
+
+    from catalog_ext import iceberg_io
+    from omni_iceberg.index.scan import buckets_of
+
+    buckets = sorted(buckets_of(ids, state.table.bucket_count))
+    out = {}
+    for t in state.tables:
+        if t.snapshot_id is None:
+            continue
+        table = omni.catalog.load_table(t.identifier)
+        _, groups = iceberg_io.scan_tasks_by_bucket(table, t.snapshot_id, ("_ai_unique_id_",), AlwaysTrue())
+        files = [task.file.file_path for b in buckets for task in groups.get(b, [])]
+        out[t.key] = [f.removeprefix("file://") for f in files]
+    return out
+
+
+def duckdb_lookup(con, files: dict[str, list[str]], ids: list[str]) -> dict[str, list[tuple]]:
+    id_list = ", ".join(f"'{i}'" for i in ids)
+    out = {}
+    for key, paths in files.items():
+        if not paths:
+            continue
+        listed = ", ".join(f"'{p}'" for p in paths)
+        out[key] = con.execute(f"SELECT * FROM read_parquet([{listed}]) WHERE _ai_unique_id_ IN ({id_list})").fetchall()
+    return out
+
+
+def check_against_duckdb(rows: list[dict], got: dict[str, list[tuple]], k: int) -> None:
+    """The index's rows hold DuckDB's base rows: same ids, same raw content."""
+    base = {r[0]: r for r in got["base"]}
+    assert len(base) == k and len(rows) == k, (len(base), len(rows))
+    for r in rows:
+        assert r["_found"] and base[r["_ai_unique_id_"]][2]["raw_data"] == r["RawData"]["raw_data"]
+
+
+def time_lookups(omni, state, index, con, all_ids, rnd, k: int, trials: int, steady_rounds: int,
+                 variants: list[str], check_scan: bool) -> dict:
+    """Alternated trials (each variant right after another), then back-to-back blocks."""
+    from omni_iceberg.index import lookup_rows
+
+    def run(variant, ids, files):
+        if variant == "duckdb":
+            return duckdb_lookup(con, files, ids)
+        res = lookup_rows(omni.catalog, state, index, ids, None, force_scan=variant == "scan")
+        assert all(a.method == variant for a in res.tables), res.explain()
+        return res
+
+    alternated: dict[str, list[float]] = {v: [] for v in variants}
+    for trial in range(trials):
+        ids = rnd.sample(all_ids, k)
+        files = needed_files(omni, state, ids)
+        order = variants if trial % 2 == 0 else variants[::-1]
+        got = {}
+        for variant in order:
+            t = time.perf_counter()
+            got[variant] = run(variant, ids, files)
+            alternated[variant].append(time.perf_counter() - t)
+        rows = got["index"].rows.to_pylist()
+        if "duckdb" in got:
+            check_against_duckdb(rows, got["duckdb"], k)
+        if check_scan and "scan" in got:
+            assert rows == got["scan"].rows.to_pylist()
+    steady: dict[str, list[float]] = {v: [] for v in variants}
+    for _ in range(steady_rounds):
+        for variant in variants:
+            for _ in range(10 if variant == "index" else 1):
+                ids = rnd.sample(all_ids, k)
+                files = needed_files(omni, state, ids) if variant == "duckdb" else None
+                t = time.perf_counter()
+                run(variant, ids, files)
+                steady[variant].append(time.perf_counter() - t)
+    out = {}
+    for label, times in (("alternated", alternated), ("back_to_back", steady)):
+        out[label] = {v: {"p50_ms": round(statistics.median(t) * 1e3, 3), "p99_ms": round(percentile(t, 0.99) * 1e3, 3),
+                          "trials_ms": [round(x * 1e3, 3) for x in t]} for v, t in times.items() if t}
+        for v in variants:
+            if v != "index" and times[v]:
+                out[label][f"{v}_over_index_p50"] = round(statistics.median(times[v]) / statistics.median(times["index"]), 1)
+    C.log(f"{k} id(s): " + "; ".join(f"{label} " + ", ".join(f"{v} {out[label][v]['p50_ms']:.2f} ms" for v in variants
+                                                             if v in out[label]) for label in out))
+    return out
+
+
+def rewrite_as_before(files: list[str], folder: Path, max_bytes: int) -> tuple[list[str], list[str]]:
+    """Copies of ``files`` (in order, up to ``max_bytes`` of Arrow data) as pyiceberg's
+    default writes them: one row group up to 1,048,576 rows, its page and batch sizes.
+    Returns (the after files used, their before copies)."""
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    after, before, total = [], [], 0
+    for i, path in enumerate(sorted(files)):
+        meta = pq.ParquetFile(path).metadata
+        if total and total + meta.serialized_size + sum(meta.row_group(g).total_byte_size
+                                                        for g in range(meta.num_row_groups)) > max_bytes:
+            break
+        total += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+        data = pq.read_table(path)
+        out = str(folder / f"f{i}.parquet")
+        pq.write_table(data, out, compression="zstd", row_group_size=1_048_576, data_page_size=1 << 20,
+                       write_batch_size=20_000, dictionary_pagesize_limit=2 << 20)
+        after.append(path)
+        before.append(out)
+    return after, before
+
+
+def full_scans(after: list[str], before: list[str], trials: int) -> dict:
+    """DuckDB and pyarrow full scans of both layouts, interleaved: CPU and wall seconds."""
+    import duckdb
+    import pyarrow.dataset as ds
+
+    con = duckdb.connect()
+
+    def duck(paths):
+        listed = ", ".join(f"'{p}'" for p in paths)
+        return con.execute("SELECT count(*), sum(length(_ai_unique_id_)), sum(length(_ai_append_name_)), "
+                           "sum(length(RawData.raw_data)), sum(length(RawData.url)), "
+                           f"count(RawData.content_type) FROM read_parquet([{listed}])").fetchall()
+
+    def arrow(paths):
+        return sum(b.nbytes for b in ds.dataset(paths, format="parquet").to_batches())
+
+    res: dict[str, dict[str, list[float]]] = {}
+    for trial in range(trials):
+        for layout, paths in (("before", before), ("after", after)) if trial % 2 == 0 else (("after", after), ("before", before)):
+            for engine, fn in (("duckdb", duck), ("pyarrow", arrow)):
+                _, wall, cpu = C.measure(lambda: fn(paths))
+                slot = res.setdefault(f"{engine}_{layout}", {"wall_s": [], "cpu_s": []})
+                slot["wall_s"].append(wall)
+                slot["cpu_s"].append(cpu)
+    out = {"files": len(after), "trials": trials}
+    for key, v in res.items():
+        out[key] = {m: round(statistics.median(x), 3) for m, x in v.items()} | {"trials": v}
+    for engine in ("duckdb", "pyarrow"):
+        for m in ("wall_s", "cpu_s"):
+            out[f"{engine}_{m}_after_over_before"] = round(out[f"{engine}_before"][m] / out[f"{engine}_after"][m], 3)
+    return out
+
+
+def layout_facts(omni, state) -> dict:
+    """Files and row groups of the base table as written."""
+    import pyarrow.parquet as pq
+
+    base = omni.catalog.load_table(state.physical_table("base").identifier)
+    files = [t.file.file_path.removeprefix("file://") for t in base.scan(snapshot_id=state.physical_table("base").snapshot_id).plan_files()]
+    groups = [pq.ParquetFile(f).metadata for f in files]
+    rows = [m.row_group(g).num_rows for m in groups for g in range(m.num_row_groups)]
+    return {"files": len(files), "row_groups": len(rows), "rows_per_group_median": statistics.median(rows),
+            "bytes_per_group_median": statistics.median(m.row_group(g).total_byte_size for m in groups
+                                                        for g in range(m.num_row_groups)),
+            "base_files": files}
 
 
 #: run in a fresh interpreter: peak RSS of one submit, nothing else in the process
@@ -222,140 +371,169 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+def add_headlines(payload: dict) -> dict:
+    """The issue's targets (fixed before measuring) as headline figures, plus a P50/P99 table."""
+    res = payload["results"]
+    payload["title"] = ("Point lookups of the full logical row (raw content included) through the LMDB id index, "
+                        "default layout, vs DuckDB on the needed Parquet files and omni's bucket-pruned scan")
+    heads = []
+    for table, label in (("syn", f"{payload['rows']:,} short records"), ("html", f"{payload['pages']:,} HTML pages")):
+        if table not in res:
+            continue
+        for order, how in (("back_to_back", "back to back (steady state)"), ("alternated", "right after a scan")):
+            one, many = res[table]["1_ids"][order], res[table]["1000_ids"][order]
+            p50 = one["index"]["p50_ms"]
+            heads.append(C.headline(f"{label}: 1 id, index P50, {how}", p50, "ms", "<= 5 ms", p50 <= 5,
+                                    f"DuckDB {one['duckdb']['p50_ms']:.0f} ms, omni scan "
+                                    f"{one['scan']['p50_ms']:.0f} ms" if "scan" in one else
+                                    f"DuckDB {one['duckdb']['p50_ms']:.0f} ms"))
+            r1 = one["duckdb_over_index_p50"]
+            heads.append(C.headline(f"{label}: 1 id, DuckDB on the needed files / index (P50), {how}", r1, "x",
+                                    ">= 100" if table == "syn" else "", r1 >= 100 if table == "syn" else None,
+                                    f"index {p50:.2f} ms, DuckDB {one['duckdb']['p50_ms']:.0f} ms", peer=True))
+            rk = many["duckdb_over_index_p50"]
+            heads.append(C.headline(f"{label}: 1,000 ids, DuckDB on the needed files / index (P50), {how}", rk, "x",
+                                    ">= 20", rk >= 20, f"index {many['index']['p50_ms']:.0f} ms, DuckDB "
+                                    f"{many['duckdb']['p50_ms']:.0f} ms", peer=True))
+            if "scan_over_index_p50" in one:
+                heads.append(C.headline(f"{label}: 1 id, omni bucket-pruned scan / index (P50), {how}",
+                                        one["scan_over_index_p50"], "x", "", None,
+                                        f"scan {one['scan']['p50_ms']:.0f} ms"))
+        scans = res[table].get("full_scan")
+        if scans:
+            for engine in ("duckdb", "pyarrow"):
+                ratio = scans[f"{engine}_cpu_s_after_over_before"]
+                heads.append(C.headline(
+                    f"{label}: full-scan throughput ({engine}, CPU), 1 MiB row groups / pyiceberg's default layout",
+                    ratio, "x", ">= 0.9", ratio >= 0.9,
+                    f"{scans['files']} base files; CPU {scans[f'{engine}_before']['cpu_s']:.2f} -> "
+                    f"{scans[f'{engine}_after']['cpu_s']:.2f} s, wall {scans[f'{engine}_before']['wall_s']:.2f} -> "
+                    f"{scans[f'{engine}_after']['wall_s']:.2f} s (wall ratio "
+                    f"{scans[f'{engine}_wall_s_after_over_before']:.2f})"))
+    sub = res.get("submit")
+    if sub:
+        big, small = sub["into_table"], sub["into_small_table"]
+        heads.append(C.headline(
+            f"submit of {sub['rows']:,} rows: peak anonymous RSS into the {payload['rows']:,}-row table / into a "
+            "1,000-row table", big["peak_anon_mib"] / small["peak_anon_mib"], "x", "~1 (independent)",
+            big["peak_anon_mib"] / small["peak_anon_mib"] <= 1.1,
+            f"{big['peak_anon_mib']:.0f} MiB vs {small['peak_anon_mib']:.0f} MiB; {big['seconds']:.1f} s vs "
+            f"{small['seconds']:.1f} s"))
+    payload["headline"] = heads
+    payload["table"] = {"columns": ["table", "ids", "order", "variant", "P50 ms", "P99 ms"],
+                        "rows": [[table, k.split("_")[0], order, v, block[v]["p50_ms"], block[v]["p99_ms"]]
+                                 for table in ("syn", "html") if table in res
+                                 for k in ("1_ids", "1000_ids") for order, block in res[table][k].items()
+                                 for v in ("index", "duckdb", "scan") if v in block]}
+    return payload
+
+
+def open_home(keep: str | None):
+    """A fresh Omni, or the kept one under ``keep`` (built once, reused)."""
+    if not keep:
+        return C.fresh_omni("index"), False
+    from catalog_ext.config import OmniConfig
+    from omni_iceberg.api import Omni
+
+    home = Path(keep)
+    built = (home / "built.json").exists()
+    home.mkdir(parents=True, exist_ok=True)
+    return Omni(OmniConfig.resolve(catalog=f"sqlite:///{home}/catalog.db", warehouse=str(home / "warehouse"),
+                                   home=str(home))), built
+
+
 def main(argv: list[str] | None = None) -> None:
     def options(p):
-        p.add_argument("--rows", type=int, default=None, help="rows in the table (default 10,000,000; quick 100,000)")
-        p.add_argument("--batch-rows", type=int, default=None, help="rows per ingest batch (default 1,000,000)")
-        p.add_argument("--index", default="lmdb", help="index backend: lmdb (default) or hbase://HOST:PORT")
-        p.add_argument("--start-hbase", action="store_true", help="start a throwaway HBase (tests' server) and use it")
-        p.add_argument("--no-seal", action="store_true", help="leave the LMDB index unsealed (entries in its B-tree)")
+        p.add_argument("--rows", type=int, default=None, help="short records (default 10,000,000; quick 100,000)")
+        p.add_argument("--batch-rows", type=int, default=None, help="records per ingest batch (default 1,000,000)")
+        p.add_argument("--pages", type=int, default=None, help="HTML pages (default 200,000; quick 2,000)")
+        p.add_argument("--batch-pages", type=int, default=None, help="pages per ingest batch (default 20,000)")
+        p.add_argument("--scan-gib", type=float, default=2.0, help="GiB of Arrow data of html's full-scan files")
+        p.add_argument("--keep", default=None, help="build the tables into this folder once and reuse them")
+        p.add_argument("--skip-submit", action="store_true", help="skip the submit-RSS check")
         p.add_argument("--row-group-rows", type=int, default=None,
-                       help="set write.parquet.row-group-limit on every physical table (default: pyiceberg's)")
+                       help="tuned variant: set write.parquet.row-group-limit by hand (results: index-tuned.json)")
 
     args = C.parse_args("index", __doc__, options, argv)
     started = time.perf_counter()
     rows = args.rows or (100_000 if args.quick else 10_000_000)
     batch_rows = min(rows, args.batch_rows or (50_000 if args.quick else 1_000_000))
-    repeats = args.repeats or (15 if args.quick else 50)
-    server = None
-    spec = args.index
-    if args.start_hbase:
-        from tests.services.hbase import HBaseServer
-
-        server = HBaseServer()
-        server.start()
-        spec = server.spec
-        os.environ["OMNI_HBASE_CONF"] = str(server.conf_dir)  # writers create the entries table pre-split
-    omni = C.fresh_omni("index")
+    pages = args.pages or (2_000 if args.quick else 200_000)
+    batch_pages = min(pages, args.batch_pages or (1_000 if args.quick else 20_000))
+    repeats = args.repeats or (10 if args.quick else 30)
+    omni, built = open_home(args.keep)
     scratch = C.scratch_dir("index-input")
-    saved_spec = os.environ.get("OMNI_INDEX")
-    os.environ["OMNI_INDEX"] = spec  # the writers index into the backend under test
     try:
-        from omni_iceberg.explore.lookup import get_rows
-        from omni_iceberg.index import lookup_rows, open_index
+        import duckdb
 
-        setup = build_table(omni, scratch, rows, batch_rows, args.row_group_rows)
-        state = omni.state("syn")
-        index = open_index(omni.config, state.table.identifier, spec)
-        sealed = None
-        if not args.no_seal:
-            t = time.perf_counter()
-            sealed = index.backend.seal(progress=False)
-            if sealed is not None:
-                setup["seal_s"] = time.perf_counter() - t
-                C.log(f"sealed the index: {sealed.text()}")
-        all_ids = omni.read("syn", columns=["_ai_unique_id_"]).column(0).to_pylist()
+        from omni_iceberg.index import open_index
+
+        if built:
+            setup = json.loads((Path(args.keep) / "built.json").read_text())
+            C.log(f"reusing the tables built in {args.keep}")
+        else:
+            setup = {"syn": build_short(omni, scratch, rows, batch_rows, args.row_group_rows),
+                     "html": build_html(omni, scratch, pages, batch_pages, args.row_group_rows)}
+            for table in ("syn", "html"):
+                index = open_index(omni.config, omni.state(table).table.identifier, "lmdb")
+                t = time.perf_counter()
+                index.backend.seal(progress=False)
+                setup[table]["seal_s"] = time.perf_counter() - t
+            if args.keep:
+                (Path(args.keep) / "built.json").write_text(json.dumps(setup))
+        con = duckdb.connect()
         rnd = random.Random(7)
-        results: dict[str, dict[str, list[float]]] = {}
-        for k in (1, 1000):
-            times: dict[str, list[float]] = {"index": [], "scan": []}
-            for trial in range(repeats if k == 1 else max(5, repeats // 5)):
-                ids = rnd.sample(all_ids, k)
-                order = ["index", "scan"] if trial % 2 == 0 else ["scan", "index"]
-                got = {}
-                for variant in order:
-                    t = time.perf_counter()
-                    res = lookup_rows(omni.catalog, state, index, ids, COLUMNS, force_scan=variant == "scan")
-                    times[variant].append(time.perf_counter() - t)
-                    assert all(a.method == variant for a in res.tables), res.explain()
-                    got[variant] = res.rows.to_pylist()
-                assert got["index"] == got["scan"] and all(r["_found"] for r in got["index"])
-            results[f"{k}_ids"] = times
-            C.log(f"{k} id(s): index P50 {statistics.median(times['index']) * 1e3:.2f} ms, "
-                  f"scan P50 {statistics.median(times['scan']) * 1e3:.1f} ms")
-        # steady state, as a service answering calls sees it: each variant back to back in
-        # blocks (10 index lookups, then scans), so neither pays for the other's cache misses
-        # (right after a scan, a lookup measured ~2x its back-to-back time: CPU caches, not I/O)
-        steady: dict[int, dict[str, list[float]]] = {}
-        for k, rounds, scans in ((1, max(3, repeats // 2), 2), (1000, 3, 1)):
-            blocks = steady[k] = {"index": [], "scan": []}
-            for _ in range(rounds):
-                for variant, count in (("index", 10), ("scan", scans)):
-                    for _ in range(count):
-                        ids = rnd.sample(all_ids, k)
-                        t = time.perf_counter()
-                        lookup_rows(omni.catalog, state, index, ids, COLUMNS, force_scan=variant == "scan")
-                        blocks[variant].append(time.perf_counter() - t)
-            C.log(f"{k} id(s) back to back: index P50 {statistics.median(blocks['index']) * 1e3:.2f} ms, "
-                  f"scan P50 {statistics.median(blocks['scan']) * 1e3:.1f} ms")
-        cli_like = []
-        for _ in range(max(5, repeats // 3)):
-            t = time.perf_counter()
-            get_rows(omni, "syn", rnd.sample(all_ids, 1), columns=COLUMNS, index=index)
-            cli_like.append(time.perf_counter() - t)
-        summary = {}
-        for key, times in results.items():
-            summary[key] = {
-                v: {"p50_ms": round(statistics.median(t) * 1e3, 3), "p99_ms": round(percentile(t, 0.99) * 1e3, 3),
-                    "trials_ms": [round(x * 1e3, 3) for x in t]} for v, t in times.items()}
-            summary[key]["scan_over_index_p50"] = round(statistics.median(times["scan"]) /
-                                                        statistics.median(times["index"]), 1)
-        for k, blocks in steady.items():
-            summary[f"{k}_ids_back_to_back"] = {
-                v: {"p50_ms": round(statistics.median(t) * 1e3, 3), "p99_ms": round(percentile(t, 0.99) * 1e3, 3),
-                    "trials_ms": [round(x * 1e3, 3) for x in t]} for v, t in blocks.items()}
-            summary[f"{k}_ids_back_to_back"]["scan_over_index_p50"] = round(
-                statistics.median(blocks["scan"]) / statistics.median(blocks["index"]), 1)
-        summary["get_rows_1_id_incl_version_load"] = {"p50_ms": round(statistics.median(cli_like) * 1e3, 3)}
-        # one more batch into the big table vs the same batch into an empty table: peak RSS
-        # and time of the submit must not depend on what the table already holds
-        extra = scratch / "extra.jsonl"
-        synthetic_jsonl(extra, rows + 10_000_000, SUBMIT_ROWS)
-        home = omni.config.home
-        big = submit_rss(home, "syn", extra, "extra")
-        small_batch = scratch / "small.jsonl"  # a table with one small batch: dedup goes through the index too
-        synthetic_jsonl(small_batch, rows + 20_000_000, 1_000)
-        omni.create_table("syn_small")
-        omni.submit("syn_small", [str(small_batch)], batch="b0", progress=False)
-        small = submit_rss(home, "syn_small", extra, "extra")
-        summary["submit"] = {"rows": SUBMIT_ROWS, "into_table": big, "into_small_table": small}
-        payload = {"rows": rows, "batch_rows": batch_rows, "row_group_rows": args.row_group_rows, "index_backend": "hbase" if spec.startswith("hbase") else "lmdb", "synthetic_records": True,
-                   "index_sealed": sealed is not None,
-                   "setup_seconds": {k: round(v, 1) for k, v in setup.items()}, "index_entries": rows * 4,
-                   "results": summary, "load_average": C.load_average()}
-        lmdb_result = C.RESULTS / "index.json"
-        kept = lmdb_result.read_bytes() if spec.startswith("hbase") and lmdb_result.exists() else None
+        results: dict = {}
+        for table in ("syn", "html"):
+            state = omni.state(table)
+            index = open_index(omni.config, state.table.identifier, "lmdb")
+            all_ids = omni.read(table, columns=["_ai_unique_id_"]).column(0).to_pylist()
+            small = table == "syn"
+            out = results[table] = {"layout": layout_facts(omni, state)}
+            base_files = out["layout"].pop("base_files")
+            C.log(f"{table}: {out['layout']}")
+            out["1_ids"] = time_lookups(omni, state, index, con, all_ids, rnd, 1, repeats, max(3, repeats // 6),
+                                        ["index", "duckdb", "scan"], check_scan=True)
+            # the omni scan of 1,000 ids reads every file of every table whole: on the HTML
+            # table that is the whole table, minutes a trial; it runs on the short table only
+            out["1000_ids"] = time_lookups(omni, state, index, con, all_ids, rnd, min(1000, len(all_ids)),
+                                           max(3, repeats // 6) if small else 3, 2 if small else 1,
+                                           ["index", "duckdb", "scan"] if small else ["index", "duckdb"],
+                                           check_scan=small)
+            before_dir = scratch / f"before-{table}"
+            after, before = rewrite_as_before(base_files, before_dir,
+                                              1 << 62 if small else int(args.scan_gib * (1 << 30)))
+            out["full_scan"] = full_scans(after, before, 5 if small else 3)
+            C.log(f"{table}: full scan {out['full_scan']['files']} files: duckdb CPU after/before "
+                  f"{out['full_scan']['duckdb_cpu_s_after_over_before']}, pyarrow "
+                  f"{out['full_scan']['pyarrow_cpu_s_after_over_before']}")
+            C.remove(before_dir)
+        if not args.skip_submit:
+            extra = scratch / "extra.jsonl"
+            synthetic_jsonl(extra, rows + 10_000_000, SUBMIT_ROWS)
+            home = omni.config.home
+            big = submit_rss(home, "syn", extra, "extra")
+            small_batch = scratch / "small.jsonl"
+            synthetic_jsonl(small_batch, rows + 20_000_000, 1_000)
+            omni.create_table("syn_small")
+            omni.submit("syn_small", [str(small_batch)], batch="b0", progress=False)
+            small_res = submit_rss(home, "syn_small", extra, "extra")
+            results["submit"] = {"rows": SUBMIT_ROWS, "into_table": big, "into_small_table": small_res}
+        payload = {"rows": rows, "batch_rows": batch_rows, "pages": pages, "batch_pages": batch_pages,
+                   "row_group_rows": args.row_group_rows, "tuned": bool(args.row_group_rows),
+                   "write_properties": "defaults (write.parquet.row-group-size-bytes = 1 MiB from table creation)"
+                   if not args.row_group_rows else f"write.parquet.row-group-limit = {args.row_group_rows} set by hand",
+                   "index_backend": "lmdb", "index_sealed": True, "reused_build": built,
+                   "setup_seconds": setup, "results": results, "load_average": C.load_average()}
+        if args.row_group_rows:
+            args.name = "index-tuned"
         path = C.write_result(args, add_headlines(payload), started)
-        if spec.startswith("hbase"):  # the HBase run goes to index-hbase.json; the LMDB one stays
-            path = path.rename(path.with_name("index-hbase.json"))
-            if kept is not None:
-                lmdb_result.write_bytes(kept)
-        print(json.dumps({k: v for k, v in payload.items() if k != "results"}, indent=1))
-        for key in results:
-            s = summary[key]
-            print(f"{key}: index P50 {s['index']['p50_ms']} ms / P99 {s['index']['p99_ms']} ms; "
-                  f"scan P50 {s['scan']['p50_ms']} ms / P99 {s['scan']['p99_ms']} ms; "
-                  f"scan/index {s['scan_over_index_p50']}x")
+        for h in payload["headline"]:
+            print(f"{h['metric']}: {h['value']} {h['unit']} (target {h['target'] or '-'}: {h['meets_target']})")
         print(f"wrote {path}")
     finally:
-        if saved_spec is None:
-            os.environ.pop("OMNI_INDEX", None)
-        else:
-            os.environ["OMNI_INDEX"] = saved_spec
-        if server is not None:
-            server.stop()
-        # only this run's folders: another run (the HBase variant) may be using its own meanwhile
-        C.remove(omni.config.home)
+        if not args.keep:
+            C.remove(omni.config.home)
         C.remove(scratch)
 
 
