@@ -27,7 +27,8 @@ README_END = "<!-- end of benchmark table -->"
 
 ORDER = ("ingest", "submit_history", "index", "index-hbase", "history", "governed_appends", "fusion", "spark_fusion",
          "isolation", "table_centric", "spark_crossover", "spark_join", "pruning", "export", "query_log", "rest_commit",
-         "s3_warehouse", "view_pruning", "width", "hot_columns", "tuning", "reliability")
+         "s3_warehouse", "view_pruning", "width", "hot_columns", "tuning", "reliability", "engine_query_log",
+         "bounded_memory")
 
 
 def _fmt(value: float, unit: str) -> str:
