@@ -28,9 +28,20 @@ Variants, interleaved per repeat, each checked to give the same rows:
 - ``Spark view``: the query on the logical view ``omni.aidata.syn`` in Spark SQL, as an
   analyst writes it (the view joins the three feature tables to the base).
 
-Headlines: Spark view / hot (target >= 100x, the paper's 94-154x) and Iceberg / hot.
+Spark runs on a user's defaults (C2 JIT, G1, the driver heap ``OMNI_SPARK_MEMORY_MB`` gives:
+a quarter of the machine's memory), not the test suite's fast-start flags; the flags and
+heap are recorded.
 
-    python -m benchmarks.hot_columns [--quick] [--rows N] [--batch-rows N] [--repeats N]
+The hot store's load (``omni accelerate``) is work a user waits for before the first hot
+query: it is timed (once, it is not repeated) and reported as its own row, and the
+amortised headlines charge it to the hot path spread over ``--amortise`` queries
+(default 10, fixed before measuring), with the number of queries after which the load
+has paid for itself against each peer.
+
+Headlines: Spark view / hot (target >= 100x, the paper's 94-154x), Iceberg / hot (the
+strongest peer: the best Iceberg path), and both with the load amortised.
+
+    python -m benchmarks.hot_columns [--quick] [--rows N] [--batch-rows N] [--repeats N] [--amortise Q]
 """
 
 from __future__ import annotations
@@ -60,6 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     def options(p):
         p.add_argument("--rows", type=int, default=None, help="rows in the table (default 10,000,000; quick 200,000)")
         p.add_argument("--batch-rows", type=int, default=None, help="rows per ingest batch (default 1,000,000)")
+        p.add_argument("--amortise", type=int, default=10,
+                       help="queries the hot store's load is spread over in the amortised headlines (default 10)")
 
     args = C.parse_args("hot_columns", __doc__, options, argv)
     started = time.perf_counter()
@@ -102,7 +115,14 @@ def main(argv: list[str] | None = None) -> None:
                 runs[name]()
                 times[name].append(time.perf_counter() - t0)
                 C.log(f"{name}: {times[name][-1]:.3f} s")
+        jvm = dict(sb.jvm)
     med = {name: statistics.median(t) for name, t in times.items()}
+    load_s, q = setup["hot_sync_s"], args.amortise
+    hot_amortised = med[HOT_E2E] + load_s / q  # per query, the load spread over q queries
+
+    def pays_off_after(peer: float) -> str:
+        gain = peer - med[HOT_E2E]
+        return f"the load pays for itself after {load_s / gain:,.1f} queries" if gain > 0 else "the load never pays"
     payload = {
         "title": f"Aggregation on 3 hot feature columns, {rows:,} synthetic short rows in 4 physical tables: "
                  "ClickHouse (chdb) vs the Spark view and the Iceberg path",
@@ -111,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
         "hot_load_rows_per_s": round(sync["rows_loaded"] / max(setup["hot_sync_s"], 1e-9)),
         "answer": first, "median_s": {k: round(v, 4) for k, v in med.items()},
         "trials_s": {k: [round(x, 4) for x in v] for k, v in times.items()},
-        "load_average": C.load_average(),
+        "load_average": C.load_average(), "spark_jvm": jvm, "amortised_over_queries": q,
+        "hot_load_s": round(load_s, 2),
         "headline": [
             C.headline("Spark SQL on the view / hot path (omni sql, query log included)", med[SPARK] / med[HOT_E2E],
                        "x", ">= 100", med[SPARK] / med[HOT_E2E] >= 100,
@@ -121,9 +142,21 @@ def main(argv: list[str] | None = None) -> None:
             C.headline("best Iceberg path (omni sql without the hot store) / hot path (omni sql)",
                        med[ICEBERG] / med[HOT_E2E], "x", "", None,
                        f"{med[ICEBERG]:.2f} s vs {med[HOT_E2E] * 1e3:.0f} ms", peer=True),
+            C.headline(f"Spark SQL on the view / hot path with its load amortised over {q} queries",
+                       med[SPARK] / hot_amortised, "x", "", None,
+                       f"{med[SPARK]:.2f} s vs {med[HOT_E2E] * 1e3:.0f} ms + {load_s:.1f} s load / {q}; "
+                       f"{pays_off_after(med[SPARK])}"),
+            C.headline(f"best Iceberg path / hot path with its load amortised over {q} queries",
+                       med[ICEBERG] / hot_amortised, "x", "", None,
+                       f"{med[ICEBERG]:.2f} s vs {med[HOT_E2E] * 1e3:.0f} ms + {load_s:.1f} s load / {q}; "
+                       f"{pays_off_after(med[ICEBERG])}", peer=True),
         ],
         "table": {"columns": ["variant", "median s", "trials"],
-                  "rows": [[k, round(med[k], 4), len(times[k])] for k in runs]},
+                  "rows": [[k, round(med[k], 4), len(times[k])] for k in runs]
+                  + [["hot store load (omni accelerate, once)", round(load_s, 4), 1],
+                     [f"hot (omni sql) + load / {q} queries", round(hot_amortised, 4), len(times[HOT_E2E])]]},
+        "notes": [f"Spark JVM: {jvm.get('flags')!r}, driver heap {jvm.get('driver_memory')} (a user's defaults).",
+                  f"The hot store's load took {load_s:.1f} s ({sync['rows_loaded']:,} rows), measured once."],
     }
     C.write_result(args, payload, started)
     plot(args, times, rows)

@@ -3,11 +3,13 @@
 Data: paragraph-sized records of the Python and Django documentation - the first
 40,000 distinct paragraphs (>= 40 characters, ``common.paragraphs_jsonl``), repeated
 round after round with `` [round n]`` appended from the second round on, so every
-record has its own id - in a JSONL of N records. Default N = 10,000, 50,000 and
-200,000 (``--quick``: 5,000 and 20,000; ``--sizes`` to choose). 1,000,000 does not fit
-the ~5 minute budget on 2 cores: measured here, one 200,000-record repeat of both
-engines takes ~75 s (local ~20 s, Spark ~50 s, ingest twice), so 1M would take
-~6 minutes per repeat on its own.
+record has its own id - in a JSONL of N records. Default N = 50,000, 200,000 and
+1,000,000 (``--quick``: 5,000 and 20,000; ``--sizes`` to choose): the crossover is only
+reported as measured when a measured size crossed; a crossing of the fitted lines past
+the largest size is labelled extrapolated and recommends no threshold.
+
+Spark runs on a user's defaults (``OMNI_SPARK_JVM=production``: C2 JIT, G1; the driver
+heap ``OMNI_SPARK_MEMORY_MB`` gives), recorded with the results.
 
 Each trial gets a fresh catalog (a new catalog name in one PostgreSQL database, see
 ``spark_fusion.SparkBench``): ingest the JSONL and register ``html_parser`` plus the 9
@@ -47,7 +49,7 @@ from benchmarks.spark_fusion import SparkBench, measure_spark, spark_backfill, w
 
 #: distinct paragraphs the records are made from (rounds repeat them with a marker)
 BASE_PARAGRAPHS = 40_000
-DEFAULT_SIZES = (10_000, 50_000, 200_000)
+DEFAULT_SIZES = (50_000, 200_000, 1_000_000)
 QUICK_SIZES = (5_000, 20_000)
 #: records of the two start-up probes (first and second backfill of the session)
 PROBE_RECORDS = 5_000
@@ -120,9 +122,9 @@ def crossover(local: tuple[float, float], spark: tuple[float, float]) -> float |
 def main(argv: list[str] | None = None) -> None:
     def options(p):
         p.add_argument("--sizes", type=str, default=None,
-                       help="comma-separated record counts (default 10000,50000,200000; quick 5000,20000)")
+                       help="comma-separated record counts (default 50000,200000,1000000; quick 5000,20000)")
         p.add_argument("--java-options", type=str, default=None,
-                       help="replace the product's spark.driver.extraJavaOptions (diagnostic)")
+                       help="replace a user's spark.driver.extraJavaOptions (diagnostic)")
 
     args = C.parse_args("spark_crossover", __doc__, options, argv)
     started = time.perf_counter()
@@ -153,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
                     C.log(f"{size:>8,} {engine:5s}: {t['wall_s']:6.2f} s wall, {t['cpu_s']:6.2f} s CPU, "
                           f"input {t['input_bytes'] / C.MIB:.2f} MiB, digest {t['digest']}, load {t['load'][0]}")
                 k += 1
+        jvm = dict(sb.jvm)
         java_opts = " ".join(t for t in (sb.spark.sparkContext.getConf().get("spark.driver.extraJavaOptions") or "")
                              .split() if t.startswith("-XX:") and "IgnoreUnrecognized" not in t)
 
@@ -176,14 +179,21 @@ def main(argv: list[str] | None = None) -> None:
     def where(x: float | None) -> str:
         if x is None:
             return "not reached on 2 cores (Spark's per-record cost is not lower)"
-        reached = "measured" if x <= max(sizes) else "extrapolated"
+        reached = "within the measured sizes" if x <= max(sizes) else (
+            f"extrapolated past the largest size measured, {max(sizes):,}: not measured")
         return f"{x:,.0f} records ({reached}), {x * bytes_per_record / C.MIB:,.1f} MiB of input"
 
-    if cold_x is None:
+    crossed = [n for n in sizes if ratios[n] < 1]  # measured sizes where Spark was faster (warm session)
+    largest_mib = med("spark", max(sizes), "input_bytes") / C.MIB
+    crossed_text = (f"Spark was faster at {', '.join(f'{n:,}' for n in crossed)} records (warm session)" if crossed
+                    else f"no measured size crossed: Spark local[2] was slower at every size up to {max(sizes):,} "
+                         f"records ({largest_mib:,.1f} MiB of input)")
+    if cold_x is None or cold_x > max(sizes):
         threshold = None
-        advice = ("no input size makes Spark local[2] faster on this machine: keep `auto` on the local engine "
-                  "(OMNI_SPARK_THRESHOLD_BYTES above any table, e.g. 1 TiB = 1099511627776); use Spark for a real "
-                  "cluster, where the threshold must be measured there")
+        advice = ("no measured input size makes a cold Spark local[2] backfill faster on this machine: keep `auto` "
+                  "on the local engine (OMNI_SPARK_THRESHOLD_BYTES above any table, e.g. 1 TiB = 1099511627776); "
+                  "use Spark for a real cluster, where the threshold must be measured there"
+                  + (f" (the fitted lines meet at {cold_x:,.0f} records, past what was measured)" if cold_x else ""))
     else:
         threshold = int(math.ceil(cold_x * bytes_per_record / C.MIB) * C.MIB)
         advice = (f"OMNI_SPARK_THRESHOLD_BYTES={threshold} ({threshold / C.MIB:,.0f} MiB of stored input columns), "
@@ -196,6 +206,8 @@ def main(argv: list[str] | None = None) -> None:
         C.headline("per-record cost ratio spark/local, fastest trials", sf_min[1] / lf_min[1], "x",
                    "< 1 for a crossover", sf_min[1] < lf_min[1],
                    f"least-disturbed trials: local {lf_min[1] * 1e6:.1f} us/record, spark {sf_min[1] * 1e6:.1f}"),
+        C.headline(f"measured sizes where Spark (warm) was faster ({len(crossed)} of {len(sizes)}, largest "
+                   f"{max(sizes):,} records)", float(len(crossed)), "sizes", "", None, crossed_text),
         C.headline("recommended OMNI_SPARK_THRESHOLD_BYTES", float(threshold or 2**40), "B", "", None, advice),
         C.headline("outputs identical (spark = local, every size)", 1.0 if identical else 0.0, "bool", "1", identical),
     ]
@@ -219,23 +231,22 @@ def main(argv: list[str] | None = None) -> None:
         (f"Start-up, measured here: session {startup['session_s']:.1f} s, first query {startup['first_query_s']:.1f} s, "
          f"first backfill of the session {first_s:.1f} s vs {second_s:.1f} s for the second one on the same "
          f"{PROBE_RECORDS:,} records."),
-        (f"Spark JVM options: {java_opts!r}" + (" (overridden with --java-options)" if overrides else
-                                                " (the product's FAST_JVM_FLAGS: C1 JIT only)") + "."),
+        (f"Spark JVM options: {java_opts!r}, driver heap {jvm.get('driver_memory')}"
+         + (" (overridden with --java-options)" if overrides else " (a user's defaults: C2 JIT, G1)") + "."),
+        f"Sizes measured: {crossed_text}.",
         ("CPU: local = this process + its waited-for worker; Spark = this process + the JVM and its Python workers "
          "(read from /proc). Ingest, registration and the input-size measurement are untimed."),
         f"{repeats} repeat(s); sizes in order, engine order alternating; every trial in the JSON.",
     ]
-    if max(sizes) < 1_000_000:
-        notes.insert(1, f"Sizes {', '.join(f'{n:,}' for n in sizes)} instead of 10k/100k/1M: 1M records would take "
-                        "~6 minutes per repeat on this 2-core machine (local ~100 s, Spark ~250 s at the rates above).")
     payload = {
         "title": "Engine crossover: local engine vs Spark local[2], html_parser + 9 cheap features",
         "params": {"sizes": sizes, "repeats": repeats, "features": ["html_parser", *names], "master": "local[2]",
-                   "java_options": java_opts, "startup": startup, "probe_first_s": first_s,
+                   "java_options": java_opts, "spark_jvm": jvm, "startup": startup, "probe_first_s": first_s,
                    "probe_second_s": second_s, "cold_extra_s": cold_extra, "bytes_per_record": bytes_per_record,
                    "fit_local": lf, "fit_spark": sf, "fit_local_fastest": lf_min,
                    "fit_spark_fastest": sf_min, "crossover_warm_records": warm_x,
-                   "crossover_cold_records": cold_x, "recommended_threshold_bytes": threshold},
+                   "crossover_cold_records": cold_x, "recommended_threshold_bytes": threshold,
+                   "sizes_crossed": crossed},
         "headline": heads,
         "table": {"columns": ["records", "local wall s", "spark wall s", "spark/local wall", "local CPU s",
                               "spark CPU s", "spark/local CPU", "input MiB"], "rows": table_rows},

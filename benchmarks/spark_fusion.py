@@ -129,7 +129,9 @@ class SparkBench:
         self.startup = {"postgres_s": t1 - t0, "session_s": t2 - t1, "first_query_s": time.perf_counter() - t2}
         got = self.spark.sparkContext.getConf()
         # the JVM the figures come from: a user's defaults unless OMNI_SPARK_JVM / _MEMORY_MB say otherwise
-        self.jvm = {"flags": got.get("spark.driver.extraJavaOptions", ""),
+        flags = [t for t in (got.get("spark.driver.extraJavaOptions") or "").split()
+                 if t.startswith("-XX:") and "IgnoreUnrecognized" not in t]  # not Spark's own --add-opens
+        self.jvm = {"flags": " ".join(flags) or "the JVM's defaults",
                     "driver_memory": got.get("spark.driver.memory", "1g (Spark's default)"),
                     "broadcast_join_threshold": self.spark.conf.get("spark.sql.autoBroadcastJoinThreshold")}
         C.log(f"Spark JVM: {self.jvm}")
