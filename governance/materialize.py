@@ -173,6 +173,11 @@ def materialize(store: FamilyStore, name: str, columns: list[str], *, dry_run: b
     run_id = f"materialize-{uuid.uuid4().hex[:12]}"
     writer = store.staged_write(state, plan.identifier, base_snapshot, run_id,
                                 {"omni.operation": OPERATION}, rebasable=False)
+    from governance.slices import slice_bytes
+
+    # the rows held before a flush count against the operation's memory too (#37): at
+    # OMNI_MEMORY_LIMIT_MB=64 the 128 MiB write buffer, not the read, set the peak
+    writer.buffer_bytes = min(writer.buffer_bytes, slice_bytes())
     bar = progress_bar(progress, f"materialize {plan.identifier}", "row", total=plan.rows)
     with staged_attempt(bar, lambda: [writer]):
         if plan.action == "rebuild":
