@@ -453,7 +453,7 @@ def _read_by_name(scan: Any, tasks: list[Any]) -> Any | None:
         return None  # see by_name_dataset: pyiceberg reconciles such files field by field
 
 
-def by_name_dataset(scan: Any, tasks: list[Any]) -> tuple[Any, list[str], Any] | None:
+def by_name_dataset(scan: Any, tasks: list[Any], grown_structs: bool = False) -> tuple[Any, list[str], Any] | None:
     """(Arrow dataset over local Parquet files, the projected column names, the Arrow filter), by name.
 
     Why: pyiceberg converts every file's *whole* Parquet schema to an Iceberg schema
@@ -465,6 +465,11 @@ def by_name_dataset(scan: Any, tasks: list[Any]) -> tuple[Any, list[str], Any] |
     never changed in the table's history; the filter reads only such columns. Files
     written before a column existed lack it: the dataset reads it as nulls, as the
     Iceberg spec asks. ``OMNI_READ_BY_NAME=0`` turns this off.
+
+    ``grown_structs``: a struct column that only ever gained fields (:func:`_grown_only`,
+    what ingest does to ``RawData``) is read by name too, when the files hold it with
+    exactly the current fields, in order - for a reader that picks fields by name (an
+    engine), since the struct may hold fields pyiceberg would have pruned.
     """
     from catalog_ext import settings
 
@@ -489,11 +494,14 @@ def by_name_dataset(scan: Any, tasks: list[Any]) -> tuple[Any, list[str], Any] |
     current = meta.schema()
     stable = _stable_top_level(meta)
     projected = scan.projection()
-    needed = []
+    needed, grown = [], set()
     for f in projected.fields:
         if stable.get(f.name) is None or stable[f.name].field_id != f.field_id or \
                 current.find_field(f.field_id).field_type != f.field_type:  # a pruned struct: by id only
-            return None
+            if not (grown_structs and current.find_field(f.field_id).field_type == f.field_type
+                    and _grown_only(meta, f)):
+                return None
+            grown.add(f.name)
         needed.append(f)
     arrow_filter = None
     if scan.row_filter != AlwaysTrue():
@@ -513,12 +521,63 @@ def by_name_dataset(scan: Any, tasks: list[Any]) -> tuple[Any, list[str], Any] |
         first = fragments[0].physical_schema
         # the files' own Arrow types (string or large_string, as written), else Iceberg's
         fields = [first.field(f.name).with_nullable(f.nullable) if f.name in first.names else f for f in want]
+        if any(f.name in grown and _field_names(f.type) != _field_names(w.type) for f, w in zip(fields, want)):
+            return None  # the first file's struct lacks a field added since: a struct by name would too
         dataset = ds.FileSystemDataset(fragments, pa.schema(fields), fmt, fs)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError):
         # files that disagree on a physical type (list element names, a writer's own
         # encoding): pyiceberg reconciles them field by field
         return None
     return dataset, [f.name for f in projected.fields], arrow_filter
+
+
+def _struct_ids(field_type: Any, prefix: tuple[str, ...] = ()) -> dict[int, tuple] | None:
+    """{field id: (path of names, leaf type or "struct")} of a struct of structs and primitives; None otherwise."""
+    from pyiceberg.types import StructType
+
+    out: dict[int, tuple] = {}
+    for child in field_type.fields:
+        path = prefix + (child.name,)
+        if isinstance(child.field_type, StructType):
+            inner = _struct_ids(child.field_type, path)
+            if inner is None:
+                return None
+            out[child.field_id] = (path, "struct")
+            out.update(inner)
+        elif child.field_type.is_primitive:
+            out[child.field_id] = (path, child.field_type)
+        else:
+            return None  # lists and maps: their element ids are not checked here
+    return out
+
+
+def _grown_only(meta: Any, field: Any) -> bool:
+    """Whether top-level struct ``field`` only ever gained fields: in every schema of the table it
+    has its name and id, and each field it held then has the same path and type now."""
+    from pyiceberg.types import StructType
+
+    if not isinstance(field.field_type, StructType):
+        return False
+    now = _struct_ids(field.field_type)
+    if now is None:
+        return False
+    for schema in meta.schemas:
+        for old in schema.fields:
+            if old.field_id != field.field_id and old.name != field.name:
+                continue
+            if old.field_id != field.field_id or old.name != field.name or not isinstance(old.field_type, StructType):
+                return False
+            before = _struct_ids(old.field_type)
+            if before is None or any(now.get(fid) != where for fid, where in before.items()):
+                return False
+    return True
+
+
+def _field_names(arrow_type: Any) -> Any:
+    """The nested field names of an Arrow type, in order (a type's shape by name)."""
+    if pa.types.is_struct(arrow_type):
+        return tuple((f.name, _field_names(f.type)) for f in arrow_type)
+    return None
 
 
 def scan_dataset(table: Any, row_filter: Any, snapshot_id: int | None, selected: tuple[str, ...]) -> Any | None:
@@ -533,10 +592,16 @@ def scan_dataset(table: Any, row_filter: Any, snapshot_id: int | None, selected:
     files disagree on a column's physical type (such a disagreement would only show
     mid-read, too late to fall back), or when no file is left: the caller then reads
     through :func:`scan_to_arrow`, whole. Its columns are the projected ones plus any the
-    filter alone reads: the engine picks its columns by name.
+    filter alone reads, and a nested name (``RawData.url``) reads its whole top-level
+    struct (the dataset scan reads a struct column whole either way): the engine picks
+    its columns and fields by name.
     """
-    scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id, selected_fields=selected)
-    found = by_name_dataset(scan, PLANS.tasks(scan))
+    top = {f.name for f in table.schema().fields}
+    whole = tuple(dict.fromkeys(name if name in top else name.split(".")[0] for name in selected))
+    if not set(whole) <= top:
+        return None
+    scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id, selected_fields=whole)
+    found = by_name_dataset(scan, PLANS.tasks(scan), grown_structs=True)
     if found is None:
         return None
     dataset, _, arrow_filter = found

@@ -155,10 +155,9 @@ def sql(args, omni, command_line: str) -> int:
         text = omni.translate(args.query, args.dialect, as_of=args.as_of)
         emit(args, {"dialect": args.dialect, "sql": text}, lambda: text)
         return 0
-    from omni_iceberg.ui.formatting import format_arrow
-
-    data = omni.query(args.query, as_of=args.as_of, engine=args.engine)
-    print(format_arrow(data, "json" if args.json else args.format))
+    # rows are printed as the engine yields them: a large answer is never held whole
+    reader = omni.query(args.query, as_of=args.as_of, engine=args.engine, stream=True)
+    render.sql_rows(reader, "json" if args.json else args.format, sys.stdout)
     return 0
 
 

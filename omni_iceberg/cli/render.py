@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import IO, Any
 
 
 def ts(ms: int) -> str:
@@ -132,3 +132,62 @@ def settings_text(rows: list[dict]) -> str:
         where = "" if r["source"] == "default" else f"   <- {r['source']}"
         lines.append(f"  {r['name']:<{width}}  {value}{unit}{where}")
     return "\n".join(lines)
+
+
+#: rows of a table-format answer whose widths are measured before the first line is printed
+TABLE_WINDOW = 10_000
+
+
+def sql_rows(reader: Any, fmt: str, out: IO[str], window: int = TABLE_WINDOW, max_width: int = 60) -> int:
+    """``omni sql``: write the answer's rows to ``out`` as its record batches arrive; returns the rows.
+
+    json and csv write each row as it comes. The aligned table measures its column widths
+    on the first ``window`` rows: an answer that ends within them prints exactly as
+    :func:`omni_iceberg.ui.formatting.format_arrow` would print it whole; a longer one keeps
+    those widths (a wider cell later pushes only its own line), so memory stays at one window.
+    """
+    from omni_iceberg.ui.formatting import dumps
+
+    names = reader.schema.names
+    rows = 0
+    if fmt == "json":
+        for batch in reader:
+            for row in batch.to_pylist():
+                out.write(dumps(row) + "\n")
+            rows += batch.num_rows
+        if not rows:
+            out.write("\n")  # the whole-answer rendering printed one empty line
+        return rows
+    if fmt == "csv":
+        import csv
+
+        writer = csv.DictWriter(out, fieldnames=names)
+        writer.writeheader()
+        for batch in reader:
+            writer.writerows(batch.to_pylist())
+            rows += batch.num_rows
+        return rows
+    cell = lambda v: _cell(v, max_width)  # noqa: E731
+    held: list[list[str]] = []
+    batches = iter(reader)
+    for batch in batches:
+        held += [[cell(r[c]) for c in names] for r in batch.to_pylist()]
+        if len(held) >= window:
+            break
+    widths = [max([len(c)] + [len(row[i]) for row in held]) for i, c in enumerate(names)]
+    line = lambda vals: " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + "\n"  # noqa: E731
+    out.write(line(names) + "-+-".join("-" * w for w in widths) + "\n")
+    out.writelines(line(r) for r in held)
+    rows = len(held)
+    held.clear()
+    for batch in batches:
+        out.writelines(line([cell(r[c]) for c in names]) for r in batch.to_pylist())
+        rows += batch.num_rows
+    out.write(f"({rows} row{'s' if rows != 1 else ''})\n")
+    return rows
+
+
+def _cell(value: Any, max_width: int) -> str:
+    """A table cell as ``format_arrow`` writes it (tests/test_sql_streaming.py holds the two equal)."""
+    text = "NULL" if value is None else str(value).replace("\n", " ")
+    return text if len(text) <= max_width else text[: max_width - 1] + "…"

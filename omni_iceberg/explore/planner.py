@@ -60,6 +60,8 @@ class QueryPlan:
     #: whether the hot store answers this query and why (None: no table it reads has hot columns,
     #: or no hot route is registered; see omni_iceberg.explore.routes)
     hot: Any = None
+    #: the embedded engine's memory limit and spill folder when planned (see :func:`local_limits`)
+    limits: dict[str, Any] = field(default_factory=dict)
 
     def tables(self) -> list[str]:
         return [s.table.identifier for s in self.scans]
@@ -137,7 +139,8 @@ class QueryPlan:
         if self.hot is not None and self.hot.use and route is not None:
             physical["clickhouse"] = route.sql(self.ctx, self.hot)
         return {"tables": out, "system_tables": system, "physical_sql": physical,
-                "hot_store": self.hot.to_dict() if self.hot is not None else None}
+                "hot_store": self.hot.to_dict() if self.hot is not None else None,
+                "local_engine": {"engine": "duckdb", **self.limits}}
 
     def explain(self) -> str:
         lines = []
@@ -167,6 +170,10 @@ class QueryPlan:
         if "clickhouse" in plan["physical_sql"]:
             lines.append("physical SQL (clickhouse, hot store):")
             lines.append("  " + plan["physical_sql"]["clickhouse"])
+        if self.limits:
+            spill = self.limits["spill_dir"]
+            lines.append(f"local engine (duckdb): memory limit {self.limits['memory_limit_mb']:g} MiB "
+                         f"(OMNI_MEMORY_LIMIT_MB), " + (f"spills to {spill}" if spill else "no spill folder"))
         lines.append("physical SQL (duckdb):" if "clickhouse" not in plan["physical_sql"] else
                      "physical SQL (duckdb, the Iceberg path it falls back to):")
         lines.append("  " + plan["physical_sql"]["duckdb"])
@@ -235,7 +242,7 @@ def plan_query(context: OmniContext, sql: str | exp.Query, as_of: int | None = N
                               snapshot_id=snapshot)
         scans.append(PhysicalScan(alias, table, list(system.columns),
                                   local_name=f"{GENERATED_PREFIX}_scan_{len(scans)}"))
-    plan = QueryPlan(ctx, scans, loaded)
+    plan = QueryPlan(ctx, scans, loaded, limits=local_limits(context))
     route = hot_route()
     if route is not None and catalog is not None and getattr(context, "config", None) is not None:
         plan.hot = route.decide(context, ctx)
@@ -307,21 +314,11 @@ def load_physical(context: OmniContext, plan: QueryPlan, table: PhysicalTable) -
     return plan.loaded[table.identifier]
 
 
-def scan_arrow(context: OmniContext, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
+def _row_filter(plan: QueryPlan, scan: PhysicalScan) -> Any:
+    """The scan's batches and pushed conjuncts as one pyiceberg filter (those it can express)."""
     from pyiceberg.expressions import AlwaysTrue, And, In
 
-    if scan.alias in plan.ctx.system:
-        from catalog_ext.system_tables import SCHEMAS
-
-        if scan.table.snapshot_id is None:
-            return SCHEMAS[plan.ctx.system[scan.alias].name].empty_table()
-        return plan.loaded[scan.table.identifier].scan(snapshot_id=scan.table.snapshot_id).to_arrow()
     state = plan.ctx.tables[scan.alias].state
-    if scan.route is not None and scan.route.uses_index(scan.table.key):
-        rows = read_through_index(scan.route, scan.table.key, load_physical(context, plan, scan.table), scan.columns,
-                                  scan.batches)
-        if rows is not None:
-            return rows
     row_filter = AlwaysTrue()
     if scan.batches:
         row_filter = In(BATCH_COLUMN, set(scan.batches))
@@ -329,58 +326,152 @@ def scan_arrow(context: OmniContext, plan: QueryPlan, scan: PhysicalScan) -> pa.
         expr = _to_iceberg(f, plan.ctx, state, scan.table.key)
         if expr is not None:
             row_filter = And(row_filter, expr)
+    return row_filter
+
+
+def _small_read(context: OmniContext, plan: QueryPlan, scan: PhysicalScan) -> pa.Table | None:
+    """A system table's rows, or the rows the id index found: small, read whole. None: neither."""
+    if scan.alias in plan.ctx.system:
+        from catalog_ext.system_tables import SCHEMAS
+
+        if scan.table.snapshot_id is None:
+            return SCHEMAS[plan.ctx.system[scan.alias].name].empty_table()
+        return plan.loaded[scan.table.identifier].scan(snapshot_id=scan.table.snapshot_id).to_arrow()
+    if scan.route is not None and scan.route.uses_index(scan.table.key):
+        return read_through_index(scan.route, scan.table.key, load_physical(context, plan, scan.table), scan.columns,
+                                  scan.batches)
+    return None
+
+
+def scan_arrow(context: OmniContext, plan: QueryPlan, scan: PhysicalScan) -> pa.Table:
+    """One scan of the plan read whole, as an Arrow table."""
+    small = _small_read(context, plan, scan)
+    if small is not None:
+        return small
     from catalog_ext import iceberg_io
 
     table = load_physical(context, plan, scan.table)
-    return iceberg_io.scan_to_arrow(table, row_filter, scan.table.snapshot_id, tuple(scan.columns))
+    return iceberg_io.scan_to_arrow(table, _row_filter(plan, scan), scan.table.snapshot_id, tuple(scan.columns))
 
 
-#: physical tables read at once by one local query
+def scan_source(context: OmniContext, plan: QueryPlan, scan: PhysicalScan) -> Any:
+    """What DuckDB reads for one scan: a lazily read Arrow dataset of the pinned snapshot's files
+    (projection, batch pruning and pushed filters applied while reading), so memory follows the
+    batches in flight; system tables, index-routed reads and files a by-name read cannot take
+    (delete files, renamed columns, remote storage) are read whole (:func:`scan_arrow`)."""
+    small = _small_read(context, plan, scan)
+    if small is not None:
+        return small
+    from catalog_ext import iceberg_io
+
+    table = load_physical(context, plan, scan.table)
+    selected = tuple(scan.columns)
+    row_filter = _row_filter(plan, scan)
+    dataset = iceberg_io.scan_dataset(table, row_filter, scan.table.snapshot_id, selected)
+    if dataset is not None:
+        return dataset
+    return iceberg_io.scan_to_arrow(table, row_filter, scan.table.snapshot_id, selected)
+
+
+#: physical tables opened at once by one local query
 READ_THREADS = 4
 
 
-def scan_all(context: OmniContext, plan: QueryPlan) -> dict[str, pa.Table]:
-    """Every scan of the plan as Arrow, by local name; several tables are read at once.
+def scan_all(context: OmniContext, plan: QueryPlan) -> dict[str, Any]:
+    """Every scan of the plan, by local name, as :func:`scan_source` opens it; several tables at once.
 
-    Why: a query over columns spread across column groups reads one table per group, and
-    each table's read is mostly Parquet decoding that releases the GIL, so reading them
-    one after another left cores idle. Catalog loads stay on this thread (the SQL catalog's
+    Why: a query over columns spread across column groups reads one table per group;
+    planning a table's files and parsing its footers (and a whole read, when one is
+    needed) is mostly I/O and Parquet work that releases the GIL, so doing them one after
+    another left cores idle. Catalog loads stay on this thread (the SQL catalog's
     connections are not shared across threads); scans that go through the id index or
     read system tables stay sequential (their readers hold transactions and caches of
     their own).
     """
     scans = plan.scans
     if len(scans) < 2 or any(s.alias in plan.ctx.system or s.route is not None for s in scans):
-        return {s.local_name: scan_arrow(context, plan, s) for s in scans}
+        return {s.local_name: scan_source(context, plan, s) for s in scans}
     for s in scans:
         load_physical(context, plan, s.table)
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(scans)), thread_name_prefix="omni-scan") as pool:
-        futures = {s.local_name: pool.submit(scan_arrow, context, plan, s) for s in scans}
+        futures = {s.local_name: pool.submit(scan_source, context, plan, s) for s in scans}
         return {name: f.result() for name, f in futures.items()}
 
 
-def execute_local(context: OmniContext, plan: QueryPlan) -> pa.Table:
-    """Run the plan on a locked embedded DuckDB over Arrow scans of the pinned snapshots."""
+def local_limits(context: OmniContext) -> dict[str, Any]:
+    """The embedded engine's memory limit (``OMNI_MEMORY_LIMIT_MB``) and spill folder (under the home).
+
+    A context without a home (tests build bare ones) spills nowhere: DuckDB then fails
+    with its out-of-memory error at the limit instead.
+    """
+    from catalog_ext import settings
+
+    config = getattr(context, "config", None)
+    home = getattr(config, "home", None)
+    return {"memory_limit_mb": float(settings.value("OMNI_MEMORY_LIMIT_MB")),
+            "spill_dir": str(home / "spill") if home is not None else None}
+
+
+#: rows per record batch of a streamed answer
+RESULT_BATCH_ROWS = 8192
+
+
+def stream_local(context: OmniContext, plan: QueryPlan) -> pa.RecordBatchReader:
+    """Run the plan on a locked embedded DuckDB over streamed scans; the answer as it is computed.
+
+    The cursor (and the scans registered on it) stays open until the reader is read to
+    its end or closed. Errors while reading are :class:`QueryError`, one line each.
+    """
     import duckdb
 
     from omni_iceberg.read.sandbox import locked_duckdb
 
     sql = plan.sql("duckdb")
-    con = locked_duckdb(scan_all(context, plan))
+    limits = plan.limits or local_limits(context)
+    con = locked_duckdb(scan_all(context, plan), **limits)
     try:
-        return plain_numbers(con.sql(sql).to_arrow_table())
+        reader = con.sql(sql).to_arrow_reader(RESULT_BATCH_ROWS)
     except duckdb.Error as e:
-        raise QueryError(f"query failed: {engine_message(e)}") from e
-    finally:
         con.close()
+        raise QueryError(f"query failed: {engine_message(e, limits)}") from e
+
+    def batches():
+        try:
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except duckdb.Error as e:
+                    raise QueryError(f"query failed: {engine_message(e, limits)}") from e
+                yield batch
+        finally:
+            con.close()
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
-def engine_message(error: Exception) -> str:
-    """DuckDB's error as one line: its first (the LINE/caret lines point into the physical SQL, not the user's)."""
+def execute_local(context: OmniContext, plan: QueryPlan) -> pa.Table:
+    """Run the plan on a locked embedded DuckDB over streamed scans of the pinned snapshots; the answer whole."""
+    return plain_numbers(stream_local(context, plan).read_all())
+
+
+def engine_message(error: Exception, limits: dict[str, Any] | None = None) -> str:
+    """DuckDB's error as one line: its first (the LINE/caret lines point into the physical SQL, not the user's).
+
+    Out of memory names the limit in force, the setting that raises it and the spill folder.
+    """
+    import duckdb
+
     lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+    first = lines[0] if lines else type(error).__name__
+    if isinstance(error, duckdb.OutOfMemoryException) and limits is not None:
+        where = f"spilling to {limits['spill_dir']}" if limits.get("spill_dir") else "with no spill folder"
+        return (f"out of memory within OMNI_MEMORY_LIMIT_MB={limits['memory_limit_mb']:g} MiB ({where}); "
+                f"raise the setting or narrow the query ({first})")
+    return first
 
 
 def execute_spark(context: OmniContext, plan: QueryPlan) -> pa.Table:
@@ -404,8 +495,14 @@ def _try_hot(plan: QueryPlan) -> pa.Table | None:
         return None
 
 
-def run_query(context: OmniContext, sql: str, as_of: int | None = None, engine: str = "local") -> pa.Table:
-    """Plan, execute and log one logical query."""
+def run_query(context: OmniContext, sql: str, as_of: int | None = None, engine: str = "local",
+              stream: bool = False) -> pa.Table | pa.RecordBatchReader:
+    """Plan, execute and log one logical query.
+
+    ``stream``: the answer as a record batch reader, read as DuckDB computes it (the
+    hot store's and Spark's answers arrive whole and are handed on as one); the query is
+    logged when the reader has been read to its end.
+    """
     from omni_iceberg.explore.query_log import log_query
 
     started = time.perf_counter()
@@ -414,8 +511,24 @@ def run_query(context: OmniContext, sql: str, as_of: int | None = None, engine: 
     if engine == "local" and plan.hot is not None and plan.hot.use:
         result = _try_hot(plan)
         engine = "hot" if result is not None else engine
-    if result is None:
-        result = execute_spark(context, plan) if engine == "spark" else execute_local(context, plan)
-    log_query(context, plan, kind="sql", engine=engine, rows=result.num_rows,
-              latency_ms=int((time.perf_counter() - started) * 1000))
-    return result
+    if result is None and engine == "spark":
+        result = execute_spark(context, plan)
+
+    def log(rows: int) -> None:
+        log_query(context, plan, kind="sql", engine=engine, rows=rows,
+                  latency_ms=int((time.perf_counter() - started) * 1000))
+
+    if not stream:
+        result = execute_local(context, plan) if result is None else result
+        log(result.num_rows)
+        return result
+    reader = stream_local(context, plan) if result is None else result.to_reader()
+
+    def logged():
+        rows = 0
+        for batch in reader:
+            rows += batch.num_rows
+            yield batch
+        log(rows)
+
+    return pa.RecordBatchReader.from_batches(reader.schema, logged())
