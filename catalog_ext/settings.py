@@ -152,6 +152,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("OMNI_TUNING", "str", "on", "backfill", "adaptive tuning from run history: on or off", choices=("on", "off")),
     _s("OMNI_AUTO_GPU_MODEL_MB", "float", 50.0, "backfill",
        "a feature placed dynamically goes to a GPU when its model is at least this large", "MiB", 0),
+    _s("OMNI_GPU_MEMORY_FACTOR", "float", 2.0, "backfill",
+       "a feature placed dynamically goes to a GPU only when the GPU's free memory is at least this many times "
+       "its model's size (weights, activations, the CUDA context)", "x", 1),
     _s("OMNI_FORCE_CPU", "bool", False, "backfill", "run every feature on CPU, whatever the plan says"),
     _s("OMNI_SPARK_THRESHOLD_BYTES", "int", 1 << 40, "backfill",
        "--engine auto picks Spark from this much input up", "bytes", 0),

@@ -5,8 +5,8 @@ Every feature of the stage runs on the same input batch through the local engine
 bisection, filters and shared intermediate results - so values and failures are
 identical on both engines. The UDF runners (a class UDF's ``setup()``, i.e. its model
 load) are cached per Python worker process in :data:`_RUNNERS`, keyed by
-``name@version`` and code hash: with Spark's Python worker reuse (on by default) a
-model loads once per worker process, not once per batch or task.
+``name@version``, code hash and planned device: with Spark's Python worker reuse (on by
+default) a model loads once per worker process, not once per batch or task.
 
 The pass emits one tagged stream (:func:`output_schema`): a ``row`` per computed record
 of each feature (its outputs in that feature's own columns), an ``error`` row per
@@ -18,7 +18,9 @@ CPU stages use ``mapInArrow``. GPU stages size Arrow batches to the features'
 ``batch_size`` and, on a cluster whose executors declare GPUs, request them per task
 through a stage-level resource profile (pyspark 3.5 attaches profiles to RDDs only,
 so that path goes through ``RDD.withResources``); with no GPU in the cluster they run
-like CPU stages.
+like CPU stages. The stage's route reaches the UDFs as their planned device
+(:mod:`omni_iceberg.features.placement`), and every task - not only a Python worker's
+first - points CUDA at exactly the GPUs its profile assigned (:func:`claim_task_gpus`).
 
 Column names in Spark are ``_in<k>`` (inputs) and ``_o<i>_<j>`` (outputs): Spark
 cannot pass a column named ``RawData.raw_data`` to a Python function.
@@ -27,13 +29,16 @@ cannot pass a column named ``RawData.raw_data`` to a Python function.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
+from catalog_ext.errors import OmniError
 from catalog_ext.types import to_arrow, to_spark
+from omni_iceberg.features.placement import CPU, CUDA
 from omni_iceberg.features.spec import FeatureDefinition
 
 if TYPE_CHECKING:  # pragma: no cover - pyspark stays an optional extra
@@ -47,8 +52,17 @@ ERROR_DIGEST = "_omni_error_digest"
 COUNT = "_omni_n"
 ROW, ERROR, FILTERED = "row", "error", "filtered"
 
-#: (name@version, code hash) -> FeatureRunner, per Python worker process: models load once
-_RUNNERS: dict[tuple[str, str], Any] = {}
+#: (name@version, code hash, device) -> FeatureRunner, per Python worker process: models load once
+_RUNNERS: dict[tuple[str, str, str], Any] = {}
+#: the executor's own CUDA_VISIBLE_DEVICES when this worker process started (None: unset), restored
+#: for a GPU task without assigned GPUs (local mode: the driver's GPU) after a task narrowed it
+_EXECUTOR_CUDA_DEVICES = os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+class GpuAssignmentError(OmniError):
+    """A reused Spark Python worker's CUDA runtime is bound to other GPUs than its task was assigned."""
+
+    exit_code = 5
 
 
 def input_column(k: int) -> str:
@@ -84,16 +98,16 @@ def spark_output_schema(defs: list[FeatureDefinition]) -> Any:
 
 
 # ---- executor side ---------------------------------------------------------------------------
-def runners_for(defs: list[FeatureDefinition], specs: dict[str, Any]) -> dict[str, Any]:
-    """The FeatureRunners of ``defs`` in this process, built on first use and then reused."""
+def runners_for(defs: list[FeatureDefinition], specs: dict[str, Any], device: str = CPU) -> dict[str, Any]:
+    """The FeatureRunners of ``defs`` placed on ``device`` in this process, built on first use and then reused."""
     from omni_iceberg.backfill.evaluate import FeatureRunner
 
     out = {}
     for d in defs:
-        key = (d.key, specs[d.name].code_hash)
+        key = (d.key, specs[d.name].code_hash, device)
         runner = _RUNNERS.get(key)
         if runner is None:
-            runner = _RUNNERS[key] = FeatureRunner(d, specs[d.name])
+            runner = _RUNNERS[key] = FeatureRunner(d, specs[d.name], device)
         out[d.name] = runner
     return out
 
@@ -140,13 +154,13 @@ def stage_function(defs: list[FeatureDefinition], specs: dict[str, Any], leaves:
     """
     names = [d.name for d in defs]
     schema = output_schema(defs)
+    device = CUDA if gpu else CPU  # the stage's route, as the plan made it
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from omni_iceberg.backfill.worker import compute_slice
 
-        if gpu:
-            _claim_gpu()
-        runners = runners_for(defs, specs)
+        claim_task_gpus(gpu)
+        runners = runners_for(defs, specs, device)
         for rb in batches:
             if rb.num_rows == 0:
                 continue
@@ -158,16 +172,60 @@ def stage_function(defs: list[FeatureDefinition], specs: dict[str, Any], leaves:
     return run
 
 
-def _claim_gpu() -> None:
-    """Point CUDA at the GPU Spark gave this task, unless the process already chose one."""
-    if "CUDA_VISIBLE_DEVICES" in os.environ:
-        return
+def claim_task_gpus(gpu: bool) -> str | None:
+    """Point CUDA at exactly the GPUs Spark assigned the running task; call it in every task.
+
+    Spark reuses Python worker processes across tasks, and two tasks on one executor may
+    hold different GPUs: the mask is set again for each task, not kept from the first.
+    Returns the ``CUDA_VISIBLE_DEVICES`` the task runs with (None: unset).
+    """
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     gpus = ctx.resources().get("gpu") if ctx is not None else None
-    if gpus is not None and gpus.addresses:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus.addresses)
+    addresses = list(gpus.addresses) if gpus is not None else []
+    return bind_gpus(addresses, gpu, os.environ, cuda_started(), _EXECUTOR_CUDA_DEVICES)
+
+
+def cuda_started() -> bool:
+    """Whether this process's CUDA runtime is up (torch's): after that, a new mask has no effect."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch built without CUDA
+        return False
+
+
+def bind_gpus(addresses: list[str], gpu: bool, environ: Any, started: bool, executor_value: str | None
+              ) -> str | None:
+    """Set ``environ``'s ``CUDA_VISIBLE_DEVICES`` for a task assigned GPU ``addresses``.
+
+    - a task with assigned GPUs sees exactly those;
+    - a CPU-stage task assigned none sees no GPU (``""``);
+    - a GPU-stage task assigned none (local mode, no stage-level scheduling: the driver's
+      own GPU) sees what the executor saw (``executor_value``).
+
+    Once CUDA has started in the process the mask cannot change. A GPU task whose
+    assignment differs then raises :class:`GpuAssignmentError`: PySpark ends a worker whose
+    task raised, so Spark's retry runs in a fresh process, bound to the retry's own GPUs.
+    A CPU task there keeps the process's mask; its UDFs are placed on CPU by the plan.
+    """
+    wanted = ",".join(addresses) if addresses else ("" if not gpu else executor_value)
+    have = environ.get("CUDA_VISIBLE_DEVICES")
+    if have == wanted:
+        return have
+    if started:
+        if gpu and addresses:
+            raise GpuAssignmentError(
+                f"this Spark Python worker's CUDA runtime started on GPU(s) {have!r} for an earlier task, and Spark "
+                f"assigned this task GPU(s) {wanted!r}; CUDA cannot switch devices in a running process, so the "
+                f"worker ends and Spark retries the task in a fresh one")
+        return have
+    if wanted is None:
+        environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        environ["CUDA_VISIBLE_DEVICES"] = wanted
+    return wanted
 
 
 # ---- driver side -------------------------------------------------------------------------------

@@ -631,8 +631,14 @@ class SparkBackfill(SparkSessionOwner):
                          executor_wait_s=executor_wait_s)
         self.ctx = ctx
 
-    def has_gpu(self) -> bool:
-        """Whether GPU stages get GPUs: the cluster's executors declare them (GPU routes follow it)."""
+    def has_gpu(self) -> bool | None:
+        """Whether GPU stages get GPUs: the cluster's executors declare them (GPU routes follow it).
+
+        None in local mode: the executors are this process, so the plan's routes - made with
+        this machine's GPU and its free memory - stand as they are.
+        """
+        if (self.spark.sparkContext.master or "local").startswith("local"):
+            return None
         return gpus_per_task(self.spark) is not None
 
     def start(self, report: BackfillReport, tuning: Tuning) -> None:

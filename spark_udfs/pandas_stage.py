@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
 from catalog_ext.types import to_spark
+from omni_iceberg.features.placement import CPU, CUDA
 from omni_iceberg.features.spec import FeatureDefinition
 from spark_udfs import arrow_stage as A
 
@@ -49,14 +50,14 @@ def result_type(d: FeatureDefinition) -> Any:
         + [T.StructField(c, T.StringType()) for c in (ERROR_CLASS, ERROR_MESSAGE, ERROR_DIGEST)])
 
 
-def evaluate(d: FeatureDefinition, spec: Any, ids: Any, batches: Any, inputs: list[Any]) -> Any:
+def evaluate(d: FeatureDefinition, spec: Any, ids: Any, batches: Any, inputs: list[Any], device: str = CPU) -> Any:
     """One Arrow batch of one feature, as Spark hands it to a pandas UDF (pandas Series) -> a DataFrame
-    of :func:`result_type` rows, in input order. Runs on the executors."""
+    of :func:`result_type` rows, in input order; the UDF placed on ``device``. Runs on the executors."""
     import pandas as pd
 
     from omni_iceberg.backfill.worker import compute_slice
 
-    runner = A.runners_for([d], {d.name: spec})[d.name]
+    runner = A.runners_for([d], {d.name: spec}, device)[d.name]
     data = pa.Table.from_arrays(
         [pa.Array.from_pandas(ids, type=pa.string()), pa.Array.from_pandas(batches, type=pa.string())]
         + [pa.Array.from_pandas(s) for s in inputs],
@@ -91,10 +92,11 @@ def feature_udf(d: FeatureDefinition, spec: Any, gpu: bool) -> Any:
     """The scalar pandas UDF of feature ``d``: ``(id, batch, *inputs) -> result_type(d)``."""
     from pyspark.sql.functions import pandas_udf
 
+    device = CUDA if gpu else CPU  # the stage's route, as the plan made it
+
     def run(ids, batches, *inputs):  # pandas Series in, a DataFrame (the struct) out
-        if gpu:
-            A._claim_gpu()
-        return evaluate(d, spec, ids, batches, list(inputs))
+        A.claim_task_gpus(gpu)  # every call: a reused Python worker may run a task holding other GPUs
+        return evaluate(d, spec, ids, batches, list(inputs), device)
 
     return pandas_udf(run, result_type(d))  # type: ignore[call-overload]
 

@@ -20,6 +20,7 @@ from catalog_ext.errors import ConfigError
 # catalog_ext.types, not catalog_ext.physical: the worker process imports this module, and
 # physical would pull in the family model and staging it never uses (slower worker start)
 from catalog_ext.types import to_arrow as arrow_type
+from omni_iceberg.features.placement import placed
 from omni_iceberg.features.shared import SharedBatch
 from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 from omni_iceberg.features.udf import UdfSpec
@@ -40,11 +41,18 @@ def _failure(row: int, error: BaseException) -> RecordFailure:
 
 
 class FeatureRunner:
-    """One feature in one worker: the UDF instance (set up once) and its output contract."""
+    """One feature in one worker: the UDF instance (set up once) and its output contract.
 
-    def __init__(self, definition: FeatureDefinition, spec: UdfSpec):
+    ``device`` is where the plan placed the feature (``"cpu"``/``"cuda"``; None: no plan,
+    the UDF decides): the UDF is set up and called inside
+    :func:`~omni_iceberg.features.placement.placed`, so its model loader reads the plan's
+    device instead of probing for a GPU.
+    """
+
+    def __init__(self, definition: FeatureDefinition, spec: UdfSpec, device: str | None = None):
         self.definition = definition
         self.spec = spec
+        self.device = device
         self._fn: Any = None
         self._types = [arrow_type(o.type) for o in definition.outputs]
         if spec.form == "pandas":
@@ -57,16 +65,18 @@ class FeatureRunner:
     @property
     def fn(self) -> Any:
         if self._fn is None:
-            self._fn = self.spec.instantiate()  # class UDFs: constructor + setup() once per worker
+            with placed(self.device):  # class UDFs: constructor + setup() once per worker
+                self._fn = self.spec.instantiate(self.device)
         return self._fn
 
     def run(self, columns: list[pa.Array], shared: SharedBatch | None) -> tuple[list[pa.Array], list[RecordFailure]]:
         """Outputs (one array per output column, null where failed) and the failed rows."""
         n = len(columns[0]) if columns else 0
-        if self.spec.form == "row":
-            values, failures = self._run_rows(columns, shared, n)
-        else:
-            values, failures = self._run_batch(columns, shared, list(range(n)))
+        with placed(self.device):  # a model loaded lazily on the first call goes where the plan said too
+            if self.spec.form == "row":
+                values, failures = self._run_rows(columns, shared, n)
+            else:
+                values, failures = self._run_batch(columns, shared, list(range(n)))
         arrays = []
         for out, typ, vals in zip(self.definition.outputs, self._types, values):
             try:

@@ -23,6 +23,7 @@ from omni_iceberg.backfill.run import SLICE_ROWS, BackfillRun, now_ms
 from omni_iceberg.backfill.tuning import Tuning
 from omni_iceberg.backfill.worker import InlineWorker, ProcessWorker, SliceResult, WorkerCrashedError, holds_models
 from omni_iceberg.features.registry import physical_column_name
+from omni_iceberg.features.placement import device_of_route
 from omni_iceberg.features.udf import get_udf
 from omni_iceberg.read.reader import iter_logical_slices
 
@@ -58,13 +59,13 @@ class LocalExecutor:
                     run.defs[f].model_copy(update={"batch_size": max(1, run.defs[f].batch_size // self.shrink)})
                     for f in stage.features]
             specs = {d.name: get_udf(d.udf) for d in defs}
-            label = f"stage {stage.index}"
+            label, device = f"stage {stage.index}", device_of_route(stage.engine)  # the plan's device, to the UDFs
             if self._worker is not None:  # kept from the previous stage (see close_stage)
-                self._worker.load(defs, specs, label)
+                self._worker.load(defs, specs, label, device)
             elif self.isolation == "process":
-                self._worker = ProcessWorker(defs, specs, label)
+                self._worker = ProcessWorker(defs, specs, label, device)
             else:
-                self._worker = InlineWorker(defs, specs)
+                self._worker = InlineWorker(defs, specs, device)
         self._stage = stage
 
     def close_stage(self, run: BackfillRun, stage: Stage) -> None:

@@ -38,6 +38,8 @@ from omni_iceberg.features.spec import FeatureDefinition, FeatureDefinitionError
 
 #: ``auto`` features go to a GPU when one is present and their model is at least this big
 AUTO_GPU_MODEL_MB = float(settings.value("OMNI_AUTO_GPU_MODEL_MB"))
+#: ... and when the GPU's free memory holds this many times the model (activations, CUDA context)
+GPU_MEMORY_FACTOR = float(settings.value("OMNI_GPU_MEMORY_FACTOR"))
 
 
 class MissingProducerError(FeatureDefinitionError):
@@ -169,30 +171,70 @@ def gpu_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def gpu_free_mb() -> float | None:
+    """Free memory of the GPU a model of this process would go to (torch's current device), in MiB;
+    None when no GPU is visible. Measured at each call: other processes take and give back memory."""
+    if not gpu_available():
+        return None
+    import torch
+
+    free, _total = torch.cuda.mem_get_info(torch.cuda.current_device())
+    return free / (1 << 20)
+
+
 class _GpuProbe:
     """Asks for a GPU only when a route depends on it: importing torch costs seconds, and
-    plans of CPU-only features should not pay that."""
+    plans of CPU-only features should not pay that. Its free memory is measured once per
+    plan, when an ``auto`` route first needs it, and only when the GPU is this machine's."""
+
+    _UNMEASURED = object()
 
     def __init__(self, known: bool | None):
         self._value = known
         #: what the caller said (None: nothing, the probe decides)
         self.given = known
+        # a caller that fixed the view (an engine whose workers are elsewhere) has no free memory to tell
+        self._free: Any = self._UNMEASURED if known is None else None
 
     def __bool__(self) -> bool:
         if self._value is None:
             self._value = gpu_available()
         return self._value
 
+    @property
+    def free_mb(self) -> float | None:
+        if self._free is self._UNMEASURED:
+            self._free = gpu_free_mb() if self else None
+        return self._free
 
-def route(d: FeatureDefinition, has_gpu: bool) -> tuple[str, str]:
+
+def route(d: FeatureDefinition, has_gpu: bool, free_mb: float | None = None) -> tuple[str, str]:
+    """(route, why) of feature ``d``: its declared engine, or for ``auto`` its model's size
+    against :data:`AUTO_GPU_MODEL_MB` and against the GPU's free memory.
+
+    ``free_mb``: the GPU's free memory in MiB; by default what ``has_gpu`` measured when it
+    is the planner's probe of this machine, else unknown (a cluster's executors: the size rule alone).
+    """
     if d.engine == "cpu":
         return "cpu", "engine=cpu"
     if d.engine == "gpu":
         return ("gpu", "engine=gpu") if has_gpu else ("cpu", "engine=gpu, no GPU present: CPU fallback")
-    if has_gpu and d.model_size_mb >= AUTO_GPU_MODEL_MB:
-        return "gpu", f"auto: model {d.model_size_mb:.0f} MB >= {AUTO_GPU_MODEL_MB:.0f} MB and a GPU is present"
-    why = "no GPU present" if not has_gpu else f"model {d.model_size_mb:.0f} MB < {AUTO_GPU_MODEL_MB:.0f} MB"
-    return "cpu", f"auto: {why}"
+    if not has_gpu:
+        return "cpu", "auto: no GPU present"
+    size = d.model_size_mb
+    if size < AUTO_GPU_MODEL_MB:
+        return "cpu", f"auto: model {size:.0f} MB < {AUTO_GPU_MODEL_MB:.0f} MB"
+    if free_mb is None:
+        free_mb = getattr(has_gpu, "free_mb", None)
+    if free_mb is None:
+        return "gpu", (f"auto: model {size:.0f} MB >= {AUTO_GPU_MODEL_MB:.0f} MB and a GPU is present "
+                       "(its free memory not measured here)")
+    need = size * GPU_MEMORY_FACTOR
+    if need > free_mb:
+        return "cpu", (f"auto: model {size:.0f} MB needs {need:.0f} MB of GPU memory ({GPU_MEMORY_FACTOR:g}x), "
+                       f"the GPU has {free_mb:.0f} MB free")
+    return "gpu", (f"auto: model {size:.0f} MB >= {AUTO_GPU_MODEL_MB:.0f} MB and {need:.0f} MB "
+                   f"({GPU_MEMORY_FACTOR:g}x) fit the GPU's {free_mb:.0f} MB free")
 
 
 def definitions_of(state: FamilyState) -> dict[str, FeatureDefinition]:

@@ -128,17 +128,21 @@ def _compute_chunk(runners, features: list[str], data: pa.Table, parts: dict[str
 
 
 class InlineWorker:
-    def __init__(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec]):
-        self.runners = {d.name: FeatureRunner(d, specs[d.name]) for d in definitions}
+    """A stage's UDFs in this process; ``device`` is the stage's planned device (see FeatureRunner)."""
+
+    def __init__(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], device: str | None = None):
+        self.runners = {d.name: FeatureRunner(d, specs[d.name], device) for d in definitions}
         self.definitions = list(definitions)
         self.specs = specs
+        self.device = device
 
     def wait_ready(self) -> None:
         pass  # nothing starts: the UDFs run here
 
-    def load(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], label: str = "") -> None:
+    def load(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], label: str = "",
+             device: str | None = None) -> None:
         """Hold another stage's features instead (see :meth:`ProcessWorker.load`)."""
-        self.__init__(definitions, specs)
+        self.__init__(definitions, specs, device)
 
     def compute(self, features: list[str], data: pa.Table) -> SliceResult:
         return compute_slice(self.runners, features, data)
@@ -183,8 +187,8 @@ def _recv(stream: Any) -> Any:
 def child_main() -> None:
     """Entry point of the worker process (``python -m omni_iceberg.backfill.worker_main``).
 
-    Messages: ``("load", cloudpickled (definitions, specs))`` (answered once the runners
-    exist), ``("compute", features, data)``, and ``None`` to end.
+    Messages: ``("load", cloudpickled (definitions, specs, device))`` (answered once the
+    runners exist), ``("compute", features, data)``, and ``None`` to end.
     """
     import os
 
@@ -201,9 +205,9 @@ def child_main() -> None:
             break
         try:
             if msg[0] == "load":
-                definitions, specs = cloudpickle.loads(msg[1])
+                definitions, specs, device = cloudpickle.loads(msg[1])
                 worker = None  # the previous stage's runners go before the next ones are built
-                worker = InlineWorker(definitions, specs)
+                worker = InlineWorker(definitions, specs, device)
                 reply: Any = None
             else:
                 _, features, data = msg
@@ -232,7 +236,8 @@ class ProcessWorker:
     and :meth:`wait_ready` (or the first :meth:`compute`) waits for it.
     """
 
-    def __init__(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], label: str):
+    def __init__(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], label: str,
+                 device: str | None = None):
         import os
         import subprocess
 
@@ -240,6 +245,8 @@ class ProcessWorker:
         self.features = [d.name for d in definitions]
         self.definitions = list(definitions)
         self.specs = specs
+        #: the stage's planned device, sent with each load: a kept process may serve a stage of the other route
+        self.device = device
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._proc = subprocess.Popen([sys.executable, "-m", "omni_iceberg.backfill.worker_main"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
@@ -249,10 +256,11 @@ class ProcessWorker:
     def _send_load(self) -> None:
         import cloudpickle
 
-        payload = cloudpickle.dumps((self.definitions, self.specs))
+        payload = cloudpickle.dumps((self.definitions, self.specs, self.device))
         self._exchange(lambda: _send(self._proc.stdin, ("load", payload)), "starting", expect_reply=False)
 
-    def load(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], label: str) -> None:
+    def load(self, definitions: list[FeatureDefinition], specs: dict[str, UdfSpec], label: str,
+             device: str | None = None) -> None:
         """Hand this (running) process another stage's features: no new process, no new imports.
 
         Only for stages whose UDFs hold no model (:func:`holds_models`); the previous
@@ -260,7 +268,7 @@ class ProcessWorker:
         """
         self.wait_ready()
         self.label, self.features = label, [d.name for d in definitions]
-        self.definitions, self.specs = list(definitions), specs
+        self.definitions, self.specs, self.device = list(definitions), specs, device
         self._ready = False
         self._send_load()
 

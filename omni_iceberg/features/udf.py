@@ -10,7 +10,7 @@
 
     @feature(outputs={"quality_score": "double"}, form="batch", engine="auto", model_size_mb=90)
     class QualityScore:
-        def setup(self): self.model = load()   # once per worker, not per batch
+        def setup(self, device): self.model = load().to(device)  # once per worker, where the plan placed it
         def __call__(self, parsed_text): return self.model.score(parsed_text.to_pylist())
 
 A decorated function is returned unchanged (with ``.definition`` attached), so calling
@@ -80,14 +80,31 @@ class UdfSpec:
         """Whether a code hash recorded at registration is this UDF's code."""
         return registered_hash in (self.code_hash, self.function_hash or self.code_hash)
 
-    def instantiate(self) -> Callable[..., Any]:
-        """A callable for one worker: classes are built and set up once here."""
+    def instantiate(self, device: str | None = None) -> Callable[..., Any]:
+        """A callable for one worker: classes are built and set up once here.
+
+        ``device`` is where the plan placed the feature (``"cpu"``/``"cuda"``, see
+        :mod:`omni_iceberg.features.placement`): a ``setup`` with a ``device`` parameter
+        receives it, so a model is loaded where the router said, not where the UDF guesses.
+        """
         if self.form != "class":
             return self.target
         obj = self.target()
-        if hasattr(obj, "setup"):
-            obj.setup()
+        setup = getattr(obj, "setup", None)
+        if setup is not None:
+            if device is not None and _takes_device(setup):
+                setup(device=device)
+            else:
+                setup()
         return obj
+
+
+def _takes_device(setup: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(setup).parameters
+    except (TypeError, ValueError):  # a builtin or C-level callable: no signature to read
+        return False
+    return "device" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def code_hash(target: Any) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 from catalog_ext import settings
 from catalog_ext.errors import OmniError
+from omni_iceberg.features import placement
 
 #: Model identities; they enter the versions of the features that use them.
 LID_MODEL = "fasttext/lid.176.ftz"
@@ -78,12 +79,19 @@ def torch_available() -> bool:
 
 
 def device() -> str:
-    """``"cuda"`` when torch is importable and sees a GPU, else ``"cpu"``."""
-    if not torch_available():
+    """Where a model goes: the device the backfill plan placed this call on, if the GPU is there.
+
+    ``"cpu"`` when the plan said CPU (:func:`~omni_iceberg.features.placement.planned_device`),
+    when ``OMNI_FORCE_CPU`` is set, or when torch is missing or sees no GPU (a GPU route on a
+    machine without one falls back to CPU). ``"cuda"`` when the plan said GPU and torch sees
+    one, or - outside a plan, a UDF called directly - whenever torch sees one.
+    """
+    planned = placement.planned_device()
+    if planned == placement.CPU or settings.value("OMNI_FORCE_CPU") or not torch_available():
         return "cpu"
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return (planned or placement.CUDA) if torch.cuda.is_available() else "cpu"
 
 
 def cache_dir() -> Path:
@@ -168,12 +176,13 @@ def minilm() -> tuple[Any, Any, str]:
         _offline()
         from transformers import AutoModel, AutoTokenizer
 
-        dev = device()
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         model = AutoModel.from_pretrained(str(path)).to(dev).eval()
         return tokenizer, model, dev
 
-    return cached(ENCODER_MODEL, load)
+    dev = device()
+    # one copy per device: a worker that ran a CPU stage and then a GPU stage holds each where planned
+    return cached(f"{ENCODER_MODEL}@{dev}", load)
 
 
 # --------------------------------------------------------------------------- SmolLM2
@@ -232,9 +241,9 @@ def smollm2() -> tuple[Any, Any, str]:
             convert_smollm2(target)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        dev = device()
         tokenizer = AutoTokenizer.from_pretrained(str(target))
         model = AutoModelForCausalLM.from_pretrained(str(target)).to(dev).eval()
         return tokenizer, model, dev
 
-    return cached(CAUSAL_LM_MODEL, load)
+    dev = device()
+    return cached(f"{CAUSAL_LM_MODEL}@{dev}", load)
