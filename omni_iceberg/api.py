@@ -409,7 +409,7 @@ class Omni:
         return lineage_tree(self.context, name, column)
 
     def query(self, sql: str, as_of: int | str | None = None, engine: str = "local",
-              stream: bool = False) -> pa.Table | pa.RecordBatchReader:
+              stream: bool = False, spark_master: str | None = None) -> pa.Table | pa.RecordBatchReader:
         """Run a read-only SQL query over logical tables (embedded DuckDB, or Spark); logged.
 
         The embedded engine reads the tables as streams and spills past ``OMNI_MEMORY_LIMIT_MB``;
@@ -418,7 +418,8 @@ class Omni:
         """
         from omni_iceberg.explore.planner import run_query
 
-        return run_query(self.context, sql, as_of=self._query_version(as_of), engine=engine, stream=stream)
+        return run_query(self.context, sql, as_of=self._query_version(as_of), engine=engine, stream=stream,
+                         spark_master=spark_master)  # with engine="spark": spark://host:port (default local[2])
 
     def flush_query_log(self) -> int:
         """Push the spooled query-log rows into ``omni_sys.query_log`` now (Spark and Trino

@@ -79,6 +79,13 @@ EXECUTOR_WAIT_S = float(settings.value("OMNI_SPARK_EXECUTOR_WAIT_S"))
 #: the batch filter already prunes every table's files by their statistics.
 UNIT_READ_CONF = {"spark.sql.sources.v2.bucketing.partiallyClusteredDistribution.enabled": "false",
                   "spark.sql.optimizer.dynamicPartitionPruning.enabled": "false"}
+#: A unit whose inputs all live in ONE physical table needs no join, so nothing needs its rows grouped
+#: by bucket: its scan is planned by file and row group (Iceberg splits at row-group offsets; a split
+#: this small never merges two files, whose open cost is 4 MiB), and ``coalesce`` then merges splits
+#: down to the tasks the rows need. Grouped by bucket, such a unit had at most one task per bucket
+#: holding data (16 on a new table), whatever its size.
+SPLIT_READ_CONF = {"spark.sql.iceberg.planning.preserve-data-grouping": "false"}
+SPLIT_BYTES = 1 << 20
 
 
 class SparkStageFailedError(OmniError):
@@ -143,15 +150,15 @@ def check_session(spark: SparkSession, config: Any) -> None:
 
 
 def open_session(config: Any, master: str = "local[2]", *, jar_cache_dir: Any = None,
-                 overrides: dict[str, Any] | None = None, executor_wait_s: float = EXECUTOR_WAIT_S
-                 ) -> SparkSession:
+                 overrides: dict[str, Any] | None = None, executor_wait_s: float = EXECUTOR_WAIT_S,
+                 app_name: str = "omni-backfill") -> SparkSession:
     """A checked session on ``master`` (``local[N]`` or ``spark://HOST:PORT``) for ``config``'s catalog."""
     from spark_udfs.session import build_spark_session
 
     check_master_reachable(master)
     settings = driver_address_conf(master)
     settings.update(overrides or {})
-    spark = build_spark_session(config, master=master, app_name="omni-backfill", overrides=settings,
+    spark = build_spark_session(config, master=master, app_name=app_name, overrides=settings,
                                 jar_cache_dir=jar_cache_dir)
     try:
         if not master.startswith("local"):
@@ -255,9 +262,12 @@ def table_name(catalog_name: str, identifier: str, branch: str | None = None) ->
 
 
 # ---- reading a unit's inputs -----------------------------------------------------------------------
-def read_unit(spark: SparkSession, catalog_name: str, state: FamilyState, leaves: list[str], batch: str
-              ) -> DataFrame:
-    """Keys + ``_in<k>`` = logical column ``leaves[k]`` of one batch, at the snapshots ``state`` pins."""
+def read_unit(spark: SparkSession, catalog_name: str, state: FamilyState, leaves: list[str], batch: str,
+              split_bytes: int | None = None) -> DataFrame:
+    """Keys + ``_in<k>`` = logical column ``leaves[k]`` of one batch, at the snapshots ``state`` pins.
+
+    ``split_bytes``: read splits of about this size (by file and row group) instead of Iceberg's
+    default; for a unit reading one table (:data:`SPLIT_READ_CONF`)."""
     from pyspark.sql import functions as F
 
     from omni_iceberg.read.reader import PART_MARK, logical_of, plan_columns
@@ -270,7 +280,10 @@ def read_unit(spark: SparkSession, catalog_name: str, state: FamilyState, leaves
     parts: dict[str, list[str]] = {}
     for key, cols in plan_columns(state, leaves).items():
         meta = state.physical_table(key)
-        frame = spark.read.option("snapshot-id", str(meta.snapshot_id)).table(table_name(catalog_name, meta.identifier))
+        reader = spark.read.option("snapshot-id", str(meta.snapshot_id))
+        if split_bytes:
+            reader = reader.option("split-size", str(split_bytes))
+        frame = reader.table(table_name(catalog_name, meta.identifier))
         frames.append(frame.where(F.col(BATCH_COLUMN) == F.lit(batch)).select(
             ID_COLUMN, BATCH_COLUMN, *[F.col(physical).alias(alias(logical)) for physical, logical in cols]))
         for _, logical in cols:
@@ -339,7 +352,7 @@ class SparkExecutor:
     name = ENGINE
 
     def __init__(self, spark: SparkSession, catalog_name: str, tuning: Any = None,
-                 stage_notes: dict[str, str] | None = None):
+                 stage_notes: dict[str, str] | None = None, unit_tasks: dict[str, int] | None = None):
         self.spark = spark
         self.catalog_name = catalog_name
         #: slice rows, shrink and parallelism chosen from history and hints (backfill/tuning.py)
@@ -348,6 +361,8 @@ class SparkExecutor:
         self.branches: set[str] = set()
         #: how each stage runs (stage index -> note), for the report's plan
         self.stage_notes: dict[str, str] = {} if stage_notes is None else stage_notes
+        #: Spark tasks each unit's fused pass ran as ("stage/batch" -> tasks), for the report's plan
+        self.unit_tasks: dict[str, int] = {} if unit_tasks is None else unit_tasks
         self._stage: _SparkStage | None = None
 
     def open_stage(self, run: BackfillRun, stage: Stage) -> None:
@@ -375,7 +390,12 @@ class SparkExecutor:
         retry_ids = unit.retry_ids
         cached: list[Any] = []
         try:
-            frame = read_unit(self.spark, self.catalog_name, run.working_state(), leaves, batch)
+            from omni_iceberg.read.reader import plan_columns
+
+            working = run.working_state()
+            one_table = len(plan_columns(working, leaves)) == 1  # no join: split by file and row group
+            frame = read_unit(self.spark, self.catalog_name, working, leaves, batch,
+                              split_bytes=SPLIT_BYTES if one_table else None)
             if retry_ids is not None:
                 from pyspark.sql import functions as F
 
@@ -392,12 +412,13 @@ class SparkExecutor:
             else:
                 frame = frame.coalesce(tasks)  # few tasks, full Arrow batches
             batch_rows = stage.batch_rows(todo, slice_rows, shrink)
-            with session_conf(self.spark, {**UNIT_READ_CONF,
+            with session_conf(self.spark, {**UNIT_READ_CONF, **(SPLIT_READ_CONF if one_table else {}),
                                             "spark.sql.execution.arrow.maxRecordsPerBatch": str(batch_rows)}):
                 tagged = stage.run(frame, defs, leaves, batch_rows)
                 tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
                 cached.append(tagged)
                 counts = self._counts(tagged)  # the one pass: computes and caches every partition
+                self.unit_tasks[f"{stage.stage.index}/{batch}"] = tagged.rdd.getNumPartitions()
             reused = self._reuse_on_spark(run, todo, frame, batch, cached)
             outputs = {f: self._outputs(i, run.defs[f], tagged, reused.get(f)) for i, f in enumerate(todo)}
             failures = self._failures(tagged, reused) if any(k == A.ERROR for _, k in counts) else {}
@@ -646,11 +667,14 @@ class SparkBackfill(SparkSessionOwner):
         ship_python_path(spark)
         # filled as stages start, saved with the run row
         self._stage_notes: dict[str, str] = {}
-        report.plan["spark"] = {"master": spark.sparkContext.master, "stages": self._stage_notes}
+        self._unit_tasks: dict[str, int] = {}
+        report.plan["spark"] = {"master": spark.sparkContext.master, "stages": self._stage_notes,
+                                "tasks": self._unit_tasks}
 
     def executor(self, tuning: Tuning, shrink: int) -> SparkExecutor:
         # Spark sizes from the tuning itself and never reruns smaller: a task that dies is Spark's to retry
-        return SparkExecutor(self.spark, self.ctx.config.catalog_name, tuning, stage_notes=self._stage_notes)
+        return SparkExecutor(self.spark, self.ctx.config.catalog_name, tuning, stage_notes=self._stage_notes,
+                             unit_tasks=self._unit_tasks)
 
     def reruns_smaller(self, error: BaseException) -> bool:
         return False

@@ -57,11 +57,11 @@ spark_engine.unavailable = unavailable  # type: ignore[attr-defined]
 spark_rewrite.unavailable = unavailable  # type: ignore[attr-defined]
 
 
-def execute_sql(ctx: OmniContext, sql_text: str) -> Any:
+def execute_sql(ctx: OmniContext, sql_text: str, master: str | None = None) -> Any:
     """:func:`spark_udfs.sql.execute_sql`, imported on first call."""
     from spark_udfs.sql import execute_sql as run
 
-    return run(ctx, sql_text)
+    return run(ctx, sql_text, master)
 
 
 def settings(config: Any) -> dict[str, str]:

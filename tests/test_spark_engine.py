@@ -29,6 +29,7 @@ from omni_iceberg.backfill.run import ErrorBudgetExceededError
 from omni_iceberg.backfill.worker import WorkerCrashedError
 from catalog_ext.errors import ConfigError
 from omni_iceberg.features import feature
+from omni_iceberg.features.placement import planned_device
 from omni_iceberg.features.spec import FeatureDefinitionError
 from tests import feature_udfs as U
 
@@ -76,7 +77,8 @@ class SModel:
         self.modulus = 7
 
     def __call__(self, raw_data):
-        _log("call", rows=len(raw_data), gpu=os.environ.get("CUDA_VISIBLE_DEVICES"))
+        _log("call", rows=len(raw_data), gpu=os.environ.get("CUDA_VISIBLE_DEVICES"), task=_task_gpus(),
+             planned=planned_device())
         return [len(v) % self.modulus for v in raw_data.to_pylist()]
 
 
@@ -98,9 +100,19 @@ def sp_len(raw_data):
 @feature(outputs={"sp_gpu": "long"}, inputs=["RawData.raw_data"], name="sp_gpu", form="pandas", engine="gpu",
          batch_size=4, model_size_mb=100)
 def sp_gpu(raw_data):
-    """A pandas UDF on the GPU route: logs the batch it got and the GPU address of its task."""
-    _log("pandas-call", rows=len(raw_data), gpu=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    """A pandas UDF on the GPU route: logs the batch it got, the GPUs its process sees, the GPUs
+    Spark assigned its task and the device the plan gave it."""
+    _log("pandas-call", rows=len(raw_data), gpu=os.environ.get("CUDA_VISIBLE_DEVICES"), task=_task_gpus(),
+         planned=planned_device())
     return raw_data.str.len() % 7
+
+
+def _task_gpus() -> str | None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    gpus = ctx.resources().get("gpu") if ctx is not None else None
+    return ",".join(gpus.addresses) if gpus is not None else None
 
 
 def _log(event: str, **extra) -> None:
@@ -250,6 +262,32 @@ def test_spark_and_local_engines_produce_identical_values_errors_and_lineage(spa
     assert frame.count() == 15
 
 
+def test_a_unit_reading_one_table_splits_by_row_group_not_by_bucket(spark, tmp_path, pages, monkeypatch):
+    """#38: tasks scale with the data. Two buckets, one row per row group, one row per slice: a unit
+    reading only the base table runs one task per row group (it was one per bucket holding data)."""
+    from catalog_ext.row_groups import ROW_GROUP_LIMIT_PROPERTY
+    from omni_iceberg.backfill import run as run_module
+
+    on_spark, local = Omni(config=spark.config), Omni(home=tmp_path / "local")
+    docs = [f"document number {i} " + "word " * i for i in range(9)]
+    for o in (on_spark, local):
+        o.create_table("se_split", bucket_count=2)
+        base = o.catalog.load_table(o.state("se_split").base_table.identifier)
+        with base.transaction() as tx:
+            tx.set_properties({ROW_GROUP_LIMIT_PROPERTY: "1"})
+        src = tmp_path / "split.jsonl"
+        src.write_text("".join(json.dumps({"raw_data": d}) + "\n" for d in docs))
+        o.submit("se_split", [str(src)], batch="a", progress=False)
+        o.register_features("se_split", _own([s_len]))
+    monkeypatch.setattr(run_module, "SLICE_ROWS", 1)  # the rows ask for 9 tasks
+    report = _on_spark(on_spark, spark.session, "se_split", ["s_len"], progress=False, has_gpu=False)
+    assert report.status == "succeeded"
+    assert report.plan["spark"]["tasks"] == {"1/a": 9}  # grouped by bucket: 2
+    lr = local.backfill("se_split", ["s_len"], isolation="inline", progress=False, has_gpu=False)
+    assert _facts(on_spark, "se_split", ["s_len"])["values"] == _facts(local, "se_split", ["s_len"])["values"]
+    assert lr.rows == report.rows == 9
+
+
 def test_pandas_udf_stage_matches_the_local_engine(spark, tmp_path, pages):
     from omni_iceberg.backfill.planner import definitions_of
     from omni_iceberg.features.udf import get_udf
@@ -292,6 +330,7 @@ def test_pandas_udf_stage_matches_the_local_engine(spark, tmp_path, pages):
 
 PY_FILE_FEATURES = '''
 from omni_iceberg.features import feature
+from omni_iceberg.features.placement import planned_device
 
 
 @feature(outputs={"py_words": "long"}, inputs=["RawData.raw_data"], name="py_words")
@@ -564,9 +603,12 @@ def test_standalone_cluster_kill_resume_task_retry_and_gpu_profile(pg_server, tm
     assert len(setups) == len(set(setups)) and len(calls) > len(setups)  # one model load per worker process
     assert max(c["rows"] for c in calls) <= SModel.definition.batch_size
     assert {c["gpu"] for c in calls} == {"0"}  # the address Spark's resource profile gave the task
+    assert {c["planned"] for c in calls} == {"cuda"}  # the plan's GPU route reached the UDF
 
 
 def test_pandas_udf_gpu_stage_gets_its_gpu_from_a_resource_profile(pg_server, tmp_path, pages):
+    """Two GPUs on the executor, one per task, two tasks per unit and two units: Python workers
+    are reused across tasks holding different GPUs, and each task sees exactly its own."""
     from catalog_ext.config import OmniConfig
     from tests.services.spark_cluster import SparkTestCluster
 
@@ -575,18 +617,27 @@ def test_pandas_udf_gpu_stage_gets_its_gpu_from_a_resource_profile(pg_server, tm
     on_cluster, local = Omni(config=config), Omni(home=tmp_path / "local")
     for o in (on_cluster, local):
         _fill(o, "se_pandas_gpu", pages[60:63], pages[63:66], tmp_path)
-        o.register_features("se_pandas_gpu", _own([sp_gpu]))
+        # parallelism 2: each unit's 3 rows run as 2 tasks, each holding one of the executor's 2 GPUs
+        o.register_features("se_pandas_gpu", [d.model_copy(update={"parallelism": 2}) for d in _own([sp_gpu])])
     log = tmp_path / "events.jsonl"
     args = {"catalog": config.catalog_uri, "warehouse": config.warehouse, "home": str(config.home),
             "jars": str(JARS), "table": "se_pandas_gpu", "features": ["sp_gpu"],
             "overrides": {"spark.executor.memory": "512m", "spark.cores.max": "2",
-                          "spark.executor.resource.gpu.amount": "1",
+                          "spark.executor.resource.gpu.amount": "2",
                           "spark.executorEnv.OMNI_TEST_MODEL_LOG": str(log)}}
-    with SparkTestCluster(tmp_path / "spark", fake_gpus=1) as cluster:
+    with SparkTestCluster(tmp_path / "spark", fake_gpus=2) as cluster:
         args["master"] = cluster.master_url
         done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(args)], cwd=REPO, capture_output=True,
                               text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-6000:] + cluster.logs()
+        # omni sql on the same cluster (#38): --spark-master, not the hard-wired local[2]
+        sql = subprocess.run([sys.executable, "-m", "omni_iceberg.cli", "--catalog", config.catalog_uri,
+                              "--warehouse", config.warehouse, "--home", str(config.home), "sql",
+                              "SELECT sum(sp_gpu) AS s, count(*) AS n FROM se_pandas_gpu", "--engine", "spark",
+                              "--spark-master", cluster.master_url, "--format", "json"],
+                             cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert sql.returncode == 0, sql.stderr[-6000:] + cluster.logs()
+        apps = cluster.cluster.log_tail("master", 1 << 20)  # the whole master log: every application
     report = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("REPORT "))[7:])
     assert report["status"] == "succeeded"
     assert set(report["plan"]["spark"]["stages"].values()) == {
@@ -594,7 +645,13 @@ def test_pandas_udf_gpu_stage_gets_its_gpu_from_a_resource_profile(pg_server, tm
     lr = local.backfill("se_pandas_gpu", ["sp_gpu"], isolation="inline", progress=False, has_gpu=False)
     c_facts, l_facts = _facts(on_cluster, "se_pandas_gpu", ["sp_gpu"]), _facts(local, "se_pandas_gpu", ["sp_gpu"])
     assert c_facts["values"] == l_facts["values"] and len(c_facts["values"]) == 6
+    expected = local.query("SELECT sum(sp_gpu) AS s, count(*) AS n FROM se_pandas_gpu").to_pylist()
+    assert [json.loads(line) for line in sql.stdout.splitlines() if line.strip()] == expected
+    assert "omni-sql" in apps  # the query's application ran on the standalone master
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     calls = [c for c in calls if c["event"] == "pandas-call"]
-    assert calls and {c["gpu"] for c in calls} == {"0"}  # the address Spark's resource profile gave the task
+    assert calls and all(c["gpu"] == c["task"] for c in calls), calls  # exactly the task's GPU, every task
+    assert {c["task"] for c in calls} <= {"0", "1"} and all(c["task"] for c in calls)
+    assert {c["planned"] for c in calls} == {"cuda"}  # the plan's GPU route reached the UDF
+    print(f"\nGPU tasks: {sorted((c['pid'], c['task']) for c in calls)}")
     assert max(c["rows"] for c in calls) <= sp_gpu.definition.batch_size

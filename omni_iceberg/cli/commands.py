@@ -156,7 +156,7 @@ def sql(args, omni, command_line: str) -> int:
         emit(args, {"dialect": args.dialect, "sql": text}, lambda: text)
         return 0
     # rows are printed as the engine yields them: a large answer is never held whole
-    reader = omni.query(args.query, as_of=args.as_of, engine=args.engine, stream=True)
+    reader = omni.query(args.query, as_of=args.as_of, engine=args.engine, stream=True, spark_master=args.spark_master)
     render.sql_rows(reader, "json" if args.json else args.format, sys.stdout)
     return 0
 

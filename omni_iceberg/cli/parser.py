@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--explain", action="store_true", help="print the physical plan instead of running")
     q.add_argument("--dialect", choices=["spark", "trino"], help="print the equivalent SQL for that engine")
     q.add_argument("--engine", choices=["local", "spark"], default="local", help="where to execute")
+    q.add_argument("--spark-master", metavar="URL",
+                   help="with --engine spark: an existing Spark cluster, e.g. spark://host:7077 (default: local[2])")
 
     ex = command(sub, "export", "stream a filtered projection to Parquet/JSONL with a manifest",
                  "omni export web --columns ProcessedData.parsed_text,detected_lang --where \"detected_lang = 'en'\" "

@@ -474,11 +474,12 @@ def engine_message(error: Exception, limits: dict[str, Any] | None = None) -> st
     return first
 
 
-def execute_spark(context: OmniContext, plan: QueryPlan) -> pa.Table:
-    """Run the plan on Spark through the engine registry's SQL executor (no Spark import here)."""
+def execute_spark(context: OmniContext, plan: QueryPlan, master: str | None = None) -> pa.Table:
+    """Run the plan on Spark through the engine registry's SQL executor (no Spark import here);
+    ``master``: the cluster (``spark://host:port``), None for the executor's default."""
     from omni_iceberg import engines
 
-    return engines.sql_executor("spark")(context, plan.sql("spark"))
+    return engines.sql_executor("spark")(context, plan.sql("spark"), **({"master": master} if master else {}))
 
 
 def _try_hot(plan: QueryPlan) -> pa.Table | None:
@@ -496,7 +497,7 @@ def _try_hot(plan: QueryPlan) -> pa.Table | None:
 
 
 def run_query(context: OmniContext, sql: str, as_of: int | None = None, engine: str = "local",
-              stream: bool = False) -> pa.Table | pa.RecordBatchReader:
+              stream: bool = False, spark_master: str | None = None) -> pa.Table | pa.RecordBatchReader:
     """Plan, execute and log one logical query.
 
     ``stream``: the answer as a record batch reader, read as DuckDB computes it (the
@@ -505,6 +506,10 @@ def run_query(context: OmniContext, sql: str, as_of: int | None = None, engine: 
     """
     from omni_iceberg.explore.query_log import log_query
 
+    if spark_master and engine != "spark":
+        from catalog_ext.errors import ConfigError
+
+        raise ConfigError(f"a Spark master ({spark_master}) was given for engine {engine!r}: use --engine spark")
     started = time.perf_counter()
     plan = plan_query(context, sql, as_of)
     result = None
@@ -512,7 +517,7 @@ def run_query(context: OmniContext, sql: str, as_of: int | None = None, engine: 
         result = _try_hot(plan)
         engine = "hot" if result is not None else engine
     if result is None and engine == "spark":
-        result = execute_spark(context, plan)
+        result = execute_spark(context, plan, spark_master)
 
     def log(rows: int) -> None:
         log_query(context, plan, kind="sql", engine=engine, rows=rows,
