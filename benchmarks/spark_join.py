@@ -25,8 +25,16 @@ get):
 - ``no SPJ``: ``spark.sql.sources.v2.bucketing.enabled=false`` and
   ``spark.sql.iceberg.planning.preserve-data-grouping=false``: shuffle joins.
 
-Headline: wall ratio ``no SPJ`` / ``SPJ (engine)`` and the Exchange (shuffle) nodes
-counted in each variant's EXPLAIN.
+Two more variants keep Spark's default ``autoBroadcastJoinThreshold`` (10 MiB, read from
+the session), so Spark broadcasts a feature table small enough to ship:
+
+- ``SPJ (engine), broadcast on``: the engine's settings with broadcast joins allowed;
+- ``Spark defaults (broadcast on, no SPJ)``: what a user's plain Spark plans - no
+  storage-partitioned join, broadcast joins on - the strongest peer for the scan.
+
+Headlines: wall ratio ``no SPJ`` / ``SPJ (engine)`` (broadcast off in both), the same
+against Spark's defaults, and the Exchange (shuffle) nodes counted in each variant's
+EXPLAIN. The session runs on a user's JVM defaults (C2 JIT, G1, ``OMNI_SPARK_MEMORY_MB``).
 
     python -m benchmarks.spark_join [--quick] [--repeats N] [--records N] [--batches B]
 """
@@ -45,19 +53,27 @@ from benchmarks.spark_fusion import SparkBench, measure_spark
 SPJ_ENGINE = "SPJ (engine)"
 SPJ_DEFAULT = "SPJ (session default)"
 NO_SPJ = "no SPJ"
+SPJ_BCAST = "SPJ (engine), broadcast on"
+SPARK_DEFAULTS = "Spark defaults (broadcast on, no SPJ)"
+#: Spark's own autoBroadcastJoinThreshold, used when the session does not say
+SPARK_BROADCAST_DEFAULT = "10485760b"
 COLUMNS = ["RawData.raw_data", "ProcessedData.parsed_text", "digit_ratio"]
 
 
-def variant_conf() -> dict[str, dict[str, str]]:
+def variant_conf(broadcast_default: str = SPARK_BROADCAST_DEFAULT) -> dict[str, dict[str, str]]:
     from spark_udfs.engine import UNIT_READ_CONF
     from spark_udfs.session import STORAGE_PARTITIONED_JOIN_CONF
 
     no_broadcast = {"spark.sql.autoBroadcastJoinThreshold": "-1"}
+    broadcast = {"spark.sql.autoBroadcastJoinThreshold": broadcast_default}
+    no_spj = {"spark.sql.sources.v2.bucketing.enabled": "false",
+              "spark.sql.iceberg.planning.preserve-data-grouping": "false"}
     return {
         SPJ_ENGINE: {**STORAGE_PARTITIONED_JOIN_CONF, **UNIT_READ_CONF, **no_broadcast},
         SPJ_DEFAULT: {**STORAGE_PARTITIONED_JOIN_CONF, **no_broadcast},
-        NO_SPJ: {**STORAGE_PARTITIONED_JOIN_CONF, "spark.sql.sources.v2.bucketing.enabled": "false",
-                 "spark.sql.iceberg.planning.preserve-data-grouping": "false", **no_broadcast},
+        NO_SPJ: {**STORAGE_PARTITIONED_JOIN_CONF, **no_spj, **no_broadcast},
+        SPJ_BCAST: {**STORAGE_PARTITIONED_JOIN_CONF, **UNIT_READ_CONF, **broadcast},
+        SPARK_DEFAULTS: {**STORAGE_PARTITIONED_JOIN_CONF, **no_spj, **broadcast},
     }
 
 
@@ -163,11 +179,11 @@ def main(argv: list[str] | None = None) -> None:
     records = args.records or (60_000 if args.quick else 400_000)
     batches = args.batches or (2 if args.quick else 4)
     repeats = args.repeats or (2 if args.quick else 5)
-    confs = variant_conf()
-    order = list(confs)
-
     trials = []
     with SparkBench("spark_join") as sb:
+        jvm = dict(sb.jvm)
+        confs = variant_conf(jvm.get("broadcast_join_threshold") or SPARK_BROADCAST_DEFAULT)
+        order = list(confs)
         omni, setup = set_up(sb, records, batches)
         C.log(f"set-up: {records:,} records in {batches} batches, ingest {setup['ingest_s']:.1f} s, "
               f"html_parser + digit_ratio {setup['backfill_s']:.1f} s; tables "
@@ -201,6 +217,11 @@ def main(argv: list[str] | None = None) -> None:
                    wall[NO_SPJ] > wall[SPJ_ENGINE], "3-table family scan, broadcast off in both"),
         C.headline(f"wall ratio: {SPJ_DEFAULT} / {SPJ_ENGINE}", wall[SPJ_DEFAULT] / wall[SPJ_ENGINE], "x", "", None,
                    "partially clustered distribution on (build_spark_session's default)"),
+        C.headline(f"wall ratio: {SPARK_DEFAULTS} / {SPJ_ENGINE}", wall[SPARK_DEFAULTS] / wall[SPJ_ENGINE], "x",
+                   "", None, f"{nodes[SPARK_DEFAULTS]['bhj']} broadcast hash joins, "
+                             f"{nodes[SPARK_DEFAULTS]['exchange']} shuffles in EXPLAIN", peer=True),
+        C.headline(f"wall ratio: {SPARK_DEFAULTS} / {SPJ_BCAST}", wall[SPARK_DEFAULTS] / wall[SPJ_BCAST], "x", "",
+                   None, "broadcast on in both"),
         C.headline(f"CPU ratio: {NO_SPJ} / {SPJ_ENGINE}", cpu[NO_SPJ] / cpu[SPJ_ENGINE], "x", "", None),
         C.headline(f"Exchange nodes in EXPLAIN, {SPJ_ENGINE}", float(nodes[SPJ_ENGINE]["exchange"]), "", "0",
                    nodes[SPJ_ENGINE]["exchange"] == 0),
@@ -210,7 +231,8 @@ def main(argv: list[str] | None = None) -> None:
         C.headline("same rows in every variant", 1.0 if same else 0.0, "bool", "1", same),
     ]
     table_rows = [[v, f"{wall[v]:.2f}", f"{cpu[v]:.2f}", f"{wall[v] / wall[SPJ_ENGINE]:.2f}",
-                   str(nodes[v]["exchange"]), str(nodes[v]["smj"]), str(nodes[v]["sort"]), str(final[v]["exchange"])]
+                   str(nodes[v]["exchange"]), str(nodes[v]["smj"]), str(nodes[v]["bhj"]), str(nodes[v]["sort"]),
+                   str(final[v]["exchange"])]
                   for v in order]
     notes = [
         (f"{records:,} paragraph records in {batches} batches; physical tables: "
@@ -218,7 +240,9 @@ def main(argv: list[str] | None = None) -> None:
          + "."),
         ("Timed: `df.write.format('noop')` of base LEFT JOIN parsed_text LEFT JOIN digit_ratio on "
          "(_ai_unique_id_, _ai_append_name_), every batch, tables read at the pinned snapshots; the plan is "
-         "built inside the timing-free EXPLAIN first. autoBroadcastJoinThreshold=-1 in every variant."),
+         "built inside the timing-free EXPLAIN first. autoBroadcastJoinThreshold=-1 in the first three variants; "
+         f"the broadcast-on ones keep Spark's {confs[SPARK_DEFAULTS]['spark.sql.autoBroadcastJoinThreshold']}."),
+        f"Spark JVM: {jvm.get('flags')!r}, driver heap {jvm.get('driver_memory')} (a user's defaults).",
         ("Exchange = shuffle nodes (`Exchange hashpartitioning`), counted in the EXPLAIN text before execution; "
          "`final Exchange` is the same count in the executed (adaptive, final) plan."),
         "Variant settings: " + "; ".join(
@@ -228,12 +252,13 @@ def main(argv: list[str] | None = None) -> None:
         f"{repeats} repeat(s), variant order rotating; one Spark session (local[2]) throughout; every trial in the JSON.",
     ]
     payload = {
-        "title": "Storage-partitioned join: 3-table family scan in Spark, SPJ on vs off",
+        "title": "Storage-partitioned join: 3-table family scan in Spark, SPJ on vs off, and against Spark's defaults (broadcast on)",
         "params": {"records": records, "batches": batches, "repeats": repeats, "columns": COLUMNS,
-                   "confs": confs, "setup": setup, "row_checks": checks},
+                   "confs": confs, "setup": setup, "row_checks": checks, "spark_jvm": jvm},
         "headline": heads,
         "table": {"columns": ["variant", "wall s (median)", "CPU s (median)", "wall / SPJ (engine)",
-                              "Exchange in EXPLAIN", "SortMergeJoin", "Sort", "final Exchange"], "rows": table_rows},
+                              "Exchange in EXPLAIN", "SortMergeJoin", "BroadcastHashJoin", "Sort", "final Exchange"],
+                  "rows": table_rows},
         "notes": notes,
         "explain": plans,
         "trials": trials,
@@ -241,7 +266,8 @@ def main(argv: list[str] | None = None) -> None:
     C.write_result(args, payload, started)
 
     plt, fig, (a1, a2, a3) = C.figure(3, width=14)
-    short = {SPJ_ENGINE: "SPJ\n(engine)", SPJ_DEFAULT: "SPJ\n(session default)", NO_SPJ: "no SPJ"}
+    short = {SPJ_ENGINE: "SPJ\n(engine)", SPJ_DEFAULT: "SPJ\n(session default)", NO_SPJ: "no SPJ",
+             SPJ_BCAST: "SPJ (engine)\nbroadcast on", SPARK_DEFAULTS: "Spark\ndefaults"}
     C.plot_trials(a1, {short[v]: vals(v, "wall_s") for v in order}, "wall seconds", "Wall time (dots = trials)")
     C.plot_trials(a2, {short[v]: [float(nodes[v]["exchange"])] for v in order}, "Exchange nodes",
                   "Shuffles (Exchange nodes) in EXPLAIN")
