@@ -30,6 +30,12 @@ Operations other engineers are still changing are measured as they are at the co
 run (``git`` in the result).
 
     python -m benchmarks.bounded_memory [--quick] [--short 1000000,10000000] [--pages 20000,200000]
+
+``--keep DIR`` builds each table once and reuses it: the homes stay under ``DIR/<label>``
+and each operation's result is stored in ``DIR/<label>.json`` as it completes (with the
+commit it ran on); a later run with the same ``--keep`` skips operations already measured
+there (``--redo`` names those to measure again), so the sizes can be run one at a time
+(``--pages ''`` skips an input) and the last run writes the headlines from all of them.
 """
 
 from __future__ import annotations
@@ -163,7 +169,7 @@ def _run_child(op: str, home: Path, source: Path, timeout: float) -> dict:
 
 
 def _sizes(text: str) -> list[int]:
-    return [int(float(x)) for x in text.split(",")]
+    return [int(float(x)) for x in text.split(",") if x.strip()]
 
 
 def main(argv=None) -> None:
@@ -172,13 +178,15 @@ def main(argv=None) -> None:
         p.add_argument("--pages", default=None, help="HTML page counts, smaller,larger (20000,200000)")
         p.add_argument("--ops", default=",".join(OPERATIONS), help="operations to run")
         p.add_argument("--timeout", type=float, default=3600, help="seconds one operation may take")
+        p.add_argument("--keep", default=None, help="folder keeping the tables and per-operation results")
+        p.add_argument("--redo", default="", help="with --keep: operations to measure again")
 
     args = C.parse_args("bounded_memory", __doc__, add, argv)
     started = time.perf_counter()
     from benchmarks.ingest import short_jsonl
 
-    short = _sizes(args.short or ("100000,1000000" if args.quick else "1000000,10000000"))
-    pages = _sizes(args.pages or ("2000,20000" if args.quick else "20000,200000"))
+    short = _sizes(args.short if args.short is not None else ("100000,1000000" if args.quick else "1000000,10000000"))
+    pages = _sizes(args.pages if args.pages is not None else ("2000,20000" if args.quick else "20000,200000"))
     ops = [o for o in args.ops.split(",") if o]
     page_kib = C.docs_one_round_mib() * 1024 / len(C.doc_pages())
     inputs: dict[str, dict] = {}
@@ -188,18 +196,34 @@ def main(argv=None) -> None:
         inputs[f"html-{n}"] = {"kind": "html", "size": n,
                                "path": C.distinct_docs_warc(n * page_kib / 1024)}
     results: dict[str, dict[str, dict]] = {}
+    redo = {o for o in args.redo.split(",") if o}
     for label, spec in inputs.items():
-        home = C.scratch_dir(f"bounded_memory/{label}")
-        results[label] = {}
+        if args.keep:  # one table per label, kept: an operation measured before is not run again
+            home = Path(args.keep) / label
+            home.mkdir(parents=True, exist_ok=True)
+            stored = Path(args.keep) / f"{label}.json"
+            results[label] = json.loads(stored.read_text()) if stored.exists() else {}
+        else:
+            home = C.scratch_dir(f"bounded_memory/{label}")
+            results[label] = {}
         for op in ops:
+            if args.keep and results[label].get(op, {}).get("rc") == 0 and op not in redo:
+                C.log(f"{label}: {op} kept from {results[label][op].get('git')}")
+                continue
             C.log(f"{label}: {op}")
             r = _run_child(op, home, spec["path"], args.timeout)
+            r["git"] = C.git_facts().get("commit")
             results[label][op] = r
             C.log(f"  peak {r['peak_rss_mib']} MiB, {r.get('seconds')} s" + ("" if r["rc"] == 0 else
                                                                           f", FAILED rc={r['rc']}"))
-        C.remove(home)
+            if args.keep:
+                stored.write_text(json.dumps(results[label], indent=1))
+        if not args.keep:
+            C.remove(home)
     headlines = []
     for kind, sizes in (("short", short), ("html", pages)):
+        if len(sizes) < 2:
+            continue
         small, large = f"{kind}-{sizes[0]}", f"{kind}-{sizes[-1]}"
         for op in ops:
             a, b = results[small].get(op, {}), results[large].get(op, {})

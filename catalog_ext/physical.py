@@ -42,7 +42,26 @@ BUCKET_FIELD = "_ai_id_bucket"
 #: 1M-row batch into 800 files of ~1,250 rows per table (and its backfill into 128 per
 #: feature table): every later scan opened them all, and a 1,000-id lookup touched a file
 #: per id. Held rows are bounded by this, not by the batch; ``0`` writes every chunk at once.
-WRITE_BUFFER_BYTES = settings.value("OMNI_WRITE_BUFFER_BYTES")
+#: ``None`` (the setting left at its default): :func:`write_buffer_bytes` derives it per write.
+_BUFFER_SETTING = settings.lookup("OMNI_WRITE_BUFFER_BYTES")
+WRITE_BUFFER_BYTES: int | None = _BUFFER_SETTING.value if _BUFFER_SETTING.source != "default" else None
+#: the default buffer of one staged write is at most this share of OMNI_MEMORY_LIMIT_MB: an
+#: operation may write several tables at once (a backfill: one per feature table) and a
+#: flush holds the buffer twice (the held chunks and their concatenation), next to its
+#: reads' slices (a sixteenth each) and in-batch dedup (a quarter). A fixed 128 MiB let a
+#: 10M-row backfill hold 2 x 2 x 128 MiB where a 1M-row one held 2 x 2 x ~60 MiB: memory
+#: followed the table up to the fixed size, not the limit
+BUFFER_SHARE = 16
+
+
+def write_buffer_bytes() -> int:
+    """Arrow bytes one staged write holds: an explicit ``OMNI_WRITE_BUFFER_BYTES``, else the
+    lesser of its default and ``OMNI_MEMORY_LIMIT_MB`` / :data:`BUFFER_SHARE` (read per write:
+    the limit may change within one process)."""
+    if WRITE_BUFFER_BYTES is not None:
+        return WRITE_BUFFER_BYTES
+    limit = int(float(settings.value("OMNI_MEMORY_LIMIT_MB")) * 2 ** 20)
+    return min(int(_BUFFER_SETTING.setting.default), limit // BUFFER_SHARE)
 
 
 def file_batch(table: Any, data_file: Any) -> str | None:
@@ -286,7 +305,7 @@ class StagedWrite:
         #: :meth:`run_changes` of the last (base, head) it was asked for
         self._changes: tuple[tuple[int | None, int | None], RunChanges] | None = None
         #: rows written but not yet in files (see WRITE_BUFFER_BYTES), all of one batch
-        self.buffer_bytes = WRITE_BUFFER_BYTES
+        self.buffer_bytes = write_buffer_bytes()
         self._held: list[pa.Table] = []
         self._held_bytes = 0
         self._held_batch: str | None = None
@@ -306,7 +325,7 @@ class StagedWrite:
         self.table = self.catalog.load_table(self.identifier)
 
     def write(self, data: pa.Table, nbytes: int | None = None) -> None:
-        """Add rows; they become data files once :data:`WRITE_BUFFER_BYTES` are held, at the
+        """Add rows; they become data files once :func:`write_buffer_bytes` are held, at the
         next checkpoint, or when rows of another batch arrive (a file holds one batch:
         :meth:`rebase_excluding` and batch pruning rely on it). Commit is later still.
 

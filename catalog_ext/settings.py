@@ -111,7 +111,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("OMNI_DEBUG", "bool", False, "catalog", "print the traceback of an unexpected failure"),
     # reading and writing Iceberg
     _s("OMNI_WRITE_BUFFER_BYTES", "int", 128 << 20, "io",
-       "rows held per physical table before a data file is written", "bytes", 1),
+       "rows held per physical table before a data file is written; unset: the lesser of this and "
+       "OMNI_MEMORY_LIMIT_MB / 16", "bytes", 1),
     _s("OMNI_MEMORY_LIMIT_MB", "float", 1024.0, "io",
        "memory one local operation may hold (DuckDB's memory limit, read slices, export and sync parts); "
        "beyond it DuckDB spills under the home and readers slice smaller", "MiB", 64),

@@ -181,3 +181,19 @@ def test_a_sliced_hot_sync_loads_the_rows_of_the_table(omni, hot_dsn, monkeypatc
            "GROUP BY 1, 2 ORDER BY 1, 2")
     assert plan_query(omni, sql).hot.use
     assert omni.query(sql).to_pylist() == execute_local(omni, plan_query(omni, sql)).to_pylist()
+
+
+def test_write_buffer_follows_the_memory_limit(monkeypatch):
+    """The default write buffer is a sixteenth of OMNI_MEMORY_LIMIT_MB, at most the setting's
+    declared 128 MiB; an explicit OMNI_WRITE_BUFFER_BYTES wins whatever the limit."""
+    from catalog_ext import physical
+
+    monkeypatch.setattr(physical, "WRITE_BUFFER_BYTES", None)
+    monkeypatch.setenv("OMNI_MEMORY_LIMIT_MB", "256")
+    assert physical.write_buffer_bytes() == 16 << 20
+    monkeypatch.setenv("OMNI_MEMORY_LIMIT_MB", "1024")
+    assert physical.write_buffer_bytes() == 64 << 20
+    monkeypatch.setenv("OMNI_MEMORY_LIMIT_MB", "65536")
+    assert physical.write_buffer_bytes() == 128 << 20
+    monkeypatch.setattr(physical, "WRITE_BUFFER_BYTES", 5000)
+    assert physical.write_buffer_bytes() == 5000
