@@ -38,7 +38,7 @@ from omni_iceberg.index.backend import (FILE_PREFIX, Entry, EntryArrays, EntryCo
                                         rows_as_bytes)
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
-from omni_iceberg.index.sealed import FEW_IDS, DeltaArrays, Segment, id_halves, merge_into
+from omni_iceberg.index.sealed import FEW_IDS, DeltaChunks, Segment, id_halves, merge_into, spooled_keys
 from omni_iceberg.ui.progress import progress_bar
 
 #: Initial virtual size of the map, doubled whenever a write finds it full (up to
@@ -478,8 +478,10 @@ class LmdbBackend(IndexBackend):
         Readers are never blocked: they see the old segment and the full delta until the one
         write transaction that names the new segment and empties the delta. Entries written
         meanwhile stay in the delta (only what was read is removed). Sealers of one index
-        queue on a lock file. Memory: ~60-70 bytes per delta entry (its keys, then the merge's
-        positions); the values are spooled to disk and the old segment is read from its map.
+        queue on a lock file. Memory: one chunk of the delta and one step of the merge
+        (:data:`~omni_iceberg.index.sealed.MERGE_STEP`), whatever the index's size: the delta
+        streams from its cursor, the old segment is read in slices, the new one written front
+        to back; the keys read are spooled to disk (24 bytes each) for removing them later.
         """
         started = time.perf_counter()
         folder = self.path / "sealed"
@@ -493,35 +495,39 @@ class LmdbBackend(IndexBackend):
                 spool_path.unlink(missing_ok=True)
 
     def _seal_locked(self, folder: Path, spool_path: Path, started: float, progress: bool | None) -> SealReport:
+        # one read transaction for the whole merge: the delta is read as of its start (MVCC),
+        # chunk by chunk while the merge streams, so memory is a chunk, not the delta
         with self._guard.txn(), self._env.begin() as txn:
             rec = self._sealed_record(txn)
             gen = rec["generation"]
             count = txn.stat(self._entries)["entries"]
-            spool = DeltaArrays(spool_path, count)
             tombstones = [bytes(k) for k, _ in self._scan_meta_in(txn, TOMBSTONE_PREFIX)]
             if not count and not tombstones:
-                spool.finish()
                 return SealReport(self.location, gen, rec["entries"], 0, time.perf_counter() - started)
             bar = progress_bar(progress, f"sealing the index at {self.location}", "entry", total=count)
-            keys: list[bytes] = []
-            values: list[bytes] = []
-            for key, value in txn.cursor(db=self._entries).iternext():
-                keys.append(key)
-                values.append(value)
-                if len(keys) == SEAL_READ_CHUNK:
-                    spool.add(keys, values)
-                    if bar is not None:
-                        bar.update(len(keys))
-                    keys, values = [], []
-            spool.add(keys, values)
-            if bar is not None:
-                bar.update(len(keys))
-                bar.close()
+
+            def read() -> Iterator[list[tuple[bytes, bytes]]]:
+                pairs: list[tuple[bytes, bytes]] = []
+                for key, value in txn.cursor(db=self._entries).iternext():
+                    pairs.append((key, value))
+                    if len(pairs) == SEAL_READ_CHUNK:
+                        if bar is not None:
+                            bar.update(len(pairs))
+                        yield pairs
+                        pairs = []
+                if bar is not None:
+                    bar.update(len(pairs))
+                yield pairs
+
             old = self._segment(gen) if gen else None
-        delta = spool.finish()
-        removed = [t[len(TOMBSTONE_PREFIX):] for t in tombstones]
-        new_gen = gen + 1
-        total = merge_into(self._segment_folder(new_gen), old, delta, spool_path, removed=removed)
+            delta = DeltaChunks(read(), spool_path)
+            removed = [t[len(TOMBSTONE_PREFIX):] for t in tombstones]
+            new_gen = gen + 1
+            try:
+                total = merge_into(self._segment_folder(new_gen), old, delta, removed=removed)
+            finally:
+                if bar is not None:
+                    bar.close()
 
         def publish(txn) -> bool:
             now = self._sealed_record(txn)
@@ -544,21 +550,18 @@ class LmdbBackend(IndexBackend):
             shutil.rmtree(self._segment_folder(new_gen), ignore_errors=True)
             return SealReport(self.location, 0, 0, 0, time.perf_counter() - started)
         if not emptied:  # writers added entries meanwhile: remove only what was sealed
-            self._delete_sealed_from_delta(delta)
+            self._delete_sealed_from_delta(spool_path)
         if gen:
             shutil.rmtree(self._segment_folder(gen), ignore_errors=True)
         left = self._read(lambda txn: txn.stat(self._entries)["entries"])
-        return SealReport(self.location, new_gen, total, len(delta[0]), time.perf_counter() - started, left)
+        return SealReport(self.location, new_gen, total, delta.count, time.perf_counter() - started, left)
 
     def _sealed_now(self) -> int:
         return self._read(lambda txn: self._sealed_record(txn)["generation"])
 
-    def _delete_sealed_from_delta(self, delta: tuple[np.ndarray, ...]) -> None:
-        hi, lo, fk, _ = delta
-        ids = np.stack([hi, lo], axis=1).astype(">u8")
-        per = self._entries_per_txn() or len(hi) or 1
-        for a in range(0, len(hi), per):
-            chunk = [rid.tobytes() + fkey_bytes(f) for rid, f in zip(ids[a:a + per], fk[a:a + per].tolist())]
+    def _delete_sealed_from_delta(self, spool: Path) -> None:
+        """Remove from the delta the entries a seal read (their keys, spooled as it read them)."""
+        for chunk in spooled_keys(spool, self._entries_per_txn() or SEAL_READ_CHUNK):
 
             def delete(txn, chunk=chunk):
                 for key in chunk:

@@ -37,7 +37,8 @@ import mmap
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator, Sequence
+from types import SimpleNamespace
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -238,110 +239,241 @@ def _load(path: Path) -> np.ndarray:
         return np.load(path)
 
 
-class DeltaArrays:
-    """Entries read out of the delta (in key order) as arrays; values spooled to a file.
+class DeltaChunks:
+    """The delta's entries in key order, chunk by chunk, for :func:`merge_into` to stream.
 
-    ``capacity`` (the delta's entry count, known before reading) sizes the arrays once:
-    each chunk's keys are split into them as it arrives, so memory is 32 bytes per entry
-    (id halves, file key, value length) with no per-chunk copies held at the end.
+    ``read`` yields lists of (key, value) pairs as a cursor gives them (``key`` = 16-byte id
+    + 8-byte file key). Each chunk is handed on as arrays; the entries of its last 64-bit id
+    prefix are held back for the next one, so every id prefix lies in one chunk (the merge
+    needs all of a prefix's old and delta entries together to drop replaced old copies).
+    Every key read is appended to ``spool`` (24 bytes an entry) so a seal can later remove
+    exactly what it sealed without holding the keys: memory is one chunk, not the delta.
     """
 
-    def __init__(self, spool: Path, capacity: int):
+    def __init__(self, read: Iterator[list[tuple[bytes, bytes]]], spool: Path):
+        self._read = read
         self.spool = spool
-        self.hi = np.empty(capacity, np.uint64)
-        self.lo = np.empty(capacity, np.uint64)
-        self.fk = np.empty(capacity, np.uint64)
-        self.lengths = np.empty(capacity, np.int64)
+        self.count = 0
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """(hi, lo, fk, value offsets, value bytes) per chunk; the last flushes the held-back prefix."""
+        held: tuple[list[bytes], list[bytes]] = ([], [])
+        with open(self.spool, "wb") as spool:
+            for pairs in self._read:
+                if not pairs:
+                    continue
+                keys = held[0] + [k for k, _ in pairs]
+                values = held[1] + [v for _, v in pairs]
+                spool.write(b"".join(k for k, _ in pairs))
+                self.count += len(pairs)
+                prefix = keys[-1][:8]
+                cut = len(keys)
+                while cut and keys[cut - 1][:8] == prefix:
+                    cut -= 1
+                held = (keys[cut:], values[cut:])
+                if cut:
+                    yield _delta_arrays(keys[:cut], values[:cut])
+            if held[0]:
+                yield _delta_arrays(*held)
+
+
+def _delta_arrays(keys: list[bytes], values: list[bytes]) -> tuple[np.ndarray, ...]:
+    m = len(keys)
+    mat = np.frombuffer(b"".join(keys), np.uint8).reshape(m, ID_BYTES + FILE_KEY_BYTES)
+    words = mat.view(">u8")  # three big-endian words per key: hi, lo, file key bytes
+    off = np.zeros(m + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, values), np.int64, m), out=off[1:])
+    return (words[:, 0].astype(np.uint64), words[:, 1].astype(np.uint64),
+            mat[:, ID_BYTES:].copy().view("<u8").ravel(), off, np.frombuffer(b"".join(values), np.uint8))
+
+
+def spooled_keys(spool: Path, per: int) -> Iterator[list[bytes]]:
+    """The keys :class:`DeltaChunks` spooled, ``per`` at a time."""
+    size = ID_BYTES + FILE_KEY_BYTES
+    with open(spool, "rb") as f:
+        while True:
+            raw = f.read(size * per)
+            if not raw:
+                return
+            yield [raw[i:i + size] for i in range(0, len(raw), size)]
+
+
+#: old entries one step of a merge reads at most (rounded up to a whole id prefix): ~50
+#: bytes each plus their values, so a seal holds a few MB whatever the index's size
+MERGE_STEP = 1 << 18
+
+
+def _npy_header(dtype: np.dtype, n: int) -> bytes:
+    """A version-1 ``.npy`` header whose length does not depend on ``n`` (the shape is padded),
+    so a file written before its length is known gets its real header in place at the end."""
+    text = "{'descr': %r, 'fortran_order': False, 'shape': (%s,), }" % (
+        np.lib.format.dtype_to_descr(np.dtype(dtype)), str(n).rjust(20))
+    text += " " * ((-(10 + len(text) + 1)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode("latin1")
+
+
+class _SegmentFiles:
+    """A segment's three files written front to back (never mapped: a mapped file's written
+    pages would count as the writer's memory, the whole index at the end of a seal)."""
+
+    def __init__(self, tmp: Path):
+        self.files = {name: open(tmp / name, "wb") for name in FILES}
+        self.files["hi.npy"].write(_npy_header(np.uint64, 0))
+        self.files["rec.npy"].write(_npy_header(RECORD, 0))
         self.n = 0
-        self._file = open(spool, "wb")
+        self.offset = 0
 
-    def add(self, keys: list[bytes], values: list[bytes]) -> None:
-        if not keys:
+    def append(self, hi: np.ndarray, lo: np.ndarray, fk: np.ndarray, lengths: np.ndarray, data: np.ndarray) -> None:
+        m = len(hi)
+        if not m:
             return
-        at, m = self.n, len(keys)  # the count was read in the same transaction: it fits
-        mat = np.frombuffer(b"".join(keys), np.uint8).reshape(m, ID_BYTES + FILE_KEY_BYTES)
-        words = mat.view(">u8")  # three big-endian words per key: hi, lo, file key bytes
-        self.hi[at:at + m] = words[:, 0]
-        self.lo[at:at + m] = words[:, 1]
-        self.fk[at:at + m] = mat[:, ID_BYTES:].copy().view("<u8").ravel()
-        self.lengths[at:at + m] = np.fromiter(map(len, values), np.int64, m)
-        self._file.write(b"".join(values))
-        self.n = at + m
+        rec = np.empty(m, RECORD)
+        rec["lo"], rec["fk"] = lo, fk
+        np.cumsum(lengths, out=rec["end"])
+        rec["end"] += self.offset
+        rec["start"] = rec["end"] - lengths
+        self.files["hi.npy"].write(np.ascontiguousarray(hi, np.uint64).tobytes())
+        self.files["rec.npy"].write(rec.tobytes())
+        self.files["values.bin"].write(data.tobytes())
+        self.n += m
+        self.offset += int(lengths.sum())
 
-    def finish(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(hi, lo, file keys as uint64, offsets) of everything added."""
-        self._file.close()
-        n = self.n
-        off = np.zeros(n + 1, np.int64)
-        np.cumsum(self.lengths[:n], out=off[1:])
-        self.lengths = None  # the offsets replace them
-        return self.hi[:n], self.lo[:n], self.fk[:n], off
+    def finish(self) -> int:
+        for name, dtype in (("hi.npy", np.uint64), ("rec.npy", RECORD)):
+            self.files[name].seek(0)
+            self.files[name].write(_npy_header(dtype, self.n))
+        for f in self.files.values():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        return self.n
 
 
-def merge_into(folder: Path, old: "Segment | _Kept | None", delta: tuple[np.ndarray, ...], spool: Path,
+class _OldReader:
+    """Slices of a segment's arrays and values read with plain file reads, not its maps."""
+
+    def __init__(self, old: "Segment"):
+        self.old = old
+        self.n = len(old.hi)
+        self.offsets = {}
+        for name in ("hi.npy", "rec.npy"):
+            with open(old.folder / name, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
+                self.offsets[name] = f.tell()
+        self.values = open(old.folder / "values.bin", "rb") if self.n and int(old.end[-1]) else None
+
+    def read(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """(hi, records, first value byte) of entries ``a:b`` and their values back to back."""
+        hi = np.fromfile(self.old.folder / "hi.npy", np.uint64, b - a, offset=self.offsets["hi.npy"] + 8 * a)
+        rec = np.fromfile(self.old.folder / "rec.npy", RECORD, b - a,
+                          offset=self.offsets["rec.npy"] + RECORD.itemsize * a)
+        if b > a and self.values is not None:
+            base = int(rec["start"][0])
+            data = np.frombuffer(os.pread(self.values.fileno(), int(rec["end"][-1]) - base, base), np.uint8)
+        else:
+            base, data = 0, np.zeros(0, np.uint8)
+        return hi, rec, base, data
+
+    def end_of_prefix(self, hi: int) -> int:
+        """Position after the last entry whose id prefix is <= ``hi`` (a search of the map: log n pages)."""
+        return int(np.searchsorted(self.old.hi, np.uint64(hi), "right"))
+
+    def close(self) -> None:
+        if self.values is not None:
+            self.values.close()
+
+
+def merge_into(folder: Path, old: "Segment | None", delta: Iterable[tuple[np.ndarray, ...]],
                removed: Sequence[bytes] = ()) -> int:
-    """Write the segment ``old`` + ``delta`` (hi, lo, fk, off; values in ``spool``) to ``folder``.
+    """Write the segment ``old`` + ``delta`` to ``folder``, streaming both; the entry count.
 
-    Both inputs are sorted by id, so the merge is a ``searchsorted`` of the delta's ids in
-    the old segment (delta entries go after the old entries of the same 64-bit prefix):
-    O(n) copying, no sort. An old entry the delta holds too (re-written since, or a seal
-    that crashed after publishing, before emptying the delta) gives way to the delta's
-    copy, and old entries named in ``removed`` (id key + file key: tombstones) are left
-    out. Returns the entry count.
+    ``delta`` gives its entries sorted by id in chunks (hi, lo, fk, value offsets, value
+    bytes; :class:`DeltaChunks`), no id prefix split across two. Both inputs are sorted,
+    so each step takes the old entries up to a prefix and the delta entries that sort
+    before the next old prefix, and merges them with a ``searchsorted`` (delta entries go
+    after the old entries of the same 64-bit prefix): O(n) copying, no sort, and memory
+    of one step (:data:`MERGE_STEP` old entries at most, one delta chunk), not the index.
+    An old entry the delta holds too (re-written since, or a seal that crashed after
+    publishing, before emptying the delta) gives way to the delta's copy, and old entries
+    named in ``removed`` (id key + file key: tombstones) are left out.
     """
-    d_hi, d_lo, d_fk, d_off = delta
-    d_start, d_len = d_off[:-1], np.diff(d_off)
-    if old is not None and (removed or len(d_hi)):
-        old = _without(old, list(removed), (d_hi, d_lo, d_fk))
-    o_hi = old.hi if old is not None else np.zeros(0, np.uint64)
-    n_old, n_new = len(o_hi), len(d_hi)
-    n = n_old + n_new
-    # where each delta entry lands in the output: after the old entries of its prefix
-    d_at = np.searchsorted(o_hi, d_hi, "right") + np.arange(n_new) if n_old else np.arange(n_new)
-    from_delta = np.zeros(n, np.bool_)
-    from_delta[d_at] = True
-    o_at = np.flatnonzero(~from_delta)
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    # where each entry's value comes from (old segment's bytes or the spool) and how long it is
-    if n_old:
-        lengths = np.zeros(n, np.int64)
-        sources = np.zeros(n, np.int64)
-        lengths[o_at] = old.end - old.start
-        sources[o_at] = old.start
-        if n_new:
-            lengths[d_at] = d_len
-            sources[d_at] = d_start
-    else:  # the first seal: the delta alone, already in order
-        lengths, sources = d_len, d_start
-    if not n:
-        np.save(tmp / "hi.npy", np.zeros(0, np.uint64))
-        np.save(tmp / "rec.npy", np.zeros(0, RECORD))
-    else:
-        hi = np.lib.format.open_memmap(tmp / "hi.npy", mode="w+", dtype=np.uint64, shape=(n,))
-        rec = np.lib.format.open_memmap(tmp / "rec.npy", mode="w+", dtype=RECORD, shape=(n,))
-        for at, src in ((o_at, old), (d_at, None)):
-            if not len(at):
-                continue
-            hi[at] = src.hi if src is not None else d_hi
-            rec["lo"][at] = src.lo if src is not None else d_lo
-            rec["fk"][at] = src.fk_u64 if src is not None else d_fk
-        np.cumsum(lengths, out=rec["end"])
-        rec["start"] = rec["end"]
-        rec["start"] -= lengths
-        hi.flush()
-        rec.flush()
-        del hi, rec
-    old_bytes = np.frombuffer(old.values, np.uint8) if n_old and len(old.values) else np.zeros(0, np.uint8)
-    new_bytes = np.memmap(spool, np.uint8, mode="r") if n_new and os.path.getsize(spool) else np.zeros(0, np.uint8)
-    with open(tmp / "values.bin", "wb") as out_file:
-        for a in range(0, n, COPY_CHUNK):
-            b = min(a + COPY_CHUNK, n)
-            out_file.write(_gather(sources[a:b], lengths[a:b], from_delta[a:b], old_bytes, new_bytes).tobytes())
-        out_file.flush()
-        os.fsync(out_file.fileno())
-    del old_bytes, new_bytes
+    out = _SegmentFiles(tmp)
+    reader = _OldReader(old) if old is not None and len(old.hi) else None
+    n_old = reader.n if reader is not None else 0
+    dropped = np.zeros(0, np.int64)
+    if reader is not None and removed:
+        keys = np.frombuffer(b"".join(removed), np.uint8).reshape(-1, ID_BYTES + FILE_KEY_BYTES)
+        hi, lo = id_halves(keys)
+        dropped = np.sort(_positions_in(old, hi, lo, np.ascontiguousarray(keys[:, ID_BYTES:]).view("<u8").ravel()))
+    at = 0  # the next old entry to write
+
+    def step(b: int, d: tuple[np.ndarray, ...]) -> None:
+        nonlocal at
+        if reader is not None and b > at:
+            o_hi, rec, base, o_bytes = reader.read(at, b)
+        else:
+            o_hi, rec, base, o_bytes = np.zeros(0, np.uint64), np.zeros(0, RECORD), 0, np.zeros(0, np.uint8)
+        d_hi, d_lo, d_fk, d_off, d_bytes = d
+        keep = np.ones(len(o_hi), np.bool_)
+        gone = dropped[(dropped >= at) & (dropped < b)] - at
+        keep[gone] = False
+        if len(o_hi) and len(d_hi):
+            piece = SimpleNamespace(hi=o_hi, lo=rec["lo"], fk_u64=rec["fk"])
+            keep[_positions_in(piece, d_hi, d_lo, d_fk)] = False
+        at = b
+        if not keep.all():
+            o_hi, rec = o_hi[keep], rec[keep]
+        k_old, k_new = len(o_hi), len(d_hi)
+        n = k_old + k_new
+        if not n:
+            return
+        d_at = np.searchsorted(o_hi, d_hi, "right") + np.arange(k_new)
+        from_delta = np.zeros(n, np.bool_)
+        from_delta[d_at] = True
+        o_at = np.flatnonzero(~from_delta)
+        hi = np.empty(n, np.uint64)
+        lo = np.empty(n, np.uint64)
+        fk = np.empty(n, np.uint64)
+        lengths = np.empty(n, np.int64)
+        sources = np.empty(n, np.int64)
+        hi[o_at], lo[o_at], fk[o_at] = o_hi, rec["lo"], rec["fk"]
+        lengths[o_at], sources[o_at] = rec["end"] - rec["start"], rec["start"] - base
+        hi[d_at], lo[d_at], fk[d_at] = d_hi, d_lo, d_fk
+        lengths[d_at], sources[d_at] = np.diff(d_off), d_off[:-1]
+        out.append(hi, lo, fk, lengths, _gather(sources, lengths, from_delta, o_bytes, d_bytes))
+
+    empty = (np.zeros(0, np.uint64),) * 3 + (np.zeros(1, np.int64), np.zeros(0, np.uint8))
+    try:
+        for chunk in delta:
+            d_hi = chunk[0]
+            # the old entries up to this chunk's last prefix, MERGE_STEP (whole prefixes) at a time
+            end = reader.end_of_prefix(int(d_hi[-1])) if reader is not None else 0
+            c = 0
+            while True:
+                b = min(at + MERGE_STEP, end)
+                if b < end:
+                    b = reader.end_of_prefix(int(reader.old.hi[b - 1]))
+                if b >= end:  # the rest of the chunk goes with the last step
+                    step(max(b, at), _delta_slice(chunk, c, len(d_hi)))
+                    break
+                d = int(np.searchsorted(d_hi, reader.old.hi[b], "left"))
+                step(b, _delta_slice(chunk, c, d))
+                c = d
+        while at < n_old:  # old entries after the delta's last prefix
+            step(min(reader.end_of_prefix(int(reader.old.hi[min(at + MERGE_STEP, n_old) - 1])), n_old), empty)
+        total = out.finish()
+    except BaseException:
+        for f in out.files.values():
+            f.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if reader is not None:
+            reader.close()
     for name in FILES:
         fd = os.open(tmp / name, os.O_RDONLY)
         try:
@@ -350,35 +482,16 @@ def merge_into(folder: Path, old: "Segment | _Kept | None", delta: tuple[np.ndar
             os.close(fd)
     shutil.rmtree(folder, ignore_errors=True)
     os.rename(tmp, folder)
-    return n
+    return total
 
 
-class _Kept:
-    """A segment less some entries, in memory (what :func:`merge_into` reads of ``old``)."""
-
-    def __init__(self, old: Segment, keep: np.ndarray):
-        self.hi, self.lo, self.fk_u64 = old.hi[keep], old.lo[keep], old.fk_u64[keep]
-        self.start, self.end = old.start[keep], old.end[keep]
-        self.values = old.values
+def _delta_slice(chunk: tuple[np.ndarray, ...], a: int, b: int) -> tuple[np.ndarray, ...]:
+    """Entries ``a:b`` of a delta chunk (their values' offsets made to start at 0)."""
+    hi, lo, fk, off, data = chunk
+    return hi[a:b], lo[a:b], fk[a:b], off[a:b + 1] - off[a], data[off[a]:off[b]]
 
 
-def _without(old: Segment, removed: list[bytes], delta: tuple[np.ndarray, np.ndarray, np.ndarray]
-             ) -> "Segment | _Kept":
-    """``old`` less the entries named in ``removed`` and those the delta (hi, lo, fk) holds too."""
-    gone = [_positions_in(old, *delta)]
-    if removed:
-        keys = np.frombuffer(b"".join(removed), np.uint8).reshape(-1, ID_BYTES + FILE_KEY_BYTES)
-        hi, lo = id_halves(keys)
-        gone.append(_positions_in(old, hi, lo, np.ascontiguousarray(keys[:, ID_BYTES:]).view("<u8").ravel()))
-    at = np.concatenate(gone)
-    if not len(at):
-        return old
-    keep = np.ones(len(old.hi), np.bool_)
-    keep[at] = False
-    return _Kept(old, keep)
-
-
-def _positions_in(old: "Segment | _Kept", hi: np.ndarray, lo: np.ndarray, fk: np.ndarray) -> np.ndarray:
+def _positions_in(old: "Segment | SimpleNamespace", hi: np.ndarray, lo: np.ndarray, fk: np.ndarray) -> np.ndarray:
     """Positions in ``old`` of the (hi, lo, fk) entries it holds (``fk``: file keys as uint64)."""
     start = np.searchsorted(old.hi, hi, "left")
     count = np.searchsorted(old.hi, hi, "right") - start
