@@ -197,3 +197,48 @@ def test_write_buffer_follows_the_memory_limit(monkeypatch):
     assert physical.write_buffer_bytes() == 128 << 20
     monkeypatch.setattr(physical, "WRITE_BUFFER_BYTES", 5000)
     assert physical.write_buffer_bytes() == 5000
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_a_seal_streamed_in_tiny_steps_matches_a_model(tmp_path, monkeypatch, seed):
+    """The seal's external merge, cut into steps of 3 old entries and delta chunks of 5 (so
+    nearly every step boundary and chunk edge falls inside a run of ids sharing their first
+    8 bytes), gives the same entries as a model through writes, re-writes, deletes and seals."""
+    import omni_iceberg.index.lmdb_backend as lmdb_backend
+    import omni_iceberg.index.sealed as sealed
+    from omni_iceberg.index.lmdb_backend import LmdbBackend
+    from tests.test_index_sealed import FILES, _lookup, _model_lookup
+
+    monkeypatch.setattr(sealed, "MERGE_STEP", 3)
+    monkeypatch.setattr(lmdb_backend, "SEAL_READ_CHUNK", 5)
+    rnd = random.Random(seed)
+    prefixes = [rnd.getrandbits(64).to_bytes(8, "big") for _ in range(12)]  # many ids share each
+    universe = list({rnd.choice(prefixes) + rnd.getrandbits(64).to_bytes(8, "big") for _ in range(300)})
+    backend = LmdbBackend(tmp_path / "idx")
+    model: dict[tuple[bytes, bytes], bytes] = {}
+    seals = 0
+    for step in range(30):
+        action = rnd.random()
+        if action < 0.5:
+            batch = []
+            for rid in rnd.sample(universe, 40):
+                fk, pos = rnd.choice(FILES), rnd.randrange(1 << 20)
+                inline = bytes(rnd.randrange(256) for _ in range(rnd.randrange(6)))
+                batch.append((rid, fk, pos, inline))
+                model[(rid, fk)] = pos.to_bytes(4, "big") + inline
+            backend.put_entries(batch)
+        elif action < 0.65 and model:
+            gone = rnd.sample(sorted(model), min(10, len(model)))
+            backend.delete_entries(gone)
+            for key in gone:
+                del model[key]
+        else:
+            report = backend.seal(progress=False)
+            seals += 1
+            assert report.entries == len(model)
+        asked = rnd.sample(universe, rnd.choice([1, 50, 300]))
+        assert _lookup(backend, asked) == _model_lookup(model, asked), f"step {step}"
+    backend.seal(progress=False)
+    assert seals >= 3
+    assert sorted((r, f) for r, f, *_ in backend.scan_entries()) == sorted(model)
+    backend.close()
