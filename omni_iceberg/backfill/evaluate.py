@@ -35,7 +35,10 @@ class RecordFailure:
 
 
 def _failure(row: int, error: BaseException) -> RecordFailure:
-    tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    # chain=False: bisection retries inside the except block, so the record's own failure carries
+    # its batch's failures as context, as deep as the bisection went - which depends on how the
+    # engine sliced the rows, not on the record. The digest names the record's failure only.
+    tb = "".join(traceback.format_exception(type(error), error, error.__traceback__, chain=False))
     digest = hashlib.sha256(tb.encode()).hexdigest()[:16]
     return RecordFailure(row, type(error).__name__, str(error)[:1000], digest)
 
