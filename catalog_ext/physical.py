@@ -631,8 +631,7 @@ class StagedWrite:
         clear the branch simply sits at ``onto``.
         """
 
-        self.base_snapshot_id = onto_snapshot_id
-        return self._restage_without(batches)
+        return self._restage_without(onto_snapshot_id, batches)
 
     def leave_out_batches(self, batches: set[str]) -> int | None:
         """Re-stage this run on its own base without its files of ``batches``; returns the new head.
@@ -643,12 +642,13 @@ class StagedWrite:
         the run's clears of other batches are replayed: a recomputed unit's new rows must not
         meet its old ones.
         """
-        return self._restage_without(batches)
+        return self._restage_without(self.base_snapshot_id, batches)
 
-    def _restage_without(self, batches: set[str]) -> int:
-        """The branch anew on :attr:`base_snapshot_id`: this run's files except those of
-        ``batches`` (a run's files each hold one unit, i.e. one batch), its clears of the
-        other batches replayed; returns the new head."""
+    def _restage_without(self, onto_snapshot_id: int, batches: set[str]) -> int:
+        """The branch anew on ``onto_snapshot_id``, which becomes the base: this run's files
+        except those of ``batches`` (a run's files each hold one unit, i.e. one batch), its
+        clears of the other batches replayed; returns the new head. The base moves only once
+        the branch is there (a re-stage that failed leaves the writer as it was)."""
         keep = [f for f in self.data_files if file_batch(self.table, f) not in batches]
         cleared = [b for b in self.cleared_batches if b not in batches]
 
@@ -656,7 +656,7 @@ class StagedWrite:
             ops = table.manage_snapshots()
             if self.branch in table.metadata.refs:
                 ops = ops.remove_branch(self.branch)
-            ops.create_branch(self.base_snapshot_id, self.branch).commit()
+            ops.create_branch(onto_snapshot_id, self.branch).commit()
             if cleared:
                 self._delete_batches(self.catalog.load_table(self.identifier), cleared)
             table = self.catalog.load_table(self.identifier)
@@ -666,6 +666,7 @@ class StagedWrite:
         table = iceberg_io.with_table_retry(self.catalog, self.identifier, recommit)
         self.branch_files, self.pending_files = keep, []
         self.cleared_batches = cleared
+        self.base_snapshot_id = onto_snapshot_id
         self.staged_snapshot_id = table.metadata.refs[self.branch].snapshot_id
         return self.staged_snapshot_id
 

@@ -180,6 +180,42 @@ def test_concurrent_backfills_sharing_a_missing_ancestor_compute_it_once(tmp_pat
     assert computed_twice(omni, "web") == []
 
 
+def test_a_backfill_planned_before_a_concurrent_commit_of_its_ancestor_publishes_it_once(tmp_path):
+    """The interleaving behind a rare failure of the test above under load, forced: ``omni
+    backfill`` plans (html_parser is missing), then - while it prints the plan and loads its
+    UDFs - the other backfill computes and commits html_parser, then the first one runs its
+    plan. It used to run it on the state loaded after that commit: its html_parser copy was
+    staged on the other run's snapshot and, compared with a state that already held the
+    other run's unit, looked new - html_parser and punctuation_ratio (computed from that copy)
+    were published with every row twice. The run now starts from its plan's version and
+    leaves its copy out at commit."""
+    from omni_iceberg.backfill.local import LocalExecutor
+    from omni_iceberg.backfill.run import BackfillRun, start_report
+
+    home, _ = _table_with_features(tmp_path, {"a": 200})
+    first = Omni(home=home)
+    plan = first.plan("web", ["punctuation_ratio"])  # what `omni backfill` does before it runs
+    assert plan.features["html_parser"].batches == ["a"] and plan.base_version == first.state("web").version
+    other = Omni(home=home).backfill("web", ["digit_ratio"], isolation="inline", progress=False)
+    assert other.status == "succeeded" and first.state("web").version == plan.base_version + 1
+
+    # a run handed a state newer than its plan refuses to start instead of doubling rows
+    newer = first.state("web")
+    with pytest.raises(ValueError, match=f"made on version {plan.base_version}, but the run was given version "
+                                         f"{newer.version}"):
+        BackfillRun(first.context, newer, plan, start_report(newer, plan, "local", "test"), LocalExecutor("inline"))
+
+    report = first.backfill("web", ["punctuation_ratio"], isolation="inline", progress=False, plan=plan)
+    assert report.status == "succeeded" and report.raced_units == ["html_parser/a"]
+    sound = _assert_sound(home)
+    assert sound.rows == 200 and set(sound.tables.values()) == {(200, 200)}  # every physical table: once per id
+    state = Omni(home=home).state("web")
+    assert [(u.feature, u.run_id) for u in state.computed if u.feature == "html_parser"] == [
+        ("html_parser", other.run_id)]
+    assert feature_nulls(first, "web", "punctuation_ratio") == feature_nulls(first, "web", "digit_ratio") == 0
+    assert computed_twice(first, "web") == []
+
+
 def test_the_same_backfill_twice_at_once_computes_each_unit_once(tmp_path):
     """Two identical commands share a run id (the plan's hash, which is how a rerun resumes),
     hence one staging branch. Before the fix both appended there and one published units

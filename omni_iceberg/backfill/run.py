@@ -118,6 +118,13 @@ class BackfillRun:
             raise FeatureDefinitionError(
                 f"this plan registers built-ins first ({', '.join(d.key for d in plan.registrations.values())}); "
                 "run it through Omni.backfill or 'omni backfill', which register them and plan again")
+        if state.version != plan.base_version:
+            # the commit tells a concurrent run's units from this run's by comparing the latest
+            # version with ``state``: a state newer than the plan already holds what another run
+            # committed meanwhile, so this run's copies of those units would look new and be
+            # published on top of that run's rows (see run_plan)
+            raise ValueError(f"the plan of {plan.logical_table} was made on version {plan.base_version}, but the "
+                             f"run was given version {state.version}: a run starts from its plan's version")
         self.ctx, self.store, self.state, self.plan, self.report = ctx, ctx.store, state, plan, report
         #: phase timings; engines add their own phases (worker start, read, compute) to it
         self.clock = clock or PhaseClock()
@@ -504,6 +511,17 @@ def run_plan(ctx: OmniContext, engine: BackfillEngine, state: FamilyState, plan:
     1/:data:`MAX_MEMORY_SHRINK`.
     """
     started = time.perf_counter()
+    if state.version != plan.base_version:
+        # The plan was made on an earlier version: 'omni backfill' and Omni.backfill plan, print
+        # the plan and load the UDFs before run_backfill loads the state again. A concurrent
+        # backfill that committed a shared ancestor in between left that newer state holding the
+        # ancestor's unit, which this plan computes too. Run on it, this run staged its copy on top
+        # of the other run's snapshot, and the commit (which finds a concurrent run's units by
+        # comparing the latest version with the run's state) saw nothing taken: both copies were
+        # published - every row twice in the ancestor's table and in every feature computed from
+        # this run's copy. On its plan's version, the commit finds the other run's unit and leaves
+        # this run's copy out (BackfillRun.commit).
+        state = ctx.store.load(*split_qualified(state.table.identifier), version=plan.base_version)
     if not plan.empty and plan.has_gpu is None:
         view = engine.has_gpu()
         if view is not None:
