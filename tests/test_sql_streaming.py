@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
+from catalog_ext.iceberg_io import LeafScan
 from omni_iceberg.api import Omni
 from omni_iceberg.cli import render
 from omni_iceberg.explore.planner import plan_query, scan_arrow, scan_source
@@ -53,7 +54,16 @@ def test_a_struct_that_only_gained_fields_streams_and_a_renamed_one_does_not(omn
     plan = plan_query(omni, "SELECT RawData.raw_data FROM m WHERE RawData.raw_data LIKE '%alpha%'")
     base = omni.context.catalog.load_table(omni.context.state("m").base_table.identifier)
     assert len(base.metadata.schemas) > 1  # the struct grew: not "stable" for a whole-table read by name
-    assert isinstance(scan_source(omni, plan, plan.scans[0]), ds.Dataset)
+    source = scan_source(omni, plan, plan.scans[0])
+    # only the needed leaf is read (an Arrow dataset would decode RawData's other fields too)
+    assert isinstance(source, LeafScan)
+    streamed = source.to_table()
+    assert streamed.schema.field("RawData").type == pa.struct([pa.field("raw_data", pa.large_string())]) or \
+        streamed.schema.field("RawData").type == pa.struct([pa.field("raw_data", pa.string())])
+    whole = scan_arrow(omni, plan, plan.scans[0])
+    assert sorted(streamed.column("RawData").combine_chunks().field("raw_data").to_pylist()) == \
+        sorted(whole.column("RawData").combine_chunks().field("raw_data").to_pylist())
+    assert streamed.num_rows == ROWS
     other = Omni(home=tmp_path / "renamed")
     other.create_table("r")
     src = tmp_path / "r.jsonl"
@@ -64,6 +74,23 @@ def test_a_struct_that_only_gained_fields_streams_and_a_renamed_one_does_not(omn
         update.rename_column(("RawData", "url"), "link")
     plan = plan_query(other, "SELECT RawData.raw_data FROM r")
     assert isinstance(scan_source(other, plan, plan.scans[0]), pa.Table)  # read by field id, whole
+
+
+def test_a_struct_leaf_read_keeps_the_pushed_filter_and_batch(omni):
+    # the leaf read prunes row groups by the filter's statistics and applies it to every batch
+    sql = ("SELECT count(*) AS n, sum(length(RawData.raw_data)) AS c FROM m "
+           "WHERE _ai_append_name_ = 'b1' AND _ai_unique_id_ > 'f'")
+    plan = plan_query(omni, sql)
+    source = scan_source(omni, plan, plan.scans[0])
+    assert isinstance(source, LeafScan) and source.arrow_filter is not None
+    whole = scan_arrow(omni, plan, plan.scans[0])
+    ids = [i for i in whole.column("_ai_unique_id_").to_pylist() if i > "f"]
+    assert sorted(source.to_table().column("_ai_unique_id_").to_pylist()) == sorted(ids)
+    assert 0 < len(ids) < ROWS
+    texts = {row["_ai_unique_id_"]: row["RawData"]["raw_data"] for row in whole.to_pylist()}
+    assert omni.query(sql).to_pylist() == [{"n": len(ids), "c": sum(len(texts[i]) for i in ids)}]
+    assert omni.query("SELECT count(*) AS n FROM m WHERE _ai_append_name_ = 'b2' "
+                      "AND RawData.raw_data LIKE '%alpha%'").to_pylist() == [{"n": 0}]
 
 
 def test_a_name_scanned_twice_sees_every_row_both_times(omni):
