@@ -50,16 +50,13 @@ as before: the view returns the same rows, read tables keep their aggregate.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import subprocess
-import tempfile
-import zipfile
 from pathlib import Path
 
 from catalog_ext.config import OmniConfig
 from catalog_ext.errors import ConfigError
+from omni_iceberg.jvm.compile import compile_jar, source_digest
 from spark_udfs.jars import ECJ, default_cache_dir, ensure_jars
 
 log = logging.getLogger(__name__)
@@ -71,17 +68,12 @@ CATALOG_CLASS = "omni.spark.OmniSparkCatalog"
 SOURCES = Path(__file__).resolve().parent / "java"
 #: ``OMNI_SPARK_EXTENSION=0`` leaves the extension out of every session (comparisons, debugging)
 SWITCH = "OMNI_SPARK_EXTENSION"
-_COMPILE_TIMEOUT_S = 300
 
 
 def enabled() -> bool:
     from catalog_ext import settings
 
     return bool(settings.value(SWITCH))
-
-
-def _sources() -> list[Path]:
-    return sorted(SOURCES.rglob("*.java"))
 
 
 def _spark_jars() -> Path:
@@ -96,10 +88,7 @@ def jar_name() -> str:
 
     from spark_udfs.jars import ICEBERG_VERSION
 
-    digest = hashlib.sha256(f"{pyspark.__version__} {ICEBERG_VERSION}".encode())
-    for src in _sources():
-        digest.update(src.relative_to(SOURCES).as_posix().encode() + b"\0" + src.read_bytes())
-    return f"omni-spark-extensions-{digest.hexdigest()[:12]}.jar"
+    return f"omni-spark-extensions-{source_digest([SOURCES], f'{pyspark.__version__} {ICEBERG_VERSION}')}.jar"
 
 
 def ensure_extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -108,8 +97,6 @@ def ensure_extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Pat
     Raises :class:`~catalog_ext.errors.ConfigError` naming what failed (no Java, ECJ not
     downloadable, a compile error with the compiler's output).
     """
-    from omni_iceberg.jvm.java import find_java
-
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
     target = cache / jar_name()
     if target.is_file() and target.stat().st_size > 0:
@@ -118,30 +105,9 @@ def ensure_extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Pat
     tools = default_cache_dir()  # the compiler lives with the other fetched jars, whatever ``cache_dir`` is
     tools.mkdir(parents=True, exist_ok=True)
     ecj = ECJ.fetch(tools / ECJ.filename, "run `make jars` where Maven Central is reachable")
-    java = find_java((17,), purpose="the Java compiler of omni's Spark extension")
     # pyspark's jars and the Iceberg runtime (OmniSparkCatalog extends its SparkCatalog)
-    classpath = os.pathsep.join([*(str(p) for p in sorted(_spark_jars().glob("*.jar"))),
-                                 *(str(p) for p in ensure_jars(tools) if "iceberg" in p.name)])
-    with tempfile.TemporaryDirectory(prefix="omni-spark-ext-") as tmp:
-        classes = Path(tmp) / "classes"
-        cmd = [str(java.java), "-jar", str(ecj), "-17", "-nowarn", "-encoding", "UTF-8", "-cp", classpath,
-               "-d", str(classes), *map(str, _sources())]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise ConfigError(f"compiling omni's Spark extension took over {_COMPILE_TIMEOUT_S} s") from None
-        if done.returncode != 0:
-            raise ConfigError(f"omni's Spark extension ({SOURCES}) did not compile with {java.describe()}:\n"
-                              f"{(done.stdout + done.stderr).strip()[-4000:]}")
-        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=cache)
-        os.close(fd)
-        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as jar:
-            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: omni-iceberg\n")
-            for cls in sorted(classes.rglob("*.class")):
-                jar.write(cls, cls.relative_to(classes).as_posix())
-        os.chmod(part, 0o644)
-        os.replace(part, target)  # a crash never leaves a half jar under the final name
-    return target
+    classpath = [*sorted(_spark_jars().glob("*.jar")), *(p for p in ensure_jars(tools) if "iceberg" in p.name)]
+    return compile_jar(ecj, [SOURCES], classpath, target, what="omni's Spark extension")
 
 
 def extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path | None:

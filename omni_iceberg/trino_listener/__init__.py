@@ -26,16 +26,13 @@ version. :func:`install_plugin` puts it in a Trino's ``plugin/omni-query-log/`` 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
-import zipfile
 from pathlib import Path
 
 from catalog_ext.config import OmniConfig
-from catalog_ext.errors import ConfigError
+from omni_iceberg.jvm.compile import compile_jar, source_digest
 from omni_iceberg.jvm.maven_lock import cache_root, maven_repo, read_lock
 
 LOCK = Path(__file__).resolve().parent / "jars.lock.toml"
@@ -47,20 +44,12 @@ NAME = "omni-query-log"
 PLUGIN_CLASS = "omni.trino.OmniQueryLogPlugin"
 #: unflushed events past this many bytes are dropped (and counted) instead of appended
 MAX_EVENT_BYTES = 64 << 20
-_COMPILE_TIMEOUT_S = 300
 _FIX = "run `python -m omni_iceberg.trino_listener` where Maven Central is reachable"
-
-
-def _sources() -> list[Path]:
-    return sorted(SOURCES.rglob("*.java"))
 
 
 def jar_name() -> str:
     """``omni-trino-listener-<digest>.jar``: the digest of the sources and the SPI version."""
-    digest = hashlib.sha256(SPI.coordinates.encode())
-    for src in _sources():
-        digest.update(src.relative_to(SOURCES).as_posix().encode() + b"\0" + src.read_bytes())
-    return f"omni-trino-listener-{digest.hexdigest()[:12]}.jar"
+    return f"omni-trino-listener-{source_digest([SOURCES], SPI.coordinates)}.jar"
 
 
 def default_cache_dir() -> Path:
@@ -74,8 +63,6 @@ def ensure_listener_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path
     Raises :class:`~catalog_ext.errors.ConfigError` naming what failed (no Java, a jar not
     downloadable, a compile error with the compiler's output).
     """
-    from omni_iceberg.jvm.java import find_java
-
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
     target = cache / jar_name()
     if target.is_file() and target.stat().st_size > 0:
@@ -86,29 +73,9 @@ def ensure_listener_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path
     repo = maven_repo()
     ecj = ECJ.fetch(tools / ECJ.filename, _FIX, repo)
     spi = SPI.fetch(tools / SPI.filename, _FIX, repo)
-    java = find_java((17,), purpose="the Java compiler of omni's Trino event listener")
-    with tempfile.TemporaryDirectory(prefix="omni-trino-listener-") as tmp:
-        classes = Path(tmp) / "classes"
-        cmd = [str(java.java), "-jar", str(ecj), "-17", "-nowarn", "-encoding", "UTF-8", "-cp", str(spi),
-               "-d", str(classes), *map(str, _sources())]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise ConfigError(f"compiling omni's Trino event listener took over {_COMPILE_TIMEOUT_S} s") from None
-        if done.returncode != 0:
-            raise ConfigError(f"omni's Trino event listener ({SOURCES}) did not compile with {java.describe()}:\n"
-                              f"{(done.stdout + done.stderr).strip()[-4000:]}")
-        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=cache)
-        os.close(fd)
-        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as jar:
-            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: omni-iceberg\n")
-            # how Trino's plugin loader finds the plugin class (java.util.ServiceLoader)
-            jar.writestr("META-INF/services/io.trino.spi.Plugin", PLUGIN_CLASS + "\n")
-            for cls in sorted(classes.rglob("*.class")):
-                jar.write(cls, cls.relative_to(classes).as_posix())
-        os.chmod(part, 0o644)
-        os.replace(part, target)  # a crash never leaves a half jar under the final name
-    return target
+    # how Trino's plugin loader finds the plugin class (java.util.ServiceLoader)
+    return compile_jar(ecj, [SOURCES], [spi], target, what="omni's Trino event listener",
+                       services={"io.trino.spi.Plugin": PLUGIN_CLASS})
 
 
 def install_plugin(plugin_dir: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:

@@ -1,10 +1,11 @@
 package omni.spark;
 
+import static omni.common.EventLines.json;
+import static omni.common.EventLines.maskLiterals;
+
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
-import java.nio.file.StandardOpenOption;
 import java.time.Instant;
 import java.time.ZoneOffset;
 import java.time.format.DateTimeFormatter;
@@ -45,6 +46,7 @@ import org.apache.spark.sql.execution.metric.SQLMetric;
 import org.apache.spark.sql.util.QueryExecutionListener;
 
 import scala.Option;
+import omni.common.EventLines;
 
 /**
  * Records the Spark SQL queries on omni's logical views in omni's query log
@@ -69,7 +71,6 @@ public final class QueryLogListener implements QueryExecutionListener {
     public static final String EVENTS = "spark.omni.queryLog.events";
     public static final String MAX_BYTES = "spark.omni.queryLog.maxBytes";
     private static final String BATCH_COLUMN = "_ai_append_name_";
-    private static final int MAX_SQL = 4000;
 
     private static final AtomicLong RECORDED = new AtomicLong();
     private static final AtomicLong DROPPED = new AtomicLong();
@@ -195,17 +196,7 @@ public final class QueryLogListener implements QueryExecutionListener {
     }
 
     private void append(byte[] payload, int lines) throws Exception {
-        long size = Files.exists(events) ? Files.size(events) : 0L;
-        if (size + payload.length > maxBytes) {
-            DROPPED.addAndGet(lines);
-            return;
-        }
-        if (!Files.isDirectory(events.getParent())) {
-            Files.createDirectories(events.getParent());
-        }
-        // one write on an O_APPEND file: lines of concurrent writers (omni, other JVMs) never interleave
-        Files.write(events, payload, StandardOpenOption.CREATE, StandardOpenOption.WRITE, StandardOpenOption.APPEND);
-        RECORDED.addAndGet(lines);
+        (EventLines.append(events, maxBytes, payload) ? RECORDED : DROPPED).addAndGet(lines);
     }
 
     /**
@@ -398,49 +389,5 @@ public final class QueryLogListener implements QueryExecutionListener {
         } catch (RuntimeException e) {
             return "";
         }
-    }
-
-    /** {@code sql} with every quoted literal replaced by '***' and cut to its first characters: it may quote a secret. */
-    static String maskLiterals(String sql) {
-        StringBuilder out = new StringBuilder(Math.min(sql.length(), MAX_SQL));
-        boolean inQuote = false;
-        for (int i = 0; i < sql.length() && out.length() < MAX_SQL; i++) {
-            char c = sql.charAt(i);
-            if (inQuote) {
-                if (c == '\'' && i + 1 < sql.length() && sql.charAt(i + 1) == '\'') {
-                    i++;  // an escaped quote inside the literal
-                } else if (c == '\'') {
-                    inQuote = false;
-                    out.append("***'");
-                }
-            } else {
-                out.append(c);
-                inQuote = c == '\'';
-            }
-        }
-        return out.toString();
-    }
-
-    static String json(String s) {
-        StringBuilder out = new StringBuilder(s.length() + 2).append('"');
-        for (int i = 0; i < s.length(); i++) {
-            char c = s.charAt(i);
-            if (c == '"' || c == '\\') {
-                out.append('\\').append(c);
-            } else if (c < 0x20) {
-                out.append(String.format("\\u%04x", (int) c));
-            } else {
-                out.append(c);
-            }
-        }
-        return out.append('"').toString();
-    }
-
-    static String json(List<String> items) {
-        StringBuilder out = new StringBuilder("[");
-        for (int i = 0; i < items.size(); i++) {
-            out.append(i == 0 ? "" : ",").append(json(items.get(i)));
-        }
-        return out.append(']').toString();
     }
 }
