@@ -1,7 +1,6 @@
 package omni.spark;
 
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
@@ -37,8 +36,6 @@ import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias$;
 import org.apache.spark.sql.catalyst.plans.logical.UnresolvedHint;
 import org.apache.spark.sql.catalyst.plans.logical.Window;
 import org.apache.spark.sql.catalyst.rules.Rule;
-import org.apache.spark.sql.connector.catalog.CatalogManager;
-import org.apache.spark.sql.connector.catalog.CatalogPlugin;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.View;
 
@@ -175,25 +172,15 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
 
     private LogicalPlan prune(UnresolvedRelation relation, Set<String> names) {
         List<String> parts = Plans.list(relation.multipartIdentifier());
-        CatalogManager catalogs = session.sessionState().catalogManager();
-        CatalogPlugin catalog;
-        List<String> path;
-        if (parts.size() > 1 && catalogs.isCatalogRegistered(parts.get(0))) {
-            catalog = catalogs.catalog(parts.get(0));
-            path = parts.subList(1, parts.size());
-        } else {
-            catalog = catalogs.currentCatalog();
-            path = parts.size() == 1 ? concat(Arrays.asList(catalogs.currentNamespace()), parts) : parts;
-            if (parts.size() == 1 && session.sessionState().catalog().isTempView(relation.multipartIdentifier())) {
-                return relation;
-            }
-        }
-        if (!(catalog instanceof OmniSparkCatalog) || path.size() < 2) {
+        if (parts.size() == 1 && session.sessionState().catalog().isTempView(relation.multipartIdentifier())) {
             return relation;
         }
-        OmniSparkCatalog omni = (OmniSparkCatalog) catalog;
-        Identifier ident = Identifier.of(path.subList(0, path.size() - 1).toArray(new String[0]),
-                                         path.get(path.size() - 1));
+        CatalogPath where = CatalogPath.of(parts, session.sessionState().catalogManager());
+        OmniSparkCatalog omni = where.omniCatalog();
+        if (omni == null) {
+            return relation;
+        }
+        Identifier ident = where.identifier();
         View view = omni.omniView(ident);
         View pruned = view == null ? null : ViewPruning.pruned(view, names);
         if (pruned == null) {
@@ -204,15 +191,9 @@ public final class PruneOmniViews extends Rule<LogicalPlan> {
         markedParts.add(marked);
         // the alias keeps the view's own name, so `wide.col` and `ns.wide.col` resolve as before
         List<String> alias = new ArrayList<>();
-        alias.add(catalog.name());
-        alias.addAll(path);
+        alias.add(where.catalog().name());
+        alias.addAll(where.path());
         return SubqueryAlias$.MODULE$.apply(Plans.seq(alias), new UnresolvedRelation(Plans.seq(markedParts), relation.options(),
                                                                        relation.isStreaming()));
-    }
-
-    private static <T> List<T> concat(List<T> a, List<T> b) {
-        List<T> out = new ArrayList<>(a);
-        out.addAll(b);
-        return out;
     }
 }

@@ -10,7 +10,6 @@ import java.time.Instant;
 import java.time.ZoneOffset;
 import java.time.format.DateTimeFormatter;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
@@ -34,8 +33,6 @@ import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
-import org.apache.spark.sql.connector.catalog.CatalogManager;
-import org.apache.spark.sql.connector.catalog.CatalogPlugin;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.execution.QueryExecution;
 import org.apache.spark.sql.execution.SparkPlan;
@@ -306,23 +303,13 @@ public final class QueryLogListener implements QueryExecutionListener {
         String name = alias.identifier().name();
         int mark = name.indexOf(OmniSparkCatalog.PRUNED_MARK);
         parts.add(mark < 0 ? name : name.substring(0, mark));
-        CatalogManager catalogs = session.sessionState().catalogManager();
-        CatalogPlugin catalog;
-        List<String> path;
-        if (parts.size() > 1 && catalogs.isCatalogRegistered(parts.get(0))) {
-            catalog = catalogs.catalog(parts.get(0));
-            path = parts.subList(1, parts.size());
-        } else {
-            catalog = catalogs.currentCatalog();
-            path = new ArrayList<>(parts.size() == 1 ? Arrays.asList(catalogs.currentNamespace()) : List.of());
-            path.addAll(parts);
-        }
-        if (!(catalog instanceof OmniSparkCatalog) || path.size() < 2) {
+        CatalogPath where = CatalogPath.of(parts, session.sessionState().catalogManager());
+        OmniSparkCatalog omni = where.omniCatalog();
+        if (omni == null) {
             return null;
         }
-        Identifier ident = Identifier.of(path.subList(0, path.size() - 1).toArray(new String[0]),
-                                         path.get(path.size() - 1));
-        Map<String, String> props = ((OmniSparkCatalog) catalog).omniViewProperties(ident);
+        List<String> path = where.path();
+        Map<String, String> props = omni.omniViewProperties(where.identifier());
         if (props == null) {
             return null;
         }
