@@ -270,7 +270,7 @@ def main(argv=None) -> None:
                     f"index's LMDB map left out) {sizes[-1]:,} / {sizes[0]:,} "
                     f"({a['peak_anon_mib']:.0f} -> {b['peak_anon_mib']:.0f} MiB)",
                     b["peak_anon_mib"] / a["peak_anon_mib"], "x", "", None))
-    payload = {"headlines": headlines, "inputs": {k: {**v, "path": str(v["path"])} for k, v in inputs.items()},
+    payload = {"headline": headlines, "inputs": {k: {**v, "path": str(v["path"])} for k, v in inputs.items()},
                "memory_limit_mb": float(os.environ.get("OMNI_MEMORY_LIMIT_MB", 1024)), "results": results}
     C.write_result(args, payload, started)
 

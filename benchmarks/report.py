@@ -105,6 +105,11 @@ def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
 def load_results() -> list[dict]:
     # the file's stem names a result (index and index-hbase are one benchmark, two backends)
     docs = {p.stem: json.loads(p.read_text()) | {"result_name": p.stem} for p in sorted(RESULTS.glob("*.json"))}
+    # a result whose figures sit under another key would vanish from both pages, misses included
+    unread = [f"{n}.json" for n, d in docs.items() if not isinstance(d.get("headline"), list)]
+    if unread:
+        raise SystemExit(f"benchmarks/results: {', '.join(unread)} hold no 'headline' list (benchmarks.common.headline "
+                         "figures, written by write_result's payload); nothing was regenerated")
     names = [n for n in ORDER if n in docs] + sorted(n for n in docs if n not in ORDER)
     return [docs[n] for n in names]
 

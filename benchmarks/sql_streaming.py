@@ -252,7 +252,7 @@ def main() -> None:
         "Load on this shared 2-core machine at the time: see machine.load_average; other engineers' test "
         "suites ran alongside.",
     ]
-    C.write_result(args, {"setups": {n: s[2] for n, s in setups.items()}, "headlines": headlines, "table": table,
+    C.write_result(args, {"setups": {n: s[2] for n, s in setups.items()}, "headline": headlines, "table": table,
                           "notes": notes}, started)
     for h in headlines:
         print(f"{h['metric']}: {h['value']:.2f}{h['unit']} (target {h['target']}: "

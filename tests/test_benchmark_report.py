@@ -31,3 +31,17 @@ def test_rows_keep_targets_peers_and_misses_and_say_where_they_come_from() -> No
         ("REST / JDBC", "11.90x", "report", "-"),  # no target anywhere: the first figure stands for it
     ]
     assert rows[0][5] == "abc1234, 2026-12-03, 2 cores, load 1.3"
+
+
+def test_a_result_without_headline_figures_is_refused_not_left_out(tmp_path, monkeypatch) -> None:
+    import json
+
+    import pytest
+
+    import benchmarks.report as report
+
+    (tmp_path / "good.json").write_text(json.dumps(_doc("good", [headline("a / b", 1.0, "x")])))
+    (tmp_path / "misnamed.json").write_text(json.dumps({"benchmark": "misnamed", "headlines": []}))
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    with pytest.raises(SystemExit, match="misnamed.json"):
+        report.load_results()
