@@ -180,33 +180,20 @@ def test_concurrent_backfills_sharing_a_missing_ancestor_compute_it_once(tmp_pat
     assert computed_twice(omni, "web") == []
 
 
-def test_a_backfill_planned_before_a_concurrent_commit_of_its_ancestor_publishes_it_once(tmp_path):
-    """The interleaving behind a rare failure of the test above under load, forced: ``omni
-    backfill`` plans (html_parser is missing), then - while it prints the plan and loads its
-    UDFs - the other backfill computes and commits html_parser, then the first one runs its
-    plan. It used to run it on the state loaded after that commit: its html_parser copy was
-    staged on the other run's snapshot and, compared with a state that already held the
-    other run's unit, looked new - html_parser and punctuation_ratio (computed from that copy)
-    were published with every row twice. The run now starts from its plan's version and
-    leaves its copy out at commit."""
-    from omni_iceberg.backfill.local import LocalExecutor
-    from omni_iceberg.backfill.run import BackfillRun, start_report
-
+def _planned_then_overtaken(tmp_path: Path):
+    """``omni backfill --features punctuation_ratio`` planned (html_parser missing), then another
+    backfill computed and committed html_parser before it ran: (home, the first Omni, its plan,
+    the other run's report)."""
     home, _ = _table_with_features(tmp_path, {"a": 200})
     first = Omni(home=home)
     plan = first.plan("web", ["punctuation_ratio"])  # what `omni backfill` does before it runs
     assert plan.features["html_parser"].batches == ["a"] and plan.base_version == first.state("web").version
     other = Omni(home=home).backfill("web", ["digit_ratio"], isolation="inline", progress=False)
     assert other.status == "succeeded" and first.state("web").version == plan.base_version + 1
+    return home, first, plan, other
 
-    # a run handed a state newer than its plan refuses to start instead of doubling rows
-    newer = first.state("web")
-    with pytest.raises(ValueError, match=f"made on version {plan.base_version}, but the run was given version "
-                                         f"{newer.version}"):
-        BackfillRun(first.context, newer, plan, start_report(newer, plan, "local", "test"), LocalExecutor("inline"))
 
-    report = first.backfill("web", ["punctuation_ratio"], isolation="inline", progress=False, plan=plan)
-    assert report.status == "succeeded" and report.raced_units == ["html_parser/a"]
+def _assert_published_once(home: Path, first: Omni, other) -> None:
     sound = _assert_sound(home)
     assert sound.rows == 200 and set(sound.tables.values()) == {(200, 200)}  # every physical table: once per id
     state = Omni(home=home).state("web")
@@ -214,6 +201,38 @@ def test_a_backfill_planned_before_a_concurrent_commit_of_its_ancestor_publishes
         ("html_parser", other.run_id)]
     assert feature_nulls(first, "web", "punctuation_ratio") == feature_nulls(first, "web", "digit_ratio") == 0
     assert computed_twice(first, "web") == []
+
+
+def test_a_backfill_planned_before_a_concurrent_commit_of_its_ancestor_publishes_it_once(tmp_path):
+    """The interleaving behind a rare failure of the test above under load, forced: ``omni
+    backfill`` plans (html_parser is missing), then - while it prints the plan and loads its
+    UDFs - the other backfill computes and commits html_parser, then the first one runs. It
+    used to run its plan on the state loaded after that commit: its html_parser copy was
+    staged on the other run's snapshot and, compared with a state that already held the
+    other run's unit, looked new - html_parser and punctuation_ratio (computed from that copy)
+    were published with every row twice. The command now plans again on the version it
+    finds (html_parser is there: only punctuation_ratio is computed)."""
+    home, first, plan, other = _planned_then_overtaken(tmp_path)
+    report = first.backfill("web", ["punctuation_ratio"], isolation="inline", progress=False, plan=plan)
+    assert report.status == "succeeded" and report.raced_units == []
+    _assert_published_once(home, first, other)
+
+
+def test_a_run_handed_a_state_newer_than_its_plan_runs_the_plan_s_version(tmp_path):
+    """The backstop below the command: BackfillRun refuses a state newer than its plan, and
+    run_plan runs the plan's own version, whose commit finds the other run's unit taken and
+    leaves this run's copy out."""
+    from omni_iceberg.backfill.local import LocalBackfill, LocalExecutor
+    from omni_iceberg.backfill.run import BackfillRun, run_plan, start_report
+
+    home, first, plan, other = _planned_then_overtaken(tmp_path)
+    newer = first.state("web")
+    with pytest.raises(ValueError, match=f"made on version {plan.base_version}, but the run was given version "
+                                         f"{newer.version}"):
+        BackfillRun(first.context, newer, plan, start_report(newer, plan, "local", "test"), LocalExecutor("inline"))
+    report = run_plan(first.context, LocalBackfill(first.context, isolation="inline"), newer, plan, progress=False)
+    assert report.status == "succeeded" and report.raced_units == ["html_parser/a"]
+    _assert_published_once(home, first, other)
 
 
 def test_the_same_backfill_twice_at_once_computes_each_unit_once(tmp_path):

@@ -162,6 +162,11 @@ def run_backfill(ctx: OmniContext, name: str, features: list[str], batches: list
 
     ns, table = split_qualified(name)
     state = ctx.store.load(ns, table)
+    if plan is not None and plan.base_version != state.version:
+        # the table moved since the command planned ('omni backfill' prints the plan and loads
+        # the UDFs first): plan again on what is there now, so units a concurrent run committed
+        # meanwhile are not computed twice and an unrelated commit (a rebucket) is not a conflict
+        plan = None
     plan = plan or plan_backfill(state, features, batches, has_gpu)
     registered: list[str] = []
     if plan.registrations and not dry_run:
