@@ -35,9 +35,11 @@ def execute_sql(ctx: OmniContext, sql_text: str, master: str | None = None) -> p
 def _session_on(ctx: OmniContext, master: str):
     from pyspark.sql import SparkSession
 
-    from spark_udfs.engine import open_session
+    from spark_udfs.engine import check_master_reachable, open_session
 
     running = SparkSession.getActiveSession()
+    if running is not None and running.sparkContext.master != master:
+        check_master_reachable(master)  # a master that does not answer is the error to name first
     if running is not None:
         # one SparkContext per process: a session already running keeps the master it started with
         have = running.sparkContext.master
