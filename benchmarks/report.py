@@ -170,6 +170,14 @@ def render(results: list[dict]) -> str:
             lines += [f"*{extra['title']}*", ""] if extra.get("title") else []
             lines += _table(extra["columns"], extra["rows"])
             lines.append("")
+        runs = doc.get("part_runs") or {}
+        if runs:  # a result merged from several runs: where each part comes from
+            lines += ["*where each part comes from*", ""]
+            lines += _table(["part", "commit", "date", "load (1 min)", "command"],
+                            [[part, r.get("commit", "?"), r.get("date", "?"),
+                              (r.get("load_average") or ["?"])[0], f"`{r.get('command', '?')}`"]
+                             for part, r in sorted(runs.items())])
+            lines.append("")
         for note in doc.get("notes", []):
             lines.append(f"- {note}")
         png = RESULTS / f"{doc['benchmark']}.png"
