@@ -221,8 +221,7 @@ def iter_logical_slices(catalog: Any, state: Any, columns: list[str], batch: str
     """
     from catalog_ext import iceberg_io
     from catalog_ext.contract import check_batch_name
-    from catalog_ext.physical import arrow_type
-    from omni_iceberg.read.reader import coalesce_parts, expand_columns, flatten, left_join, plan_columns
+    from omni_iceberg.read.reader import assemble_flat, coalesce_parts, expand_columns, flatten, left_join, plan_columns
     from pyiceberg.expressions import EqualTo
 
     limit = slice_bytes() if limit is None else limit
@@ -249,9 +248,4 @@ def iter_logical_slices(catalog: Any, state: Any, columns: list[str], batch: str
             joined = coalesce_parts(joined)
             if not joined.num_rows:
                 continue
-            n = joined.num_rows
-            arrays = [joined.column(ID_COLUMN), joined.column(BATCH_COLUMN)]
-            for path in leaves:
-                arrays.append(joined.column(path) if path in joined.column_names
-                              else pa.chunked_array([pa.nulls(n, type=arrow_type(state.column(path).type))]))
-            yield pa.Table.from_arrays(arrays, names=KEYS + leaves)
+            yield assemble_flat(state, joined, leaves)

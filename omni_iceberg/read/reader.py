@@ -161,7 +161,7 @@ def iter_logical_slices(catalog: Any, state: FamilyState, columns: list[str], ba
             for data, cols in zip(datas, per_table.values()):
                 part = flatten(data, cols)
                 joined = part if joined is None else left_join(joined, part)
-            out = _assemble_flat(state, coalesce_parts(joined), leaves)
+            out = assemble_flat(state, coalesce_parts(joined), leaves)
             check_records_fit(out, f"batch {batch} of {state.table.identifier}")
             yield out
 
@@ -306,7 +306,8 @@ def check_records_fit(data: pa.Table, where: str, limit: int | None = None) -> N
             "nothing was committed")
 
 
-def _assemble_flat(state: FamilyState, joined: pa.Table, leaves: list[str]) -> pa.Table:
+def assemble_flat(state: FamilyState, joined: pa.Table, leaves: list[str]) -> pa.Table:
+    """The keys, then one column per leaf path in ``leaves`` order; a leaf computed nowhere yet is all NULLs."""
     n = joined.num_rows
     arrays = [joined.column(ID_COLUMN), joined.column(BATCH_COLUMN)]
     for path in leaves:
