@@ -56,7 +56,7 @@ from pathlib import Path
 
 from catalog_ext.config import OmniConfig
 from catalog_ext.errors import ConfigError
-from omni_iceberg.jvm.compile import compile_jar, source_digest
+from omni_iceberg.jvm.compile import cached_jar, compile_jar, source_digest
 from spark_udfs.jars import ECJ, default_cache_dir, ensure_jars
 
 log = logging.getLogger(__name__)
@@ -97,17 +97,14 @@ def ensure_extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Pat
     Raises :class:`~catalog_ext.errors.ConfigError` naming what failed (no Java, ECJ not
     downloadable, a compile error with the compiler's output).
     """
-    cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
-    target = cache / jar_name()
-    if target.is_file() and target.stat().st_size > 0:
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    tools = default_cache_dir()  # the compiler lives with the other fetched jars, whatever ``cache_dir`` is
-    tools.mkdir(parents=True, exist_ok=True)
-    ecj = ECJ.fetch(tools / ECJ.filename, "run `make jars` where Maven Central is reachable")
-    # pyspark's jars and the Iceberg runtime (OmniSparkCatalog extends its SparkCatalog)
-    classpath = [*sorted(_spark_jars().glob("*.jar")), *(p for p in ensure_jars(tools) if "iceberg" in p.name)]
-    return compile_jar(ecj, [SOURCES], classpath, target, what="omni's Spark extension")
+    def build(target: Path) -> Path:
+        tools = default_cache_dir()
+        ecj = ECJ.fetch(tools / ECJ.filename, "run `make jars` where Maven Central is reachable")
+        # pyspark's jars and the Iceberg runtime (OmniSparkCatalog extends its SparkCatalog)
+        classpath = [*sorted(_spark_jars().glob("*.jar")), *(p for p in ensure_jars(tools) if "iceberg" in p.name)]
+        return compile_jar(ecj, [SOURCES], classpath, target, what="omni's Spark extension")
+
+    return cached_jar(cache_dir, default_cache_dir(), jar_name(), build)
 
 
 def extension_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path | None:

@@ -135,14 +135,10 @@ def export(ctx: OmniContext, name: str, columns: list[str] | None, where: str | 
             sizes = replayed.get((batch, bucket))
             if sizes is None or sum(sizes) != data.num_rows:  # a replay whose rows changed: verification names them
                 sizes = _piece_rows(data.num_rows, data.nbytes, workers)
-            current, start = [], 0
-            for k, n in enumerate(sizes):
-                fname = f"part-{batch}-{bucket:04d}.{fmt}" if len(sizes) == 1 else \
-                    f"part-{batch}-{bucket:04d}-{k:03d}.{fmt}"
-                entry = {"file": fname, "batch": batch, "bucket": bucket, "rows": n}
+            current = []
+            for start, n, entry in _pieces(batch, bucket, sizes, fmt):
                 files.append(entry)
-                current.append(pool.submit(_write_piece, data, order, start, n, out / fname, fmt, entry))
-                start += n
+                current.append(pool.submit(_write_piece, data, order, start, n, out / entry["file"], fmt, entry))
             total += data.num_rows
             # at most two parts in memory: this one being cut, the last one being written
             for f in previous:
@@ -370,14 +366,10 @@ def _export_spilled(ctx: OmniContext, sql: str, plan: QueryPlan, reads: list[tup
         sizes = replayed.get((batch, bucket))
         if sizes is None or sum(sizes) != rows:
             sizes = _bounded_pieces(_piece_rows(rows, nbytes, workers), nbytes, slice_bytes())
-        futures, start = [], 0
-        for k, n in enumerate(sizes):
-            fname = f"part-{batch}-{bucket:04d}.{fmt}" if len(sizes) == 1 else \
-                f"part-{batch}-{bucket:04d}-{k:03d}.{fmt}"
-            entry = {"file": fname, "batch": batch, "bucket": bucket, "rows": n}
+        futures = []
+        for start, n, entry in _pieces(batch, bucket, sizes, fmt):
             files.append(entry)
-            futures.append(pool.submit(_write_spilled_piece, spill, start, n, out / fname, fmt, entry))
-            start += n
+            futures.append(pool.submit(_write_spilled_piece, spill, start, n, out / entry["file"], fmt, entry))
             while len([f for f in futures if not f.done()]) >= workers:  # at most one piece a writer in memory
                 next(f for f in futures if not f.done()).result()
         for f in futures:
@@ -460,6 +452,15 @@ def _writers() -> int:
     from catalog_ext import settings
 
     return settings.value("OMNI_EXPORT_WRITERS") or max(1, min(8, os.cpu_count() or 1))
+
+
+def _pieces(batch: str, bucket: int, sizes: list[int], fmt: str):
+    """(first row, rows, manifest entry) of each output file of one (batch, bucket) part."""
+    start = 0
+    for k, n in enumerate(sizes):
+        fname = f"part-{batch}-{bucket:04d}.{fmt}" if len(sizes) == 1 else f"part-{batch}-{bucket:04d}-{k:03d}.{fmt}"
+        yield start, n, {"file": fname, "batch": batch, "bucket": bucket, "rows": n}
+        start += n
 
 
 def _piece_rows(rows: int, nbytes: int, workers: int) -> list[int]:

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from catalog_ext.errors import ConfigError
 
@@ -41,6 +41,19 @@ def source_digest(roots: Iterable[Path], against: str) -> str:
     for root, src in java_sources(roots):
         digest.update(src.relative_to(root).as_posix().encode() + b"\0" + src.read_bytes())
     return digest.hexdigest()[:12]
+
+
+def cached_jar(cache_dir: str | os.PathLike[str] | None, default_dir: Path, name: str,
+               build: Callable[[Path], Path]) -> Path:
+    """The jar ``name`` in ``cache_dir`` (default ``default_dir``); ``build(target)`` makes it when
+    it is missing or empty. The jar's name digests its sources, so one present is current."""
+    cache = Path(cache_dir).resolve() if cache_dir is not None else default_dir
+    target = cache / name
+    if target.is_file() and target.stat().st_size > 0:
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    default_dir.mkdir(parents=True, exist_ok=True)  # the compiler lives there, whatever ``cache_dir`` is
+    return build(target)
 
 
 def compile_jar(ecj: Path, roots: Iterable[Path], classpath: Iterable[Path], target: Path, *, what: str,

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from catalog_ext.config import OmniConfig
-from omni_iceberg.jvm.compile import compile_jar, source_digest
+from omni_iceberg.jvm.compile import cached_jar, compile_jar, source_digest
 from omni_iceberg.jvm.maven_lock import cache_root, maven_repo, read_lock
 
 LOCK = Path(__file__).resolve().parent / "jars.lock.toml"
@@ -63,19 +63,15 @@ def ensure_listener_jar(cache_dir: str | os.PathLike[str] | None = None) -> Path
     Raises :class:`~catalog_ext.errors.ConfigError` naming what failed (no Java, a jar not
     downloadable, a compile error with the compiler's output).
     """
-    cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
-    target = cache / jar_name()
-    if target.is_file() and target.stat().st_size > 0:
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    tools = default_cache_dir()
-    tools.mkdir(parents=True, exist_ok=True)
-    repo = maven_repo()
-    ecj = ECJ.fetch(tools / ECJ.filename, _FIX, repo)
-    spi = SPI.fetch(tools / SPI.filename, _FIX, repo)
-    # how Trino's plugin loader finds the plugin class (java.util.ServiceLoader)
-    return compile_jar(ecj, [SOURCES], [spi], target, what="omni's Trino event listener",
-                       services={"io.trino.spi.Plugin": PLUGIN_CLASS})
+    def build(target: Path) -> Path:
+        tools, repo = default_cache_dir(), maven_repo()
+        ecj = ECJ.fetch(tools / ECJ.filename, _FIX, repo)
+        spi = SPI.fetch(tools / SPI.filename, _FIX, repo)
+        # how Trino's plugin loader finds the plugin class (java.util.ServiceLoader)
+        return compile_jar(ecj, [SOURCES], [spi], target, what="omni's Trino event listener",
+                           services={"io.trino.spi.Plugin": PLUGIN_CLASS})
+
+    return cached_jar(cache_dir, default_cache_dir(), jar_name(), build)
 
 
 def install_plugin(plugin_dir: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
