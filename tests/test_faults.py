@@ -356,3 +356,113 @@ def _files_containing(needle: bytes, *roots: Path) -> list[Path]:
             if needle in data:
                 found.append(path)
     return found
+
+
+# ---- a backfill that loses to a re-bucketing ---------------------------------------------
+
+
+def _bucket_counts_of_pinned_files(omni: Omni, name: str) -> set[int]:
+    """The id-bucket counts the data files pinned by the latest version of ``name`` are partitioned by."""
+    from catalog_ext.iceberg_io import spec_bucket_count
+
+    counts: set[int] = set()
+    for t in omni.state(name).tables:
+        if t.snapshot_id is None or t.emptied:
+            continue
+        ice = omni.catalog.load_table(t.identifier)
+        specs = ice.metadata.specs()
+        counts |= {spec_bucket_count(specs[task.file.spec_id]) for task in ice.scan(snapshot_id=t.snapshot_id).plan_files()}
+    return counts
+
+
+def _lose_to_a_rebucket(home: Path, omni: Omni, features: list[str]) -> tuple[int, object]:
+    """Run a backfill of ``features`` that has staged every unit and indexed its files when a
+    re-bucketing 4 -> 8 commits (the interleaving of benchmarks/reliability.py's unclean
+    backfill/rebucket races, forced): its first commit attempt loses the view swap, the retry
+    rebases its html_parser branch onto the re-bucketed snapshot, and the commit is refused.
+    Returns (the version the run started from, the error it ended with)."""
+    from catalog_ext.errors import CommitConflictError
+    from omni_iceberg.backfill.local import LocalBackfill, LocalExecutor
+    from omni_iceberg.backfill.run import run_plan
+
+    class RebucketMeanwhile:  # a staged-write hook, after the id index's: its entries are complete
+        done = False
+
+        def files_written(self, writer, files):
+            pass
+
+        def abandoned(self, writer):
+            pass
+
+        def before_commit(self, writer):
+            if not self.done:
+                self.done = True
+                Omni(home=home).rebucket("web", 8, progress=False)
+
+    class Executor(LocalExecutor):
+        def before_commit(self, run):
+            list(run.writers.values())[-1].hooks.append(RebucketMeanwhile())
+
+    class Engine(LocalBackfill):
+        def executor(self, tuning, shrink):
+            return Executor("inline", shrink, slice_rows=tuning.slice_rows)
+
+    state = omni.state("web")
+    plan = omni.plan("web", features)
+    with pytest.raises(CommitConflictError, match="re-bucketed from 4 to 8 id buckets") as lost:
+        run_plan(omni.context, Engine(omni.context, isolation="inline"), state, plan, progress=False)
+    return state.version, lost.value
+
+
+def test_a_backfill_losing_to_a_rebucket_leaves_nothing_behind_and_the_rerun_computes_once(tmp_path):
+    """A backfill refused because the family was re-bucketed while it staged (exit 3, allowed) has
+    files partitioned by the old count: no commit can publish them, and a rerun must not resume
+    them. It used to leave its staging branches and their index entries (200 pending per lost
+    race in the campaign); worse, its html_parser branch had been rebased onto the re-bucketed
+    snapshot, so the rerun resumed it and published old-count files, b2's html_parser rows
+    twice (80 rows for 60 ids). Now the loser removes its branches and entries itself, and the
+    rerun computes every unit once, in the new layout."""
+    from tests.faults import race_table
+
+    home = race_table(tmp_path, docs=20)
+    base, _ = _lose_to_a_rebucket(home, Omni(home=home), ["uppercase_ratio"])
+    after = Omni(home=home)
+    assert after.state("web").version == base + 1 and after.state("web").table.bucket_count == 8  # only the rebucket
+    assert staging_leftovers(after, "web") == []
+    verify = after.verify_index("web", progress=False)
+    assert (verify.ok, verify.missing, verify.stale, verify.dangling, verify.pending) == (True, 0, 0, 0, 0), \
+        verify.text()
+
+    rerun = after.backfill("web", ["uppercase_ratio"], isolation="inline", progress=False)
+    assert (rerun.status, rerun.resumed_units, rerun.raced_units) == ("succeeded", 0, [])
+    report = _assert_sound(home)
+    assert report.rows == 60 and all(rows == ids for rows, ids in report.tables.values()), report.tables
+    omni = Omni(home=home)
+    assert feature_nulls(omni, "web", "uppercase_ratio") == 0 and computed_twice(omni, "web") == []
+    assert _bucket_counts_of_pinned_files(omni, "web") == {8}
+    assert staging_leftovers(omni, "web") == []
+    verify = omni.verify_index("web", progress=False)
+    assert (verify.ok, verify.pending) == (True, 0), verify.text()
+
+
+def test_a_rerun_does_not_resume_a_branch_staged_under_another_bucket_count(tmp_path, monkeypatch):
+    """The loser killed after its commit was refused, before it could remove its staging (forced by
+    keeping it): the uppercase_ratio branch still starts at its table's pin, and the html_parser
+    branch was rebased onto the re-bucketed one, so a rerun of the same plan (same run id) used to
+    adopt both - 4-bucket files pinned by an 8-bucket version, b2's html_parser rows twice. The
+    rerun now drops a branch whose files have another bucket count and computes its units again."""
+    from omni_iceberg.backfill.run import BackfillRun
+    from tests.faults import race_table
+
+    home = race_table(tmp_path, docs=20)
+    with monkeypatch.context() as m:
+        m.setattr(BackfillRun, "_resumable_after_refused_commit", lambda self: True)
+        _lose_to_a_rebucket(home, Omni(home=home), ["uppercase_ratio"])
+    omni = Omni(home=home)
+    assert len(staging_leftovers(omni, "web")) == 2  # what the killed loser left
+    rerun = omni.backfill("web", ["uppercase_ratio"], isolation="inline", progress=False)
+    assert (rerun.status, rerun.resumed_units) == ("succeeded", 0)
+    report = _assert_sound(home)
+    assert report.rows == 60 and all(rows == ids for rows, ids in report.tables.values()), report.tables
+    assert _bucket_counts_of_pinned_files(Omni(home=home), "web") == {8}
+    assert staging_leftovers(Omni(home=home), "web") == []

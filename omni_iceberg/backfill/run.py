@@ -31,10 +31,11 @@ from catalog_ext import settings, system_tables
 from catalog_ext.contract import RAW_STAGE, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
 from catalog_ext.group_values import null_recomputed
+from catalog_ext.iceberg_io import spec_bucket_count
 from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.physical import StagedWrite, StagingBranchTakenError, abandon_all, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, MarkRetried, PinSnapshot
-from catalog_ext.errors import OmniError
+from catalog_ext.errors import CommitConflictError, OmniError
 from omni_iceberg.backfill.bookkeeping import (UNIT_ATTEMPT_PROPERTY, UNIT_PROPERTY, checkpoint_properties,
                                                error_row, unit_label)
 from omni_iceberg.backfill.errors import failed_run_hint
@@ -161,7 +162,14 @@ class BackfillRun:
             w = self.store.staged_write(state, t.identifier, t.snapshot_id, report.run_id,
                                         {"omni.operation": "backfill", "omni.run-id": report.run_id,
                                          "omni.feature": binding.key})
-            for label, props in w.attach(UNIT_PROPERTY).items():
+            labels = w.attach(UNIT_PROPERTY)
+            if not _in_bucket_count(w):
+                # staged under another id-bucket count: a run that lost to a re-bucketing and was
+                # killed before it could drop its branch. No version of this count may pin these
+                # files, so its units are computed again, not resumed
+                w.abandon()
+                labels = {}
+            for label, props in labels.items():
                 fname, batch = label.split("/", 1)
                 self.done.add(label)
                 self.stats[(fname, batch)] = UnitStats(
@@ -425,11 +433,50 @@ class BackfillRun:
         self.report.status = "failed"
         if not isinstance(error, StagingBranchTakenError):  # else the branches are the other run's too
             abandon_all(w for _, w in self.nulled)  # cheap to redo from the pinned version on a rerun
-        if isinstance(error, (FeatureDefinitionError, ErrorBudgetExceededError, NullInputsError)):
-            abandon_all(self.writers.values())  # a definition bug, budget breach or NULL input: do not resume this work
+        if isinstance(error, (FeatureDefinitionError, ErrorBudgetExceededError, NullInputsError)) or (
+                isinstance(error, CommitConflictError) and not self._resumable_after_refused_commit()):
+            # a definition bug, budget breach or NULL input: do not resume this work; a refused
+            # commit whose staging no rerun can resume: remove it now (branches, files, index
+            # entries) rather than leave it pending for the stale-branch sweep's grace period
+            abandon_all(self.writers.values())
             self.abandoned = True
         rerun = self.reruns_after(error)
         self._record_run("failed", None, (RERUN_MARK if rerun else "") + f"{type(error).__name__}: {error}")
+
+    def _resumable_after_refused_commit(self) -> bool:
+        """Whether a rerun of this plan could resume what this run staged, now that the logical
+        commit was refused (a concurrent writer changed the family in a way the retries could not
+        absorb).
+
+        A rerun plans on the latest version, adopts a table's branch only where the branch starts
+        at that version's pin (``StagedWrite.attach``), and trusts each checkpoint's unit label.
+        That holds only when nothing under this run moved: every table still pinned where the
+        run started and its branch still ending at a labelled checkpoint, and the same id-bucket
+        count. A commit retry that rebased (or re-staged) a branch re-commits its files as one
+        unlabelled snapshot on the winner's: a rerun would keep those files and compute the same
+        units again beside them (b2's html_parser rows twice, tests/test_faults.py). A
+        re-bucketing leaves the files partitioned by the old count, which no version of the new
+        count may pin. One table that cannot be resumed makes the whole run's staging go: the
+        other tables' units were computed from it.
+        """
+        ns, table = split_qualified(self.state.table.identifier)
+        try:
+            latest = self.store.load(ns, table)
+            if latest.table.bucket_count != self.state.table.bucket_count:
+                return False
+            pins = {t.key: t.snapshot_id for t in latest.tables}
+            for f, w in self.writers.items():
+                key = self.bindings[f].table_key
+                if not (key in pins and pins[key] == w.base_snapshot_id == self.state.physical_table(key).snapshot_id):
+                    return False
+                ice = self.store.catalog.load_table(w.identifier)
+                ref = ice.metadata.refs.get(w.branch)
+                if ref is not None and ref.snapshot_id != w.base_snapshot_id and not _labelled(
+                        ice.snapshot_by_id(ref.snapshot_id)):
+                    return False
+        except Exception:  # noqa: BLE001 - cannot tell: keep it; the stale-branch sweep judges it later
+            return True
+        return True
 
     def record(self, new_state: FamilyState) -> None:
         kept = {k: s for k, s in self.stats.items() if k not in self.raced}  # the winner's lineage stands
@@ -495,6 +542,19 @@ class BackfillRun:
         except Exception:  # noqa: BLE001 - never hide the run's own outcome behind bookkeeping
             if status == "succeeded":
                 raise
+
+
+def _in_bucket_count(writer: StagedWrite) -> bool:
+    """Whether every file on ``writer``'s branch is partitioned by the id-bucket count it writes with."""
+    specs = writer.table.metadata.specs()
+    return all(f.spec_id in specs and spec_bucket_count(specs[f.spec_id]) == writer.bucket_count
+               for f in writer.branch_files)
+
+
+def _labelled(snapshot: Any) -> bool:
+    """Whether ``snapshot`` is a unit's checkpoint (not a rebase's or a re-stage's re-commit)."""
+    return snapshot is not None and UNIT_PROPERTY in (snapshot.summary.additional_properties
+                                                      if snapshot.summary else {})
 
 
 def run_plan(ctx: OmniContext, engine: BackfillEngine, state: FamilyState, plan: BackfillPlan, *,
