@@ -123,3 +123,31 @@ def test_read_positions_reads_each_group_once_and_answers_in_asked_order(tmp_pat
     assert got[ID_COLUMN].to_pylist() == [values[i] for i in asked]
     assert got["x"].to_pylist() == asked
     assert "missing" not in got
+
+
+def test_a_warm_process_sees_new_snapshots_and_rewritten_files(omni, tmp_path):
+    """The per-process caches (lookup plans by state, footers by path, opened indexes) never
+    answer for an older table: ids a later submit adds are found by the same process, and
+    after compaction rewrites the files the rows are read from the new ones, unchanged."""
+    omni.create_table("pl")
+    _set_bytes(omni, "pl", 8192)
+    omni.submit("pl", [_jsonl(tmp_path / "a.jsonl", 0, 600)], batch="b0", progress=False)
+    first = {r[ID_COLUMN]: r for r in omni.read("pl").to_pylist()}
+    some_old = sorted(first)[::50]
+    before = get_rows(omni, "pl", some_old).to_pylist()  # warms every cache
+    omni.submit("pl", [_jsonl(tmp_path / "b.jsonl", 600, 600)], batch="b1", progress=False)
+    added = sorted({r[ID_COLUMN] for r in omni.read("pl").to_pylist()} - set(first))
+    assert len(added) == 600
+    asked = added[::40] + some_old
+    got = get_rows(omni, "pl", asked, explain=True)
+    assert got.tables[0].method == "index" and got.not_found == []
+    rows = got.rows.to_pylist()
+    assert [r[ID_COLUMN] for r in rows] == asked and all(r["_found"] for r in rows)
+    assert rows[len(added[::40]):] == before  # the old rows are unchanged
+    assert {r["RawData"]["raw_data"][:10] for r in rows[:len(added[::40])]} <= {f"doc {i:06d}" for i in range(600, 1200)}
+    old_files = set(_files(_base(omni, "pl")))
+    omni.compact("pl", min_files=2)
+    assert not set(_files(_base(omni, "pl"))) & old_files  # every base file rewritten
+    again = get_rows(omni, "pl", asked, explain=True)
+    assert again.tables[0].method == "index" and again.tables[0].files_read >= 1
+    assert again.rows.to_pylist() == rows

@@ -16,13 +16,13 @@ def open_input(path: str, io: Any = None) -> Any:
     ``io`` is the table's or catalog's pyiceberg FileIO: object stores need its settings
     (endpoint, region, credentials from .pyiceberg.yaml), which a bare URI does not carry.
     """
-    if io is not None and not _is_local(path):
+    if io is not None and not is_local(path):
         return io.new_input(path).open(seekable=True)
     filesystem, inner = _filesystem(path)
     return filesystem.open_input_file(inner)
 
 
-def _is_local(path: str) -> bool:
+def is_local(path: str) -> bool:
     return path.startswith("file:") or "://" not in path
 
 
