@@ -445,17 +445,22 @@ class Omni:
             f"({', '.join(f'{t} v{v}' for t, v in sorted(found.items()))}); use a version number")
 
     def export(self, name: str, out_dir: str, *, columns: list[str] | None = None, where: str | None = None,
-               fmt: str = "parquet", as_of: int | str | None = None, progress: bool | None = None) -> Any:
-        """Stream a filtered projection to ``out_dir`` with a manifest that re-creates it exactly."""
+               fmt: str = "parquet", as_of: int | str | None = None, progress: bool | None = None,
+               engine: str = "local", spark_master: str | None = None) -> Any:
+        """Stream a filtered projection to ``out_dir`` (a folder or ``s3://`` prefix) with a manifest that
+        re-creates it exactly; ``engine``: local, spark or auto (the same files either way)."""
         from omni_iceberg.explore.export import export
 
-        return export(self.context, name, columns, where, fmt, out_dir, as_of=self.version_of(name, as_of), progress=progress)
+        return export(self.context, name, columns, where, fmt, out_dir, as_of=self.version_of(name, as_of), progress=progress,
+                      engine=engine, spark_master=spark_master)
 
-    def export_from_manifest(self, manifest: str, out_dir: str, progress: bool | None = None) -> Any:
-        """Re-create an earlier export byte for byte from its manifest."""
+    def export_from_manifest(self, manifest: str, out_dir: str, progress: bool | None = None, engine: str = "local",
+                             spark_master: str | None = None) -> Any:
+        """Re-create an earlier export byte for byte from its manifest (on ``engine``)."""
         from omni_iceberg.explore.export import export_from_manifest
 
-        return export_from_manifest(self.context, manifest, out_dir, progress=progress)
+        return export_from_manifest(self.context, manifest, out_dir, progress=progress, engine=engine,
+                                    spark_master=spark_master)
 
     def explain(self, sql: str, as_of: int | str | None = None) -> str:
         """The physical plan of a logical query: tables, snapshots, columns, pushed filters."""

@@ -30,7 +30,7 @@ catalog_ext.errors.ConfigError: no SQL executor named 'no-such-engine' is instal
 >>> lookup("export", "echo")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-catalog_ext.errors.ConfigError: no export engine named 'echo' is installed (no installed engine offers export); echo offers sql only
+catalog_ext.errors.ConfigError: no export engine named 'echo' is installed (...); echo offers sql only
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ CAPABILITIES = {
     "rewrite": "factory(ctx=None, **options) -> RewriteEngine (governance.rewrite): writes governance's rewrites "
                "(compaction, re-bucketing) onto staging branches and finds orphan files; governance plans and commits",
     "ingest": "factory(ctx, **options): reads sources into staged batches; the core commits",
-    "export": "factory(ctx, **options): writes query results out",
+    "export": "factory(ctx, **options) -> runner: check() fails fast, run_parts(job, parts) writes the parts "
+              "the core planned with omni_iceberg.explore.export.export_part; the core writes the manifest",
     "sql": "fn(ctx, sql_text) -> pyarrow.Table: runs SQL already rewritten to the engine's dialect",
     "settings": "fn(config) -> dict[str, str]: the settings that make the engine read omni's catalog",
 }

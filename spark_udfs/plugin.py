@@ -1,8 +1,8 @@
 """Spark's registration hook, the ``omni_iceberg.engines`` entry point named ``spark``.
 
-Spark offers four capabilities (:data:`omni_iceberg.engines.CAPABILITIES`): ``backfill``,
-``rewrite`` (compaction, re-bucketing, the orphan sweep), ``sql`` and ``settings``. It
-offers no ``ingest`` or ``export``. Importing this module imports no pyspark: the
+Spark offers five capabilities (:data:`omni_iceberg.engines.CAPABILITIES`): ``backfill``,
+``rewrite`` (compaction, re-bucketing, the orphan sweep), ``export``, ``sql`` and
+``settings``. It offers no ``ingest``. Importing this module imports no pyspark: the
 factories and functions load the Spark modules when first called.
 """
 
@@ -21,6 +21,7 @@ def register() -> None:
 
     offer("backfill", "spark", spark_engine)
     offer("rewrite", "spark", spark_rewrite)
+    offer("export", "spark", spark_export)
     offer("sql", "spark", execute_sql)
     offer("settings", "spark", settings)
 
@@ -53,8 +54,16 @@ def unavailable(config: Any) -> str | None:
     return None
 
 
+def spark_export(ctx: OmniContext, **options: Any) -> Any:
+    """:func:`spark_udfs.export.spark_export`: a :class:`~spark_udfs.export.SparkExport`."""
+    from spark_udfs.export import spark_export as build
+
+    return build(ctx, **options)
+
+
 spark_engine.unavailable = unavailable  # type: ignore[attr-defined]
 spark_rewrite.unavailable = unavailable  # type: ignore[attr-defined]
+spark_export.unavailable = unavailable  # type: ignore[attr-defined]
 
 
 def execute_sql(ctx: OmniContext, sql_text: str, master: str | None = None) -> Any:

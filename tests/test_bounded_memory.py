@@ -96,7 +96,7 @@ def test_a_sliced_export_writes_the_bytes_a_whole_one_does(omni, tmp_path, monke
     whole = omni.export("web", str(tmp_path / "whole"), columns=cols, where="t_len > 0")
     spilled = []
     real = export_module._export_spilled
-    monkeypatch.setattr(export_module, "_export_spilled", lambda *a, **k: spilled.append(a[5]) or real(*a, **k))
+    monkeypatch.setattr(export_module, "_export_spilled", lambda *a, **k: spilled.append(a[1].batch) or real(*a, **k))
     _tiny_slices(monkeypatch)
     # a replay of the whole export, read range by range and spilled: the same files, byte for byte
     again = omni.export_from_manifest(str(tmp_path / "whole"), str(tmp_path / "again"))

@@ -163,12 +163,14 @@ def sql(args, omni, command_line: str) -> int:
 
 def export(args, omni, command_line: str) -> int:
     if args.from_manifest:
-        result = omni.export_from_manifest(args.from_manifest, args.out, progress=progress(args))
+        result = omni.export_from_manifest(args.from_manifest, args.out, progress=progress(args), engine=args.engine,
+                                           spark_master=args.spark_master)
     else:
         if not args.name:
             raise InvalidIdentifierError("omni export needs a logical table NAME (or --from-manifest MANIFEST)")
         result = omni.export(args.name, args.out, columns=split_list(args.columns, "--columns"), where=args.where,
-                             fmt=args.format, as_of=args.as_of, progress=progress(args))
+                             fmt=args.format, as_of=args.as_of, progress=progress(args), engine=args.engine,
+                             spark_master=args.spark_master)
     m = result.manifest
     emit(args, m, lambda: f"exported {m['rows']} rows of {m['logical_table']} v{m['logical_version']} "
          f"into {len(m['files'])} files in {result.out_dir} (manifest: {result.out_dir}/_omni_export_manifest.json)")

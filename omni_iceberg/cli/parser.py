@@ -166,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex = command(sub, "export", "stream a filtered projection to Parquet/JSONL with a manifest",
                  "omni export web --columns ProcessedData.parsed_text,detected_lang --where \"detected_lang = 'en'\" "
                  "--out /tmp/web-en",
-                 "omni export --from-manifest /tmp/web-en/_omni_export_manifest.json --out /tmp/again")
+                 "omni export --from-manifest /tmp/web-en/_omni_export_manifest.json --out /tmp/again",
+                 "omni export web --where \"t_len > 0\" --out s3://bucket/web --engine spark --spark-master spark://host:7077")
     ex.add_argument("name", nargs="?", help="logical table (not needed with --from-manifest)")
     ex.add_argument("--columns", help="comma-separated logical columns (default: all)")
     ex.add_argument("--where", help="SQL filter on logical columns")
@@ -174,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", required=True, help="an empty or new directory")
     ex.add_argument("--as-of", help=AS_OF_HELP)
     ex.add_argument("--from-manifest", metavar="MANIFEST", help="re-create an earlier export exactly")
+    ex.add_argument("--engine", choices=["local", "spark", "auto"], default="local",
+                    help="who reads and writes the parts: this process, Spark (one task per part; the same files), "
+                    "or auto: Spark when the files read reach OMNI_SPARK_THRESHOLD_BYTES (never on the embedded catalog)")
+    ex.add_argument("--spark-master", metavar="URL",
+                    help="with --engine spark/auto: an existing Spark cluster, e.g. spark://host:7077 "
+                    "(default: local[2])")
 
     # ---- govern ----------------------------------------------------------------------------
     cp = command(sub, "compact", "rewrite small files of a logical table (one logical commit)",

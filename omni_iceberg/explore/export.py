@@ -12,6 +12,17 @@ part is read. The manifest
 records the logical version (so every physical snapshot is pinned), the feature
 versions, batches, filter, row counts and a SHA-256 per file. ``--from-manifest``
 replays the same version and filter and checks every checksum.
+
+Two engines run the same work (``--engine local|spark|auto``). The driver plans (which
+files each part reads, :func:`_partitions`), lists and collects file entries and writes
+the manifest; the per-part work - read, filter and project with the plan's DuckDB SQL,
+sort by id, cut, write, hash - is ONE function, :func:`export_part`, that the local
+engine calls in this process and the Spark engine (``spark_udfs.export``) calls in one
+Spark task per part. A part's files therefore hold the same bytes on either engine.
+Files are written to a temporary folder and moved into place, so a task Spark retries
+(or one still running after its retry won) never leaves a torn file; their names are
+fixed by the plan, so a retry writes the same names. The destination is a folder or an
+``s3://`` prefix (written through the catalog's FileIO: its credentials and endpoint).
 """
 
 from __future__ import annotations
@@ -19,9 +30,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,9 +45,10 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
+from catalog_ext.errors import ConfigError
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, engine_message, load_physical, plan_query
 from omni_iceberg.read.guard import QueryError, parse_column_name, parse_condition
-from omni_iceberg.read.reader import check_records_fit, ranges_for, read_ranges, slice_bytes
+from omni_iceberg.read.reader import check_records_fit, memory_limit_bytes, ranges_for, read_ranges, slice_bytes
 from omni_iceberg.ui.formatting import jsonable
 from omni_iceberg.ui.progress import progress_bar
 
@@ -45,6 +60,10 @@ PART_ROWS = 100_000
 #: a part is cut into several files only when each piece holds at least this much Arrow
 #: data: smaller files would cost their readers more than the parallel write saves
 PIECE_MIN_BYTES = 8 * 1024 * 1024
+#: the engines ``omni export --engine`` takes
+ENGINES = ("local", "spark", "auto")
+#: a writer's temporary folder inside a local destination (moved out of when a file is whole)
+TMP_PREFIX = ".omni-tmp-"
 
 
 class ExportError(QueryError):
@@ -81,18 +100,186 @@ def export_query(ns: str, table: str, columns: list[str] | None, where: str | No
     return select
 
 
+@dataclass
+class Destination:
+    """Where an export's files go - a local folder or an ``s3://`` prefix - and how to write there.
+
+    Picklable (a FileIO pickles as its properties), so a Spark task writes where the
+    driver would: an object store through the catalog's FileIO, with the catalog's
+    credentials and endpoint. A local folder on a cluster must be one the executors share.
+    """
+
+    uri: str
+    io: Any = None  # the catalog's FileIO for an object store; None: the local filesystem
+
+    @classmethod
+    def of(cls, ctx: OmniContext, out_dir: str) -> Destination:
+        from catalog_ext.object_store import is_object_store
+
+        if is_object_store(out_dir):
+            from catalog_ext import iceberg_io
+
+            return cls(out_dir.rstrip("/"), iceberg_io.file_io(ctx.catalog, out_dir))
+        return cls(str(Path(out_dir).absolute()))
+
+    @property
+    def local(self) -> bool:
+        return self.io is None
+
+    def _fs(self) -> tuple[Any, str]:
+        from pyarrow import fs as pafs
+
+        if self.io is None:
+            return pafs.LocalFileSystem(), self.uri
+        scheme, netloc, path = self.io.parse_location(self.uri)
+        return self.io.fs_by_scheme(scheme, netloc), f"{netloc}{path}".rstrip("/")
+
+    def names(self) -> list[str]:
+        """The names directly under the destination ([] when it does not exist)."""
+        from pyarrow import fs as pafs
+
+        fs, base = self._fs()
+        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        return sorted(i.base_name for i in infos)
+
+    def exists(self) -> bool:
+        from pyarrow import fs as pafs
+
+        fs, base = self._fs()
+        return fs.get_file_info(base).type != pafs.FileType.NotFound
+
+    def write_text(self, name: str, text: str) -> None:
+        fs, base = self._fs()
+        if self.io is None:
+            Path(base).mkdir(parents=True, exist_ok=True)
+        with fs.open_output_stream(f"{base}/{name}") as f:
+            f.write(text.encode())
+
+    def read_text(self, name: str | None = None) -> str:
+        fs, base = self._fs()
+        with fs.open_input_stream(base if name is None else f"{base}/{name}") as f:
+            return f.read().decode()
+
+    def tmp_dir(self, spill_root: str | None) -> Path:
+        """A fresh folder to write files in before they are moved into place.
+
+        Inside a local destination (a move within one filesystem is a rename: atomic);
+        under ``spill_root`` (or the system's temp folder) for an object store, whose
+        upload makes an object appear whole or not at all.
+        """
+        if self.io is None:
+            path = Path(self.uri) / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+            path.mkdir(parents=True)
+            return path
+        if spill_root is not None:
+            Path(spill_root).mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="omni-export-", dir=spill_root))
+
+    def commit(self, written: Path, name: str) -> None:
+        """Move the whole file ``written`` to ``name`` (replacing what a failed attempt left)."""
+        if self.io is None:
+            os.replace(written, Path(self.uri) / name)
+            return
+        fs, base = self._fs()
+        with open(written, "rb") as src, fs.open_output_stream(f"{base}/{name}") as dst:
+            shutil.copyfileobj(src, dst, 8 << 20)
+        written.unlink()
+
+    def remove(self, names: list[str]) -> None:
+        fs, base = self._fs()
+        for name in names:
+            path = f"{base}/{name}"
+            if self.io is None and Path(path).is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            try:
+                fs.delete_file(path)
+            except (FileNotFoundError, OSError):
+                pass
+
+    def rmdir(self) -> None:
+        if self.io is None:
+            try:
+                Path(self.uri).rmdir()
+            except OSError:  # something else was put there meanwhile: leave it
+                pass
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+@dataclass
+class ExportJob:
+    """What every part of one export shares; an engine ships it once (Spark: a broadcast)."""
+
+    sql: str  # the plan's query, DuckDB dialect, on the scans' local names
+    fmt: str
+    dest: Destination
+    workers: int  # pieces a part is cut into at most: the driver's, so both engines cut alike
+    budget: int  # bytes of one read slice (the driver's OMNI_MEMORY_LIMIT_MB share)
+    limit: int  # bytes one record may hold (OMNI_MEMORY_LIMIT_MB)
+    scans: dict[str, Any]  # scan's local name -> pyiceberg scan (no catalog: it would not pickle)
+    spill_root: str | None = None
+
+
+@dataclass
+class PartSpec:
+    """One part of an export: its files, by scan; a replay's rows per file."""
+
+    index: int
+    batch: str
+    bucket: int
+    reads: list[tuple[str, bool, list]] = field(default_factory=list)  # (local name, batch filter?, tasks)
+    sizes: list[int] | None = None
+
+    def prefix(self, fmt: str) -> tuple[str, str]:
+        """The part's file names start with the first and are, or start with, the second."""
+        stem = f"part-{self.batch}-{self.bucket:04d}"
+        return f"{stem}.{fmt}", f"{stem}-"
+
+
+def _resolve_engine(ctx: OmniContext, engine: str, plan_bytes: Any) -> tuple[str, str]:
+    """(engine, reason) for ``--engine``; ``plan_bytes()`` sizes the export for ``auto``."""
+    if engine != "auto":
+        return engine, f"requested --engine {engine}"
+    # auto stays local on the embedded catalog: the Spark session is opened on omni's catalog
+    # (checked before any work), and Spark's JDBC connection to an SQLite catalog would lock
+    # it against this process's own commits - the Spark engine says it cannot run there.
+    from catalog_ext import settings
+    from omni_iceberg.engines import unavailable
+
+    blocker = unavailable("export", "spark", ctx.config)
+    if blocker:
+        return "local", f"auto: Spark cannot run here: {blocker}"
+    threshold, size = int(settings.value("OMNI_SPARK_THRESHOLD_BYTES")), plan_bytes()
+    if size < threshold:
+        return "local", f"auto: the export reads {size} B, below the Spark threshold of {threshold} B"
+    return "spark", f"auto: the export reads {size} B, at or above the Spark threshold of {threshold} B"
+
+
 def export(ctx: OmniContext, name: str, columns: list[str] | None, where: str | None, fmt: str, out_dir: str,
-           as_of: int | None = None, progress: bool | None = None, expected: dict[str, Any] | None = None
-           ) -> ExportResult:
+           as_of: int | None = None, progress: bool | None = None, expected: dict[str, Any] | None = None,
+           engine: str = "local", spark_master: str | None = None,
+           engine_options: dict[str, Any] | None = None) -> ExportResult:
+    """Export ``name``'s rows (``columns``, ``where``) to ``out_dir`` (a folder or ``s3://`` prefix).
+
+    ``engine``: ``local`` (this process), ``spark`` (one Spark task per part, on
+    ``spark_master`` or ``local[2]``) or ``auto``. Either writes the same files.
+    """
     if fmt not in ("parquet", "jsonl"):
         raise ExportError(f"unknown export format {fmt!r}: use parquet or jsonl")
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
+    if engine not in ENGINES:
+        raise ExportError(f"unknown export engine {engine!r}: use one of {', '.join(ENGINES)}")
+    if spark_master and engine == "local":
+        raise ConfigError(f"a Spark master ({spark_master}) was given for engine 'local': use --engine spark")
+    dest = Destination.of(ctx, out_dir)
+    if dest.names():
         raise ExportError(f"export directory {out_dir} is not empty; choose a new or empty directory")
-    from catalog_ext import iceberg_io
+    runner = None
+    if engine == "spark":  # an unreachable master is the error to name first, before any work
+        runner = _spark_runner(ctx, spark_master, engine_options)
 
     ns, table = split_qualified(name)
-    workers = _writers()
     started = time.perf_counter()
     plan = plan_query(ctx, export_query(ns, table, columns, where), as_of)
     if len(plan.ctx.tables) != 1:
@@ -102,57 +289,34 @@ def export(ctx: OmniContext, name: str, columns: list[str] | None, where: str | 
     batches = plan.ctx.batches.get(alias) or [b.name for b in state.batches]
     sql = plan.sql("duckdb")
     _check_binds(ctx, plan, sql)  # an error in --where is reported before the folder exists
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    files, total = [], 0
-    parts = list(_partitions(ctx, plan, batches, None if expected is None else
-                             {(f["batch"], int(f["bucket"])) for f in expected.get("files", [])}))
-    bar = progress_bar(progress, f"export {state.table.identifier}", "part", total=len(parts))
-    replayed = _replayed_pieces(expected)
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="omni-export")
-    previous: list[Future] = []
+    scans, parts = _plan_parts(ctx, plan, batches, expected)
+    engine, reason = _resolve_engine(ctx, engine, lambda: _planned_bytes(parts))
+    if engine == "spark" and runner is None:
+        runner = _spark_runner(ctx, spark_master, engine_options)
+    home = getattr(getattr(ctx, "config", None), "home", None)
+    job = ExportJob(sql=sql, fmt=fmt, dest=dest, workers=_writers(), budget=slice_bytes(), limit=memory_limit_bytes(),
+                    scans=scans, spill_root=str(Path(home) / "spill") if home is not None and engine == "local"
+                    else None)
+    created = dest.local and not dest.exists()
     written = False
+    files: list[dict[str, Any]] = []
     try:
-        for batch, bucket, tables in parts:
-            reads = _part_reads(plan, tables, batch)
-            if ranges_for([r for _, r in reads])[0] > 1:  # larger than a slice: id range by id range
-                for f in previous:
-                    f.result()
-                previous = []
-                total += _export_spilled(ctx, sql, plan, reads, batch, bucket, fmt, out, replayed, workers,
-                                         pool, files)
-                if bar is not None:
-                    bar.update(1)
-                continue
-            data = _run_duckdb(sql, {name: iceberg_io.read_tasks(scan, tasks) for name, (scan, tasks) in reads})
-            check_records_fit(data, f"the export of batch {batch}")
-            if bar is not None:
-                bar.update(1)
-            if data.num_rows == 0:
-                continue
-            # the order is fixed here (cheap: indices only); the pieces take their rows in the writers
-            order = pc.sort_indices(data, [(ID_COLUMN, "ascending")]) if ID_COLUMN in data.column_names else None
-            sizes = replayed.get((batch, bucket))
-            if sizes is None or sum(sizes) != data.num_rows:  # a replay whose rows changed: verification names them
-                sizes = _piece_rows(data.num_rows, data.nbytes, workers)
-            current = []
-            for start, n, entry in _pieces(batch, bucket, sizes, fmt):
-                files.append(entry)
-                current.append(pool.submit(_write_piece, data, order, start, n, out / entry["file"], fmt, entry))
-            total += data.num_rows
-            # at most two parts in memory: this one being cut, the last one being written
-            for f in previous:
-                f.result()
-            previous = current
-        for f in previous:
-            f.result()
+        if runner is not None:
+            # the session starts before anything is written: a cluster without executors fails clean
+            per_part = runner.run_parts(job, parts)
+            files = [entry for entries in per_part for entry in entries]
+        else:
+            files = _run_local(job, parts, progress, f"export {state.table.identifier}")
+        if not dest.local or runner is not None:
+            # a task that died after its retry won may have left its temporary folder
+            dest.remove([n for n in dest.names() if n.startswith(TMP_PREFIX)])
         written = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        if bar is not None:
-            bar.close()
         if not written:  # a failed export leaves nothing behind: the folder was empty or new
-            _remove(out, [f["file"] for f in files], created)
+            _remove_parts(dest, parts, fmt, created)
+        if runner is not None:
+            runner.close()
+    total = sum(int(f["rows"]) for f in files)
     manifest = {
         "format_version": 1, "logical_table": state.table.identifier, "logical_version": state.version,
         "pinned_snapshots": {t.identifier: t.snapshot_id for t in state.tables},
@@ -161,32 +325,164 @@ def export(ctx: OmniContext, name: str, columns: list[str] | None, where: str | 
         "columns": columns, "where": where, "batches": batches, "format": fmt, "rows": total, "files": files,
         "created_at": datetime.now(timezone.utc).isoformat(), "pyarrow": pa.__version__,
         "engine_reads": _engine_reads(ctx, state, columns, where, batches),
+        "engine": {"name": engine, "reason": reason},  # either engine writes the same files
     }
     if expected is not None:
         _verify(expected, manifest)
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    dest.write_text(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
     # retention keeps (or refuses to expire) the version a manifest pins while the manifest exists
-    from catalog_ext.pins import record_pin
+    if dest.local:  # a pin names a local manifest (catalog_ext.pins reads it from this machine)
+        from catalog_ext.pins import record_pin
 
-    view = ctx.store.views.load_view(state.table.namespace, state.table.name)
-    record_pin(ctx.catalog, view.metadata["location"], state.table.identifier, state.version, out / MANIFEST)
+        view = ctx.store.views.load_view(state.table.namespace, state.table.name)
+        record_pin(ctx.catalog, view.metadata["location"], state.table.identifier, state.version,
+                   Path(dest.uri) / MANIFEST)
     from omni_iceberg.explore.query_log import log_query
 
-    log_query(ctx, plan, kind="export", engine="local", rows=total,
+    log_query(ctx, plan, kind="export", engine=engine, rows=total,
               latency_ms=int((time.perf_counter() - started) * 1000))
-    return ExportResult(str(out), manifest)
+    return ExportResult(str(dest), manifest)
 
 
-def export_from_manifest(ctx: OmniContext, manifest_path: str, out_dir: str,
-                         progress: bool | None = None) -> ExportResult:
-    """Re-create an export exactly: same version, filter and columns; checksums verified."""
-    path = Path(manifest_path)
-    if path.is_dir():
-        path = path / MANIFEST
-    if not path.exists():
-        raise ExportError(f"manifest not found: {manifest_path}")
+def _spark_runner(ctx: OmniContext, spark_master: str | None, engine_options: dict[str, Any] | None) -> Any:
+    """The Spark engine's ``export`` capability (registered by the Spark plugin), master checked."""
+    from omni_iceberg.engines import lookup
+
+    runner = lookup("export", "spark")(ctx, master=spark_master, **(engine_options or {}))
+    runner.check()
+    return runner
+
+
+def _planned_bytes(parts: list[PartSpec]) -> int:
+    return sum(int(t.file.file_size_in_bytes) for p in parts for _, _, tasks in p.reads for t in tasks)
+
+
+def _plan_parts(ctx: OmniContext, plan: QueryPlan, batches: list[str], expected: dict[str, Any] | None
+                ) -> tuple[dict[str, Any], list[PartSpec]]:
+    """The export's scans (by local name) and its parts, in the order their files are listed.
+
+    Per-file work only: which files each part reads, never a row.
+    """
+    replayed = _replayed_pieces(expected)
+    scans: dict[str, Any] = {}
+    parts: list[PartSpec] = []
+    starts = None if expected is None else {(f["batch"], int(f["bucket"])) for f in expected.get("files", [])}
+    for batch, bucket, tables in _partitions(ctx, plan, batches, starts):
+        spec = PartSpec(len(parts), batch, bucket, sizes=replayed.get((batch, bucket)))
+        for scan in plan.scans:
+            ice_scan, tasks = tables.get(scan.local_name, (None, []))
+            if ice_scan is None:
+                raise ExportError(f"no scan planned for {scan.table.identifier}")
+            # a scan holds its catalog (which does not pickle); the files are read through its FileIO
+            scans.setdefault(scan.local_name, ice_scan.update(catalog=None, table_identifier=None))
+            spans = _spans_batches(ice_scan.table_metadata, tasks)  # a compacted file: this part's batch only
+            spec.reads.append((scan.local_name, spans, list(tasks)))
+        parts.append(spec)
+    return scans, parts
+
+
+def _run_local(job: ExportJob, parts: list[PartSpec], progress: bool | None, label: str) -> list[dict[str, Any]]:
+    """Every part in this process: the next part is read while the last one's pieces are written."""
+    files: list[dict[str, Any]] = []
+    bar = progress_bar(progress, label, "part", total=len(parts))
+    pool = ThreadPoolExecutor(max_workers=job.workers, thread_name_prefix="omni-export")
+    previous: list[Future] = []
+    tmp = None
+
+    def drain() -> None:
+        nonlocal previous
+        for f in previous:
+            f.result()
+        previous = []
+
     try:
-        m = json.loads(path.read_text())
+        tmp = job.dest.tmp_dir(job.spill_root)
+        for spec in parts:
+            entries, current = export_part(job, spec, pool, tmp, before_spill=drain)
+            files.extend(entries)
+            if bar is not None:
+                bar.update(1)
+            # at most two parts in memory: this one being cut, the last one being written
+            drain()
+            previous = current
+        drain()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        if bar is not None:
+            bar.close()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return files
+
+
+def part_reads(job: ExportJob, spec: PartSpec) -> list[tuple[str, tuple]]:
+    """(scan's local name, (pyiceberg scan, file tasks)) of every scan of the plan, for one part."""
+    from pyiceberg.expressions import EqualTo
+
+    out = []
+    for name, spans, tasks in spec.reads:
+        scan = job.scans[name]
+        if spans:
+            scan = scan.filter(EqualTo(BATCH_COLUMN, spec.batch))
+        out.append((name, (scan, tasks)))
+    return out
+
+
+def export_part(job: ExportJob, spec: PartSpec, pool: ThreadPoolExecutor, tmp: Path,
+                before_spill: Any = None) -> tuple[list[dict[str, Any]], list[Future]]:
+    """One part's files: read, filter and project, sort by id, cut, write and hash - on either engine.
+
+    Returns the part's manifest entries (in file order) and the futures of its pieces
+    still being written into ``tmp`` and moved into place (each fills its entry's
+    ``sha256``); a part larger than a slice is spilled and written before this returns.
+    ``before_spill``: called before a spilled part starts (the local engine waits for
+    the last part's writes there, so memory holds one of them at a time).
+    """
+    from catalog_ext import iceberg_io
+
+    reads = part_reads(job, spec)
+    if ranges_for([r for _, r in reads], job.budget)[0] > 1:  # larger than a slice: id range by id range
+        if before_spill is not None:
+            before_spill()
+        return _export_spilled(job, spec, reads, pool, tmp), []
+    data = _run_duckdb(job.sql, {name: iceberg_io.read_tasks(scan, tasks) for name, (scan, tasks) in reads})
+    check_records_fit(data, f"the export of batch {spec.batch}", job.limit)
+    if data.num_rows == 0:
+        return [], []
+    # the order is fixed here (cheap: indices only); the pieces take their rows in the writers
+    order = pc.sort_indices(data, [(ID_COLUMN, "ascending")]) if ID_COLUMN in data.column_names else None
+    sizes = spec.sizes
+    if sizes is None or sum(sizes) != data.num_rows:  # a replay whose rows changed: verification names them
+        sizes = _piece_rows(data.num_rows, data.nbytes, job.workers)
+    entries, futures = [], []
+    for start, n, entry in _pieces(spec.batch, spec.bucket, sizes, job.fmt):
+        entries.append(entry)
+        futures.append(pool.submit(_write_piece, data, order, start, n, job, tmp, entry))
+    return entries, futures
+
+
+def export_from_manifest(ctx: OmniContext, manifest_path: str, out_dir: str, progress: bool | None = None,
+                         engine: str = "local", spark_master: str | None = None,
+                         engine_options: dict[str, Any] | None = None) -> ExportResult:
+    """Re-create an export exactly: same version, filter and columns; checksums verified.
+
+    ``manifest_path``: the manifest, or the export's folder / ``s3://`` prefix holding it.
+    """
+    from catalog_ext.object_store import is_object_store
+
+    path = manifest_path.rstrip("/")
+    if is_object_store(path):
+        source = Destination.of(ctx, path)
+        if not path.endswith(MANIFEST) and MANIFEST in source.names():
+            path = f"{path}/{MANIFEST}"
+    elif Path(path).is_dir():
+        path = str(Path(path) / MANIFEST)
+    try:
+        text = Destination.of(ctx, path).read_text()
+    except (FileNotFoundError, IsADirectoryError, OSError) as e:
+        raise ExportError(f"manifest not found: {manifest_path}") from e
+    try:
+        m = json.loads(text)
         table, columns, where, fmt, version = (m["logical_table"], m["columns"], m["where"], m["format"],
                                                m["logical_version"])
     except (ValueError, KeyError, TypeError) as e:
@@ -195,7 +491,8 @@ def export_from_manifest(ctx: OmniContext, manifest_path: str, out_dir: str,
     # checks as a command line's (export_query), and the version must be a number
     if not isinstance(version, int) or not isinstance(table, str) or not isinstance(where, (str, type(None))):
         raise ExportError(f"{path}: logical_version must be a number, logical_table and where text")
-    return export(ctx, table, columns, where, fmt, out_dir, as_of=version, progress=progress, expected=m)
+    return export(ctx, table, columns, where, fmt, out_dir, as_of=version, progress=progress, expected=m,
+                  engine=engine, spark_master=spark_master, engine_options=engine_options)
 
 
 def _engine_reads(ctx: OmniContext, state: Any, columns: list[str] | None, where: str | None,
@@ -306,25 +603,9 @@ def _spans_batches(meta: Any, tasks: list[Any]) -> bool:
     return any(len(set(file_batch_bounds(meta, t.file))) != 1 for t in tasks)
 
 
-def _part_reads(plan: QueryPlan, tables: dict[str, tuple[Any, list]], batch: str) -> list[tuple[str, tuple]]:
-    """(scan's local name, (pyiceberg scan, file tasks)) of every scan of the plan, for one part."""
-    from pyiceberg.expressions import EqualTo
-
-    out = []
-    for scan in plan.scans:
-        ice_scan, tasks = tables.get(scan.local_name, (None, []))
-        if ice_scan is None:
-            raise ExportError(f"no scan planned for {scan.table.identifier}")
-        if _spans_batches(ice_scan.table_metadata, tasks):
-            ice_scan = ice_scan.filter(EqualTo(BATCH_COLUMN, batch))  # a compacted file: this part's batch only
-        out.append((scan.local_name, (ice_scan, tasks)))
-    return out
-
-
-def _export_spilled(ctx: OmniContext, sql: str, plan: QueryPlan, reads: list[tuple[str, tuple]], batch: str,
-                    bucket: int, fmt: str, out: Path, replayed: dict[tuple[str, int], list[int]], workers: int,
-                    pool: ThreadPoolExecutor, files: list[dict[str, Any]]) -> int:
-    """Export one part larger than a slice (:func:`~omni_iceberg.read.reader.slice_bytes`) in bounded memory.
+def _export_spilled(job: ExportJob, spec: PartSpec, reads: list[tuple[str, tuple]], pool: ThreadPoolExecutor,
+                    tmp: Path) -> list[dict[str, Any]]:
+    """Export one part larger than a slice (``job.budget``) in bounded memory; its manifest entries.
 
     The part is read id range by id range (:func:`~omni_iceberg.read.reader.read_ranges`),
     each range's query result sorted by id and spilled to an Arrow file under the home:
@@ -334,20 +615,17 @@ def _export_spilled(ctx: OmniContext, sql: str, plan: QueryPlan, reads: list[tup
     from the spill alone. A file written whole from a single-chunk table is what
     :func:`_write_piece` writes: the same bytes for the same rows.
     """
-    import tempfile
-
     names = [name for name, _ in reads]
-    home = getattr(getattr(ctx, "config", None), "home", None)
-    root = Path(home) / "spill" if home is not None else None
+    root = job.spill_root
     if root is not None:
-        root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="omni-export-", dir=root) as tmp:
-        spill = Path(tmp) / "part.arrow"
+        Path(root).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="omni-export-", dir=root) as spill_dir:
+        spill = Path(spill_dir) / "part.arrow"
         writer, schema, rows, nbytes = None, None, 0, 0
         try:
-            for datas in read_ranges([r for _, r in reads]):
-                data = _run_duckdb(sql, dict(zip(names, datas)))
-                check_records_fit(data, f"the export of batch {batch}")
+            for datas in read_ranges([r for _, r in reads], job.budget):
+                data = _run_duckdb(job.sql, dict(zip(names, datas)))
+                check_records_fit(data, f"the export of batch {spec.batch}", job.limit)
                 if data.num_rows == 0:
                     continue
                 if ID_COLUMN in data.column_names:
@@ -362,19 +640,19 @@ def _export_spilled(ctx: OmniContext, sql: str, plan: QueryPlan, reads: list[tup
             if writer is not None:
                 writer.close()
         if rows == 0:
-            return 0
-        sizes = replayed.get((batch, bucket))
+            return []
+        sizes = spec.sizes
         if sizes is None or sum(sizes) != rows:
-            sizes = _bounded_pieces(_piece_rows(rows, nbytes, workers), nbytes, slice_bytes())
-        futures = []
-        for start, n, entry in _pieces(batch, bucket, sizes, fmt):
-            files.append(entry)
-            futures.append(pool.submit(_write_spilled_piece, spill, start, n, out / entry["file"], fmt, entry))
-            while len([f for f in futures if not f.done()]) >= workers:  # at most one piece a writer in memory
+            sizes = _bounded_pieces(_piece_rows(rows, nbytes, job.workers), nbytes, job.budget)
+        entries, futures = [], []
+        for start, n, entry in _pieces(spec.batch, spec.bucket, sizes, job.fmt):
+            entries.append(entry)
+            futures.append(pool.submit(_write_spilled_piece, spill, start, n, job, tmp, entry))
+            while len([f for f in futures if not f.done()]) >= job.workers:  # at most one piece a writer in memory
                 next(f for f in futures if not f.done()).result()
         for f in futures:
             f.result()
-    return rows
+    return entries
 
 
 def _bounded_pieces(sizes: list[int], nbytes: int, budget: int) -> list[int]:
@@ -388,8 +666,9 @@ def _bounded_pieces(sizes: list[int], nbytes: int, budget: int) -> list[int]:
     return [base + (1 if k < extra else 0) for k in range(pieces)]
 
 
-def _write_spilled_piece(spill: Path, start: int, rows: int, path: Path, fmt: str, entry: dict[str, Any]) -> None:
-    """Rows ``start .. start + rows`` of the spilled part, written to ``path`` (see :func:`_export_spilled`)."""
+def _write_spilled_piece(spill: Path, start: int, rows: int, job: ExportJob, tmp: Path,
+                         entry: dict[str, Any]) -> None:
+    """Rows ``start .. start + rows`` of the spilled part, written as ``entry``'s file (see :func:`_export_spilled`)."""
     with pa.OSFile(str(spill)) as f:  # read, not mapped: mapped pages would count as this process's memory
         reader = pa.ipc.open_file(f)
         chunks, at = [], 0
@@ -402,8 +681,7 @@ def _write_spilled_piece(spill: Path, start: int, rows: int, path: Path, fmt: st
                 chunks.append(b.slice(lo - at, hi - lo))
             at += b.num_rows
         piece = pa.Table.from_batches(chunks, schema=reader.schema).combine_chunks()
-    _write(piece, path, fmt)
-    entry["sha256"] = _sha256(path)
+    _put(piece, job, tmp, entry)
 
 
 def _run_duckdb(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
@@ -437,14 +715,23 @@ def _check_binds(ctx: OmniContext, plan: QueryPlan, sql: str) -> None:
     _run_duckdb(sql, empty)
 
 
-def _remove(out: Path, names: list[str], created: bool) -> None:
-    for name in names:
-        (out / name).unlink(missing_ok=True)
+def _remove_parts(dest: Destination, parts: list[PartSpec], fmt: str, created: bool) -> None:
+    """Remove every file the parts of a failed export wrote (found by their planned names), and
+    the writers' temporary folders; the folder itself when the export created it.
+
+    The destination's names are listed, not the written files collected: on Spark a task that
+    failed, or finished before another failed, reported nothing back.
+    """
+    whole, starts = set(), []
+    for spec in parts:
+        name, prefix = spec.prefix(fmt)
+        whole.add(name)
+        starts.append(prefix)
+    names = [n for n in dest.names() if n in whole or n.startswith(TMP_PREFIX)
+             or (n.endswith(f".{fmt}") and n.startswith(tuple(starts)))]
+    dest.remove(names)
     if created:
-        try:
-            out.rmdir()
-        except OSError:  # something else was put there meanwhile: leave it
-            pass
+        dest.rmdir()
 
 
 def _writers() -> int:
@@ -482,12 +769,19 @@ def _replayed_pieces(expected: dict[str, Any] | None) -> dict[tuple[str, int], l
     return {k: [n for _, n in sorted(v)] for k, v in out.items()}
 
 
-def _write_piece(data: pa.Table, order: Any, start: int, rows: int, path: Path, fmt: str,
+def _write_piece(data: pa.Table, order: Any, start: int, rows: int, job: ExportJob, tmp: Path,
                  entry: dict[str, Any]) -> None:
-    """Rows ``start .. start + rows`` of ``data`` in id order, written to ``path``; its SHA-256 into ``entry``."""
+    """Rows ``start .. start + rows`` of ``data`` in id order, written as ``entry``'s file; its SHA-256 into ``entry``."""
     piece = data.take(order[start:start + rows]) if order is not None else data.slice(start, rows)
-    _write(piece, path, fmt)
+    _put(piece, job, tmp, entry)
+
+
+def _put(piece: pa.Table, job: ExportJob, tmp: Path, entry: dict[str, Any]) -> None:
+    """Write ``piece`` whole under ``tmp``, hash it, then move it into place as ``entry["file"]``."""
+    path = tmp / entry["file"]
+    _write(piece, path, job.fmt)
     entry["sha256"] = _sha256(path)
+    job.dest.commit(path, entry["file"])
 
 
 def _write(data: pa.Table, path: Path, fmt: str) -> None:
