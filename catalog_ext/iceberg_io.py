@@ -597,12 +597,23 @@ def scan_dataset(table: Any, row_filter: Any, snapshot_id: int | None, selected:
     :class:`LeafScan` instead (an Arrow stream, re-read per scan) holding the struct with
     only those fields: a dataset scan would decode the whole struct.
     """
+    found = _agreeing_dataset(table, row_filter, snapshot_id, selected)
+    if found is None:
+        return None
+    return _stream_of(*found[:3], selected)
+
+
+def _agreeing_dataset(table: Any, row_filter: Any, snapshot_id: int | None,
+                      selected: tuple[str, ...]) -> tuple[Any, list[Any], Any, tuple[str, ...], list[Any]] | None:
+    """(dataset, its fragments, Arrow filter, top-level columns, file tasks) of :func:`scan_dataset`'s
+    read, when it holds (every file agrees with the dataset on each column's physical type)."""
     top = {f.name for f in table.schema().fields}
     whole = tuple(dict.fromkeys(name if name in top else name.split(".")[0] for name in selected))
     if not set(whole) <= top:
         return None
     scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id, selected_fields=whole)
-    found = by_name_dataset(scan, PLANS.tasks(scan), grown_structs=True)
+    tasks = PLANS.tasks(scan)
+    found = by_name_dataset(scan, tasks, grown_structs=True)
     if found is None:
         return None
     dataset, _, arrow_filter = found
@@ -612,10 +623,48 @@ def scan_dataset(table: Any, row_filter: Any, snapshot_id: int | None, selected:
         for want in dataset.schema:
             if want.name in physical.names and physical.field(want.name).type != want.type:
                 return None
+    return dataset, fragments, arrow_filter, whole, tasks
+
+
+def _stream_of(dataset: Any, fragments: list[Any], arrow_filter: Any, selected: tuple[str, ...]) -> Any:
     leaves = LeafScan.of(dataset, fragments, selected, arrow_filter)
     if leaves is not None:
         return leaves
     return dataset if arrow_filter is None else dataset.filter(arrow_filter)
+
+
+class FileScan:
+    """A scan an engine may read straight from its Parquet files, by column name: the planned
+    local files (batch pruning by file statistics done), the top-level columns to read, and
+    the Arrow stream :func:`scan_dataset` gives for the same read (for an engine that cannot).
+
+    What holds (else :func:`scan_files` gives None): the conditions of
+    :func:`by_name_dataset` (local Parquet, no delete files, every column read by name is
+    pyiceberg's read by field id; a struct that only ever gained fields counts), every
+    file agrees on each column's physical type, and every file holds every column read -
+    a file lacking one would need the nulls the Iceberg spec asks for, which a by-name
+    reader over several files does not give. The row filter is NOT part of what the
+    engine reads: whoever reads the files applies the filters it needs (the planner keeps
+    every pushed conjunct in the query and adds the batches), pruning by file is done.
+    """
+
+    def __init__(self, paths: list[str], columns: tuple[str, ...], file_bytes: int, schema: Any,
+                 arrow: Any) -> None:
+        self.paths, self.columns, self.file_bytes, self.schema, self.arrow = paths, columns, file_bytes, schema, arrow
+
+
+def scan_files(table: Any, row_filter: Any, snapshot_id: int | None, selected: tuple[str, ...]) -> FileScan | None:
+    """The scan as a :class:`FileScan` (see its conditions); None when they do not hold or no file is left."""
+    found = _agreeing_dataset(table, row_filter, snapshot_id, selected)
+    if found is None:
+        return None
+    dataset, fragments, arrow_filter, whole, tasks = found
+    if any(not set(whole) <= set(f.physical_schema.names) for f in fragments):
+        return None
+    paths = [f.path for f in fragments]
+    return FileScan(paths, whole, sum(int(t.file.file_size_in_bytes) for t in tasks),
+                    pa.schema([dataset.schema.field(n) for n in whole]),
+                    _stream_of(dataset, fragments, arrow_filter, selected))
 
 
 def _pruned(arrow_type: Any, paths: list[tuple[str, ...]]) -> Any | None:
