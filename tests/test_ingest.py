@@ -221,11 +221,16 @@ def test_unknown_logical_table(omni, tmp_path):
 def test_memory_stays_bounded_by_chunks(omni, tmp_path, monkeypatch):
     """Many small chunks: every chunk is written as it fills, never held together.
 
-    The reader is wrapped: at no point are more than ``chunk_rows`` records pulled from
-    the source past the last one written, so memory is bounded by one chunk.
+    The reader is wrapped: records pulled from the source past the last one written are
+    at most what the overlapped steps may hold (see ingest.overlap), here with their byte
+    budgets at their least: two blocks read ahead (one queued, one waiting for room), the
+    chunk being filled and the chunk being written - four chunks of 300, whatever the
+    input's length.
     """
     src = tmp_path / "many.jsonl"
-    src.write_text("".join(json.dumps({"raw_data": f"document number {i}"}) + "\n" for i in range(2000)))
+    src.write_text("".join(json.dumps({"raw_data": f"document number {i}"}) + "\n" for i in range(6000)))
+    monkeypatch.setattr(pipeline, "READ_AHEAD_BYTES", 1)
+    monkeypatch.setattr(pipeline, "WRITE_QUEUE_BYTES", 1)
     seen = {"peak_rows": 0, "written": 0, "pulled": 0, "max_ahead": 0}
     real_write = pipeline.StagedWrite.write
     real_iter = pipeline.iter_sources
@@ -246,9 +251,10 @@ def test_memory_stays_bounded_by_chunks(omni, tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "iter_sources", counting_reader)
     omni.create_table("web")
     r = pipeline.submit(omni.store, "aidata", "web", [str(src)], "a", chunk_rows=300)
-    assert r.written == 2000 and seen["peak_rows"] == 300
-    assert seen["pulled"] == seen["written"] == 2000 and seen["max_ahead"] == 300  # one chunk, not more
-    assert omni.read("web").num_rows == 2000
+    assert r.written == 6000 and seen["peak_rows"] == 300
+    assert seen["pulled"] == seen["written"] == 6000
+    assert 300 <= seen["max_ahead"] <= 4 * 300  # a few chunks, not the input
+    assert omni.read("web").num_rows == 6000
     snap = omni.catalog.load_table("aidata.web__base").snapshot_by_id(omni.state("web").base_table.snapshot_id)
     assert snap.summary["omni.batch"] == "a"  # the batch is ONE snapshot however many chunks
 

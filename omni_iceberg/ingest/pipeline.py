@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 from catalog_ext import system_tables
 from catalog_ext.contract import RAW_CONTENT_FIELD, RAW_CONTENT_TYPE_FIELD, RAW_STAGE, check_batch_name
 from catalog_ext.family import Batch, FamilyState, LogicalColumn, PhysicalColumn
-from catalog_ext.physical import StagedWrite, arrow_type, iceberg_type, key_arrow_fields
+from catalog_ext.physical import StagedWrite, arrow_type, iceberg_type, key_arrow_fields, write_buffer_bytes
 from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddBatch, AddLogicalColumns, AddPhysicalColumns, PinSnapshot
@@ -57,6 +57,7 @@ from catalog_ext.errors import RejectLimitExceededError, SchemaConflictError, So
 from omni_iceberg.ingest import fields as F
 from omni_iceberg.ingest.dedup import BatchIds, ExistingIds
 from omni_iceberg.ingest.identity import content_ids, random_id
+from omni_iceberg.ingest.overlap import BackgroundWrites, ReadAhead
 from omni_iceberg.ingest.recheck import WinnerCheck
 from omni_iceberg.ingest.sources import iter_sources, reader_for
 from omni_iceberg.ingest.sources.files import ReadPolicy, open_file, source_files
@@ -68,6 +69,10 @@ CHUNK_ROWS = 20_000
 #: JSONL lines parsed together by Arrow (the fast path, see sources.jsonl); 0 = line by line
 BLOCK_ROWS = 10_000
 CHUNK_BYTES = 32 * 1024 * 1024
+#: what the reading thread may hold ahead of the pipeline (two JSONL blocks at their largest)
+READ_AHEAD_BYTES = 16 * 1024 * 1024
+#: rows (in the write's weighing) waiting for the writing thread; None: half the write's own buffer
+WRITE_QUEUE_BYTES: int | None = None
 MAX_REJECT_MESSAGES = 20
 
 
@@ -241,6 +246,8 @@ def submit(
     base = state.base_table
     writer = store.staged_write(state, base.identifier, base.snapshot_id, report.submit_id,
                                 {"omni.operation": "ingest", "omni.batch": batch, "omni.submit-id": report.submit_id})
+    # rows wait for the writing thread while it writes files (see .overlap)
+    writes = BackgroundWrites(writer, WRITE_QUEUE_BYTES if WRITE_QUEUE_BYTES is not None else write_buffer_bytes() // 2)
     rejects: list[dict[str, Any]] = []
     chunk = _Chunk()
     pending = _Pending()
@@ -253,8 +260,10 @@ def submit(
             return
         pending.add(record, record[RAW_CONTENT_FIELD])
 
+    reading = ReadAhead(lambda: iter_sources(sources, kind, block_rows=min(BLOCK_ROWS, chunk_rows), policy=policy),
+                        READ_AHEAD_BYTES, _item_bytes, lambda item: isinstance(item, SourceBlock))
     try:
-        for item in iter_sources(sources, kind, block_rows=min(BLOCK_ROWS, chunk_rows), policy=policy):
+        for item in reading:
             count = len(item) if isinstance(item, SourceBlock) else 1
             report.read += count
             if bar is not None:
@@ -267,7 +276,7 @@ def submit(
             if isinstance(item, SourceBlock):
                 _settle(pending, chunk, dedup, staged_ids, report)  # rows keep their order; the size is exact
                 if len(chunk) and len(chunk) + len(item) > chunk_rows:  # chunks stay within chunk_rows
-                    _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types,
+                    _flush(writes, _without_existing(chunk, existing, staged_ids, report), batch, types,
                            known_fields, report)
                     chunk = _Chunk()
                 mapped = _map_block(item, field_map, types)
@@ -286,12 +295,14 @@ def submit(
             if len(chunk) + len(pending) >= chunk_rows or chunk.bytes + pending.bytes >= chunk_bytes:
                 _settle(pending, chunk, dedup, staged_ids, report)
                 if len(chunk) >= chunk_rows or chunk.bytes >= chunk_bytes:
-                    _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types,
+                    _flush(writes, _without_existing(chunk, existing, staged_ids, report), batch, types,
                            known_fields, report)
                     chunk = _Chunk()
         _settle(pending, chunk, dedup, staged_ids, report)
         map_check.check()  # input shorter than the records checked: its end decides
-        _flush(writer, _without_existing(chunk, existing, staged_ids, report), batch, types, known_fields, report)
+        _flush(writes, _without_existing(chunk, existing, staged_ids, report), batch, types, known_fields, report)
+        reading.close()
+        writes.wait()  # every row is with the writer: the commit (or abandoning it) may touch it now
         if bar is not None:
             bar.close()
         if existing is not None:
@@ -308,9 +319,13 @@ def submit(
     except BaseException:
         if bar is not None:
             bar.close()
+        reading.close()
+        writes.close()
         _abandon(writer)
         raise
     finally:
+        reading.close()
+        writes.close()
         staged_ids.close()  # spilled ids, if any: the race re-check ran inside the commit
         if existing is not None:
             existing.release()
@@ -553,6 +568,15 @@ def _take_block(block: SourceBlock, mapped: pa.Table, field_map: dict[str, str],
     chunk.add_block(ids, rows, _characters(raws))
 
 
+def _item_bytes(item: SourceRecord | SourceBlock | RecordProblem) -> int:
+    """What an item of the source stream holds, roughly: what bounds the read-ahead."""
+    if isinstance(item, SourceBlock):
+        return item.table.nbytes
+    if isinstance(item, SourceRecord):
+        return 64 + sum(len(v) for v in item.fields.values() if isinstance(v, (str, bytes)))
+    return 64
+
+
 def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
@@ -641,12 +665,14 @@ def _storable(text: str | None) -> str | None:
     return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
-def _flush(writer: StagedWrite, chunk: _Chunk, batch: str, types: dict[str, str], known: set[str],
+def _flush(writes: BackgroundWrites, chunk: _Chunk, batch: str, types: dict[str, str], known: set[str],
            report: SubmitReport) -> None:
     if not len(chunk):
         return
+    writer = writes.writer
     new = [f for f in chunk.fields() if f not in known and types.get(f)]
     if new:
+        writes.wait()  # rows queued before hold the old schema: written under it
         _add_raw_fields(writer, new, types)
         known.update(new)
         report.new_fields += new
@@ -669,7 +695,7 @@ def _flush(writer: StagedWrite, chunk: _Chunk, batch: str, types: dict[str, str]
     # per column this function made before (a copy of every row), data files end where they did
     weight = (_joined_nbytes(ids, bitmap=False) + n * (4 + len(batch.encode("utf-8")))
               + sum(_joined_nbytes(parts) for parts in columns))
-    writer.write(data, nbytes=weight)
+    writes.write(data, weight)
     report.written += n
 
 
