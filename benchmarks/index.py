@@ -324,6 +324,33 @@ def decode_floor(files: list[str], trials: int) -> dict:
     return {"p50_ms": round(statistics.median(times) * 1e3, 3), "trials": trials}
 
 
+def row_group_probe(files: list[str], folder: Path, rows_list: list[int], repeats: int) -> dict:
+    """The lever of smaller row groups, measured: copies of ``files`` with ``rows`` rows a
+    group (same codec, page and dictionary settings as the current files), each against
+    the current files: one row group's decode (the floor of a 1-id lookup) and full-scan
+    CPU (throughput ratio = current CPU / copy CPU: below 0.9 fails the issue's 10%)."""
+    import pyarrow.parquet as pq
+
+    out = {"current": {"rows_per_group": pq.ParquetFile(files[0]).metadata.row_group(0).num_rows,
+                       "decode_p50_ms": decode_floor(files, 5 * repeats)["p50_ms"]}}
+    for rows in rows_list:
+        d = folder / f"rows-{rows}"
+        d.mkdir(parents=True, exist_ok=True)
+        copies = []
+        for i, path in enumerate(sorted(files)):
+            copy = str(d / f"f{i}.parquet")
+            pq.write_table(pq.read_table(path), copy, compression="zstd", row_group_size=rows, data_page_size=1 << 20,
+                           write_batch_size=min(rows, 20_000), dictionary_pagesize_limit=2 << 20)
+            copies.append(copy)
+        scans = full_scans(copies, sorted(files), 5)
+        out[str(rows)] = {"decode_p50_ms": decode_floor(copies, 5 * repeats)["p50_ms"],
+                          "duckdb_cpu_throughput_vs_current": scans["duckdb_cpu_s_after_over_before"],
+                          "pyarrow_cpu_throughput_vs_current": scans["pyarrow_cpu_s_after_over_before"]}
+        C.log(f"row groups of {rows} rows: {out[str(rows)]}")
+        C.remove(d)
+    return out
+
+
 def layout_facts(omni, state) -> dict:
     """Files and row groups of the base table as written."""
     import pyarrow.parquet as pq
@@ -422,6 +449,17 @@ def add_headlines(payload: dict) -> dict:
                     f"{scans[f'{engine}_after']['cpu_s']:.2f} s, wall {scans[f'{engine}_before']['wall_s']:.2f} -> "
                     f"{scans[f'{engine}_after']['wall_s']:.2f} s (wall ratio "
                     f"{scans[f'{engine}_wall_s_after_over_before']:.2f})"))
+    probe = res.get("syn", {}).get("row_group_probe")
+    for rows, got in (probe or {}).items():
+        if rows == "current":
+            continue
+        worst = min(got["duckdb_cpu_throughput_vs_current"], got["pyarrow_cpu_throughput_vs_current"])
+        heads.append(C.headline(
+            f"{payload['rows']:,} short records, lever not taken: row groups of {int(rows):,} rows - full-scan CPU "
+            f"throughput vs the default {probe['current']['rows_per_group']:,}-row (1 MiB) groups, worse engine",
+            worst, "x", ">= 0.9", worst >= 0.9,
+            f"one group decoded in {got['decode_p50_ms']:.2f} ms vs {probe['current']['decode_p50_ms']:.2f} ms; "
+            f"duckdb {got['duckdb_cpu_throughput_vs_current']:.2f}x, pyarrow {got['pyarrow_cpu_throughput_vs_current']:.2f}x"))
     sub = res.get("submit")
     if sub:
         big, small = sub["into_table"], sub["into_small_table"]
@@ -463,6 +501,8 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--scan-gib", type=float, default=2.0, help="GiB of Arrow data of html's full-scan files")
         p.add_argument("--keep", default=None, help="build the tables into this folder once and reuse them")
         p.add_argument("--skip-submit", action="store_true", help="skip the submit-RSS check")
+        p.add_argument("--row-group-probe", default="",
+                       help="short table: also measure copies with these rows a group (e.g. 1464,732)")
         p.add_argument("--row-group-rows", type=int, default=None,
                        help="tuned variant: set write.parquet.row-group-limit by hand (results: index-tuned.json)")
 
@@ -522,6 +562,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"{out['full_scan']['duckdb_cpu_s_after_over_before']}, pyarrow "
                   f"{out['full_scan']['pyarrow_cpu_s_after_over_before']}")
             C.remove(before_dir)
+            if small and args.row_group_probe:
+                out["row_group_probe"] = row_group_probe(base_files, scratch / "probe",
+                                                         [int(x) for x in args.row_group_probe.split(",")], repeats)
         if not args.skip_submit:
             extra = scratch / "extra.jsonl"
             synthetic_jsonl(extra, rows + 10_000_000, SUBMIT_ROWS)
