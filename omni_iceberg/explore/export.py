@@ -48,7 +48,8 @@ from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, split_qualified
 from catalog_ext.errors import ConfigError
 from omni_iceberg.explore.planner import QueryPlan, _to_iceberg, engine_message, load_physical, plan_query
 from omni_iceberg.read.guard import QueryError, parse_column_name, parse_condition
-from omni_iceberg.read.reader import check_records_fit, memory_limit_bytes, ranges_for, read_ranges, slice_bytes
+from omni_iceberg.read import reader as read_layer  # its limit read at call time (tests lower it)
+from omni_iceberg.read.reader import check_records_fit, ranges_for, read_ranges, slice_bytes
 from omni_iceberg.ui.formatting import jsonable
 from omni_iceberg.ui.progress import progress_bar
 
@@ -132,7 +133,7 @@ class Destination:
         if self.io is None:
             return pafs.LocalFileSystem(), self.uri
         scheme, netloc, path = self.io.parse_location(self.uri)
-        return self.io.fs_by_scheme(scheme, netloc), f"{netloc}{path}".rstrip("/")
+        return self.io.fs_by_scheme(scheme, netloc), path.rstrip("/")  # the path starts with the bucket
 
     def names(self) -> list[str]:
         """The names directly under the destination ([] when it does not exist)."""
@@ -294,7 +295,8 @@ def export(ctx: OmniContext, name: str, columns: list[str] | None, where: str | 
     if engine == "spark" and runner is None:
         runner = _spark_runner(ctx, spark_master, engine_options)
     home = getattr(getattr(ctx, "config", None), "home", None)
-    job = ExportJob(sql=sql, fmt=fmt, dest=dest, workers=_writers(), budget=slice_bytes(), limit=memory_limit_bytes(),
+    job = ExportJob(sql=sql, fmt=fmt, dest=dest, workers=_writers(), budget=slice_bytes(),
+                    limit=read_layer.memory_limit_bytes(),
                     scans=scans, spill_root=str(Path(home) / "spill") if home is not None and engine == "local"
                     else None)
     created = dest.local and not dest.exists()
@@ -771,7 +773,7 @@ def _replayed_pieces(expected: dict[str, Any] | None) -> dict[tuple[str, int], l
 
 def _write_piece(data: pa.Table, order: Any, start: int, rows: int, job: ExportJob, tmp: Path,
                  entry: dict[str, Any]) -> None:
-    """Rows ``start .. start + rows`` of ``data`` in id order, written as ``entry``'s file; its SHA-256 into ``entry``."""
+    """Rows ``start .. start + rows`` of ``data`` in id order, written as ``entry``'s file (SHA-256 into ``entry``)."""
     piece = data.take(order[start:start + rows]) if order is not None else data.slice(start, rows)
     _put(piece, job, tmp, entry)
 
