@@ -137,7 +137,7 @@ class JsonlReader:
         def one_by_one() -> Iterator[SourceItem]:
             return (self._parse_line(raw, src, line_no) for run in pending for line_no, raw in run.lines())
 
-        lines = [n for run in pending for n in range(run.first, run.first + len(run))]
+        lines = _line_numbers(pending)
         data = pending[0].raw() if len(pending) == 1 else b"".join(run.raw() for run in pending)
         table = _columns(data if data.endswith(b"\n") else data + b"\n", len(lines))
         if table is None:
@@ -218,6 +218,17 @@ def _columns(data: bytes, rows: int):
     return table
 
 
+def _line_numbers(runs: list["_Run"]) -> range | list[int]:
+    """The line number of each line of ``runs``: one range while they follow each other
+    (no blank or over-long line between them), a list otherwise."""
+    first, count = runs[0].first, 0
+    for run in runs:
+        if run.first != first + count:
+            return [n for run in runs for n in range(run.first, run.first + len(run))]
+        count += len(run)
+    return range(first, first + count)
+
+
 def _too_long(src: str, line_no: int, length: int, limit: int) -> RecordProblem:
     return RecordProblem(src, f"line longer than the limit ({length} bytes > {limit}); "
                          f"{MAX_RECORD_ENV} raises the limit", line=line_no)
@@ -281,7 +292,7 @@ def _runs(file: SourceFile, limit: int) -> Iterator[_Run | RecordProblem]:
                     yield _too_long(src, line_no + 1, carry_len, limit)
                 elif carry:
                     data = b"".join(carry)
-                    yield from _split(data, 0, len(data), line_no, limit, src)
+                    yield from _split(data, 0, len(data), line_no, limit, src)[0]
                 return
             cut = piece.rfind(b"\n") + 1
             if not cut:  # no line ends in this piece
@@ -297,10 +308,15 @@ def _runs(file: SourceFile, limit: int) -> Iterator[_Run | RecordProblem]:
                 yield _too_long(src, line_no, carry_len + end, limit)
                 data, start, skipping = piece, end + 1, False
             else:
-                data, start = (b"".join([*carry, piece]), 0) if carry else (piece, 0)
-                cut += len(data) - len(piece)
-            yield from _split(data, start, cut, line_no, limit, src)
-            line_no += data.count(b"\n", start, cut)
+                data, start = piece, 0
+                if carry:  # only the line begun in earlier pieces is joined, not the whole piece
+                    start = piece.find(b"\n") + 1
+                    head = b"".join([*carry, piece[:start]])
+                    yield from _split(head, 0, len(head), line_no, limit, src)[0]
+                    line_no += 1
+            found, lines = _split(data, start, cut, line_no, limit, src)
+            yield from found
+            line_no += lines
             tail = data[cut:]
             carry, carry_len = ([tail] if tail else []), len(tail)
             if carry_len > limit:
@@ -335,12 +351,13 @@ def _pieces(stream) -> Iterator[bytes]:
         yield b"".join(got)
 
 
-def _split(data: bytes, lo: int, hi: int, line_no: int, limit: int, src: str) -> list[_Run | RecordProblem]:
+def _split(data: bytes, lo: int, hi: int, line_no: int, limit: int,
+           src: str) -> tuple[list[_Run | RecordProblem], int]:
     """The whole lines of ``data[lo:hi]`` (the last one may lack its newline at the end of a
     file), numbered from ``line_no + 1``: runs between blank and over-long lines, and a
-    problem for each over-long one."""
+    problem for each over-long one; and how many lines that was."""
     if hi <= lo:
-        return []
+        return [], 0
     arr = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(arr[lo:hi] == 10) + (lo + 1)
     if not len(ends) or ends[-1] < hi:
@@ -367,7 +384,7 @@ def _split(data: bytes, lo: int, hi: int, line_no: int, limit: int, src: str) ->
         prev = i + 1
     if prev < len(ends):
         out.append(_Run(data, int(starts[prev]), ends[prev:], line_no + 1 + prev))
-    return out
+    return out, len(ends)
 
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")

@@ -11,7 +11,7 @@ unknown format) raise :class:`catalog_ext.errors.SourceError` instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol, Union
+from typing import Any, Callable, Iterator, Protocol, Sequence, Union
 
 
 #: what readers know ``raw_data`` to be (``SourceRecord.content_type``): a page, or text that
@@ -82,7 +82,7 @@ class SourceBlock:
 
     table: Any  # pyarrow.Table: one row per record
     source_file: str
-    lines: list[int]
+    lines: Sequence[int]  # a range where the lines follow each other
     records: Callable[[], Iterator["SourceRecord | RecordProblem"]]
     content_type: str | None = None  # as SourceRecord.content_type, for every row
 
