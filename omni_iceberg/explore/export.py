@@ -309,8 +309,8 @@ def export(ctx: OmniContext, name: str, columns: list[str] | None, where: str | 
             files = [entry for entries in per_part for entry in entries]
         else:
             files = _run_local(job, parts, progress, f"export {state.table.identifier}")
-        if not dest.local or runner is not None:
-            # a task that died after its retry won may have left its temporary folder
+        if runner is not None and dest.local:
+            # a task that died after its retry won may have left its temporary folder there
             dest.remove([n for n in dest.names() if n.startswith(TMP_PREFIX)])
         written = True
     finally:
