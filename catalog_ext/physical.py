@@ -561,6 +561,7 @@ class StagedWrite:
         labels: dict[str, dict[str, str]] = {}
         files: list[Any] = []
         twice: list[str] = []
+        unlabelled: list[int] = []
         head = snap = table.snapshot_by_id(ref.snapshot_id)
         while snap is not None and snap.snapshot_id != self.base_snapshot_id:
             props = snap.summary.additional_properties if snap.summary else {}
@@ -570,34 +571,45 @@ class StagedWrite:
                 labels[props[label_property]] = dict(props)
             if CLEARED_PROPERTY in props:
                 self.cleared_batches = sorted(set(self.cleared_batches) | set(props[CLEARED_PROPERTY].split(",")))
-            files = iceberg_io.added_data_files(table, snap.snapshot_id) + files
+            added = iceberg_io.added_data_files(table, snap.snapshot_id)
+            if added and label_property not in props and CLEARED_PROPERTY not in props:
+                unlabelled.append(snap.snapshot_id)
+            files = added + files
             snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
         if snap is None:  # the branch does not start at our base: it cannot be resumed
             self.abandon()
             return {}
         if twice:  # two processes of this plan both finished a unit here: it cannot be published
-            self._discard_doubled(head, twice)
+            self._discard_unresumable(head, f"holds unit(s) {', '.join(sorted(set(twice)))} twice "
+                                               "(two runs of the same plan at once)")
+            return {}
+        if unlabelled:
+            # a re-stage (rebase after a lost commit, a drop-batch left out) re-commits the
+            # run's files in one snapshot without unit labels: a process killed right after it
+            # leaves files no label accounts for, so a resume would compute every unit again
+            # beside them and publish their rows twice
+            self._discard_unresumable(head, f"holds files of re-staged units (snapshot {unlabelled[0]}, no unit "
+                                            "label) that a resume cannot account for")
             return {}
         self.branch_files = files
         self.staged_snapshot_id = ref.snapshot_id
         return labels
 
-    def _discard_doubled(self, head: Any, units: list[str]) -> None:
-        """Drop a branch holding ``units`` twice, unless a process may still be writing it.
+    def _discard_unresumable(self, head: Any, why: str) -> None:
+        """Drop a branch that cannot be resumed (``why``), unless a process may still be writing it.
 
-        Only a run whose withdrawal lost a race leaves such a branch (see :meth:`checkpoint`);
-        publishing it would count those rows twice, and resuming it would keep them. Within
-        the staging grace period its writer may be alive, so the run stops instead of
-        discarding work under it.
+        Such a branch holds units twice (a run whose withdrawal lost a race, see
+        :meth:`checkpoint`) or files without unit labels (a re-stage); publishing it would
+        count rows twice, and resuming it would keep them. Within the staging grace period
+        its writer may be alive, so the run stops instead of discarding work under it.
         """
         age_s = max(0.0, time.time() - head.timestamp_ms / 1000)
         grace_s = staging.StagingPolicy().grace_s
         if age_s < grace_s:
             raise StagingBranchTakenError(
-                f"branch {self.branch} of {self.identifier} holds unit(s) {', '.join(sorted(set(units)))} twice "
-                f"(two runs of the same plan at once) and was written {age_s:.0f}s ago: another process may still "
-                f"be running this backfill. Nothing was committed. If none is, rerun with OMNI_STAGE_GRACE_S=0 "
-                "to discard the branch and start over")
+                f"branch {self.branch} of {self.identifier} {why} and was written {age_s:.0f}s ago: another "
+                f"process may still be running this backfill. Nothing was committed. If none is, rerun with "
+                "OMNI_STAGE_GRACE_S=0 to discard the branch and start over")
         self.abandon()
 
     def rebase(self, onto_snapshot_id: int) -> int:

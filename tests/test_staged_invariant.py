@@ -195,3 +195,38 @@ def test_resuming_a_stale_branch_holding_a_unit_twice_starts_over(omni, monkeypa
     resumed.checkpoint({"omni.unit": "f/b"})
     landed = _commit(omni, base, resumed)
     assert omni.read("web", columns=["_ai_unique_id_"], as_of=landed.version).num_rows == 24
+
+
+def _restaged_branch(omni: Omni, run_id: str):
+    """A run's branch after a re-stage (what a lost commit's rebase leaves): unit f/b's files
+    re-committed in one snapshot without its label, and a rerun's writer about to resume it."""
+    _, base, writer = _staged_copy(omni, run_id, checkpoint=False)
+    writer.attach("omni.unit")
+    writer.checkpoint({"omni.unit": "f/b"})
+    writer.rebase(base.snapshot_id)  # the process is killed right after this
+    head = omni.catalog.load_table(base.identifier).snapshot_by_id(writer.staged_snapshot_id)
+    assert "omni.unit" not in head.summary.additional_properties  # the label did not survive
+    state = omni.state("web")
+    resumed = omni.store.staged_write(state, base.identifier, base.snapshot_id, run_id, {"omni.operation": "test"})
+    return base, resumed
+
+
+def test_resuming_a_restaged_branch_stops_while_its_writer_may_live(omni):
+    base, resumed = _restaged_branch(omni, "bf-restaged-live")
+    with pytest.raises(StagingBranchTakenError, match="re-staged units"):
+        resumed.attach("omni.unit")
+    assert resumed.branch in omni.catalog.load_table(base.identifier).metadata.refs  # left as it was
+
+
+def test_resuming_a_stale_restaged_branch_starts_over_and_counts_rows_once(omni, monkeypatch):
+    """Resuming would have adopted f/b's files with no label saying f/b is done: the unit is
+    computed again beside them and its 12 rows published twice. The branch is dropped instead."""
+    monkeypatch.setenv("OMNI_STAGE_GRACE_S", "0")
+    base, resumed = _restaged_branch(omni, "bf-restaged-stale")
+    assert resumed.attach("omni.unit") == {}
+    assert resumed.branch not in omni.catalog.load_table(base.identifier).metadata.refs
+    _, _, copy = _staged_copy(omni, "the-rows", checkpoint=False)
+    resumed.write(pa.concat_tables(copy._held))  # the unit computed again, once
+    resumed.checkpoint({"omni.unit": "f/b"})
+    landed = _commit(omni, base, resumed)
+    assert omni.read("web", columns=["_ai_unique_id_"], as_of=landed.version).num_rows == 24
