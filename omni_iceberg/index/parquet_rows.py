@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN
+from omni_iceberg.index import page_reads
 from omni_iceberg.index.file_input import is_local, open_input
 
 _FOOTERS: "OrderedDict[str, tuple[Any, list[int], pa.Schema]]" = OrderedDict()
@@ -87,6 +88,11 @@ def read_positions(path: str, positions: list[int], columns: list[str], io: Any 
     take = pa.array(read_start[np.searchsorted(groups, group_of)] + pos - np.asarray(starts, np.int64)[group_of],
                     pa.int64())
     local = io is None or is_local(path)
+    if local and len(pos) <= PAGE_READ_MAX_ROWS:
+        try:
+            return _read_pages(path, meta, schema, starts, pos, group_of, groups, present)
+        except page_reads.Unsupported:
+            pass  # read the row groups whole, below: the page reader answers exactly or not at all
     with open_input(path, io) as f:
         # the cached footer: no footer read or parse. Pre-buffering coalesces a row group's
         # column reads into a few large ones, which pays on an object store's latency; on a
@@ -102,6 +108,36 @@ def read_positions(path: str, positions: list[int], columns: list[str], io: Any 
             arr = pc.struct_field(arr, sub)
         arr = pc.take(arr, take)
         arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+        if pa.types.is_large_string(arr.type):
+            arr = arr.cast(pa.string())
+        out[c] = arr
+    return out
+
+
+#: up to this many rows of one file are read page by page (:mod:`omni_iceberg.index.page_reads`);
+#: more rows touch most pages of their groups, which pyarrow decodes faster whole
+PAGE_READ_MAX_ROWS = 64
+
+
+def _read_pages(path: str, meta: Any, schema: pa.Schema, starts: list[int], pos: np.ndarray,
+                group_of: np.ndarray, groups: np.ndarray, columns: list[str]) -> dict[str, pa.Array]:
+    """``read_positions`` through the page reader: each group's rows, then back in asked order."""
+    from urllib.parse import urlparse
+
+    local_path = urlparse(path).path if path.startswith("file:") else path
+    leaves = page_reads.leaf_columns(meta)
+    order = np.argsort(group_of, kind="stable")  # asked rows grouped, in group order
+    pieces: dict[str, list[pa.Array]] = {c: [] for c in columns}
+    for g in groups.tolist():
+        rows = pos[order][group_of[order] == g] - starts[g]
+        got = page_reads.read_rows(local_path, meta, schema, g, rows, columns, leaves)
+        for c in columns:
+            pieces[c].append(got[c])
+    back = pa.array(np.argsort(order, kind="stable"), pa.int64())
+    out = {}
+    for c in columns:
+        arr = pa.concat_arrays(pieces[c]) if len(pieces[c]) > 1 else pieces[c][0]
+        arr = arr if len(groups) == 1 and np.all(order[:-1] < order[1:]) else arr.take(back)
         if pa.types.is_large_string(arr.type):
             arr = arr.cast(pa.string())
         out[c] = arr
