@@ -31,7 +31,13 @@ for each input (the short records against ``floor_arrow``); omni with / without 
 id index (target >= 0.9); and omni's peak RSS at ~50, ~200 and ~400 MiB of input
 (bounded memory).
 
+``--parts short`` runs only the short-record variants and keeps the HTML trials (and the
+run they came from) of the results file; ``--parts html`` the other way round. Every
+headline is computed from the trials, so a merged file says where each part comes from
+(``part_runs``).
+
     python -m benchmarks.ingest [--quick] [--repeats N] [--mib 200] [--small-mib 50] [--short-records N]
+                                [--parts html,short]
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ from pathlib import Path
 from benchmarks import common as C
 
 CHILD_FLAG = "--child"
+#: the inputs each part of the benchmark reads
+PARTS = {"html": ("spec", "distinct", "small", "large"), "short": ("short",)}
 
 
 # --------------------------------------------------------------------------- children
@@ -158,6 +166,19 @@ def short_jsonl(records: int) -> Path:
 # --------------------------------------------------------------------------- parent
 
 
+def _previous(carried: list[str]) -> dict:
+    """The results file whose trials the parts not run now are taken from."""
+    if not carried:
+        return {}
+    path = C.RESULTS / "ingest.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    have = {t["input"] for t in old.get("trials", [])}
+    missing = [p for p in carried if not set(PARTS[p]) <= have]
+    if missing:
+        raise SystemExit(f"--parts leaves out {', '.join(missing)}, but {path.name} holds no trials of it: run it too")
+    return old
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == CHILD_FLAG:
@@ -171,19 +192,30 @@ def main(argv: list[str] | None = None) -> None:
                        help="a third, larger size for the RSS check (default: twice --mib)")
         p.add_argument("--short-records", type=int, default=None,
                        help="synthetic ~175-byte JSONL records for the short-record comparison (1,000,000)")
+        p.add_argument("--parts", default=",".join(PARTS),
+                       help="parts to run (html, short); the others' trials are kept from the results file")
 
     args = C.parse_args("ingest", __doc__, options, argv)
     started = time.perf_counter()
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not parts or set(parts) - set(PARTS):
+        raise SystemExit(f"--parts: one or more of {', '.join(PARTS)}, got {args.parts!r}")
+    carried = [p for p in PARTS if p not in parts]
+    old = _previous(carried)
     big = args.mib or (20.0 if args.quick else 200.0)
     small = args.small_mib or (5.0 if args.quick else 50.0)
     large = args.large_mib or 2 * big
+    if "html" in carried:  # the labels follow the sizes the kept trials ran at
+        big, small, large = (old["params"][k] for k in ("input_mib", "small_input_mib", "large_input_mib"))
     repeats = args.repeats or (1 if args.quick else 3)
 
     # "spec": build_warc as is (pages repeat -> omni dedups); "distinct": every body distinct
-    paths = {"spec": C.docs_warc(big), "distinct": C.distinct_docs_warc(big), "small": C.distinct_docs_warc(small),
-             "large": C.distinct_docs_warc(large),
-             "short": short_jsonl(args.short_records or (100_000 if args.quick else 1_000_000))}
-    inputs = {}
+    builders = {"spec": lambda: C.docs_warc(big), "distinct": lambda: C.distinct_docs_warc(big),
+                "small": lambda: C.distinct_docs_warc(small), "large": lambda: C.distinct_docs_warc(large),
+                "short": lambda: short_jsonl(args.short_records or (100_000 if args.quick else 1_000_000))}
+    paths = {key: builders[key]() for part in parts for key in PARTS[part]}
+    inputs = {key: {**old["params"]["inputs"][key], "path": C.ROOT / old["params"]["inputs"][key]["path"]}
+              for part in carried for key in PARTS[part]}
     for key, path in paths.items():
         if key == "short":
             records = sum(1 for _ in open(path))
@@ -195,14 +227,16 @@ def main(argv: list[str] | None = None) -> None:
         C.log(f"input {key}: {path.name}: {records} records, {html / 1e6:.1f} MB HTML, "
               f"{path.stat().st_size / 1e6:.1f} MB WARC")
 
-    trials: list[dict] = []
     plan = [("read", "spec"), ("floor", "spec"), ("omni", "spec"), ("floor", "distinct"), ("omni", "distinct"),
             ("omni_noindex", "distinct"), ("omni", "small"), ("omni", "large"), ("floor_arrow", "short"),
             ("omni", "short"), ("floor", "short"), ("omni_noindex", "short")]
+    keep = {key for part in carried for key in PARTS[part]}
+    trials: list[dict] = [t for t in old.get("trials", []) if t["input"] in keep]
+    to_run = [(kind, key) for kind, key in plan if key not in keep]
     labels = {("floor", "short"): "floor (json.loads per line, no ids)",
               ("floor_arrow", "short"): "floor (pyarrow.json + md5 ids + pq.write_table)"}
     for r in range(repeats):
-        for kind, key in (plan if r % 2 == 0 else plan[::-1]):  # alternate order: no variant always first
+        for kind, key in (to_run if r % 2 == 0 else to_run[::-1]):  # alternate order: no variant always first
             res = run_child(kind, inputs[key]["path"])
             res.update(repeat=r, input=key, input_mib=inputs[key]["mib"], load=C.load_average())
             trials.append(res)
@@ -276,11 +310,23 @@ def main(argv: list[str] | None = None) -> None:
         ("Each trial is a fresh subprocess; peak RSS is its VmHWM and includes the interpreter and imports "
         f"(omni ~{C.median(pick('omni', 'spec', 'rss_before_mib')):.0f} MiB, "
         f"floor ~{C.median(pick('floor', 'spec', 'rss_before_mib')):.0f} MiB before reading)."),
-        f"{repeats} repeat(s); within a repeat the variants ran back to back, order reversed every other repeat.",
+        (f"{repeats} repeat(s)" + (f" of the {', '.join(parts)} part(s) ({old['params']['repeats']} of the kept ones)"
+                                   if carried else "")
+         + "; within a repeat the variants ran back to back, order reversed every other repeat."),
     ]
+    run_facts = {"command": C.command_line(args), "commit": args.git["commit"], "date": time.strftime("%Y-%m-%d %H:%M"),
+                 "load_average": C.load_average()}
+    part_runs = {p: run_facts for p in parts}
+    for p in carried:
+        part_runs[p] = (old.get("part_runs") or {}).get(p) or {
+            "command": old.get("command"), "commit": (old.get("git") or {}).get("commit"), "date": old.get("date"),
+            "load_average": (old.get("machine") or {}).get("load_average")}
+    if carried:
+        notes.append(f"Merged result: the {', '.join(carried)} part(s) are the trials of an earlier run "
+                     "(see where each part comes from); ratios are taken within a part, never across runs.")
     payload = {
         "title": "Ingest: omni submit vs plain Parquet write (floor)",
-        "params": {"input_mib": big, "small_input_mib": small, "large_input_mib": large, "repeats": repeats,
+        "params": {"input_mib": big, "small_input_mib": small, "large_input_mib": large, "repeats": repeats, "parts": parts,
                    "inputs": {k: {**v, "path": str(v["path"].relative_to(C.ROOT))} for k, v in inputs.items()}},
         "headline": heads,
         "table": {"columns": ["variant", "input", "records", "wall s (median)", "CPU s (median)", "docs/s", "MB/s",
@@ -288,6 +334,8 @@ def main(argv: list[str] | None = None) -> None:
         "notes": notes,
         "trials": trials,
     }
+    if carried:
+        payload["part_runs"] = part_runs
     C.write_result(args, payload, started)
 
     plt, fig, (a1, a2, a3) = C.figure(3, width=15)
