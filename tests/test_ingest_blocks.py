@@ -112,3 +112,38 @@ def test_a_new_column_of_a_block_joins_the_table_with_its_type(omni_home, tmp_pa
     assert types["RawData.n"] == "long" and types["RawData.ok"] == "boolean"
     got = omni.read("web", columns=["RawData.n", "RawData.ok"]).to_pylist()
     assert sorted(r["RawData.n"] for r in got) == list(range(50))
+
+
+def test_ids_computed_while_reading_are_the_ids_of_the_kept_rows(omni_home, tmp_path, monkeypatch):
+    """A mapped raw field read as blocks: its ids are computed in the reading thread for every
+    row (null and blank ones too), and the rows kept get the md5 of their own text."""
+    import hashlib
+
+    src = tmp_path / "mapped.jsonl"
+    lines = []
+    for i in range(120):
+        text = None if i % 9 == 0 else "  " if i % 10 == 0 else f"text {i % 50}"  # nulls, blanks, repeats
+        lines.append(json.dumps({"body": text, "n": i}))
+    src.write_text("\n".join(lines) + "\n")
+    ahead = []
+    real = pipeline._ids_ahead
+
+    def spy(block, field_map):
+        out = real(block, field_map)
+        ahead.append(None if out is None else len(out))
+        return out
+
+    monkeypatch.setattr(pipeline, "_ids_ahead", spy)
+    monkeypatch.setattr(pipeline, "BLOCK_ROWS", 16)
+    omni = Omni(config=omni_home)
+    omni.create_table("m")
+    r = omni.submit("m", [str(src)], batch="a", field_map={"body": "raw_data"}, progress=False)
+    assert ahead and all(n is not None for n in ahead) and sum(ahead) == 120
+    nulls, blanks = [i for i in range(120) if i % 9 == 0], [i for i in range(120) if i % 10 == 0 and i % 9]
+    texts = {f"text {i % 50}" for i in range(120) if i % 9 and i % 10}
+    assert (r.read, r.rejected, r.written) == (120, len(nulls) + len(blanks), len(texts))
+    rows = omni.read("m", columns=[ID_COLUMN, "RawData"]).to_pylist()
+    assert sorted((row[ID_COLUMN], row["RawData"]["raw_data"]) for row in rows) == sorted(
+        (hashlib.md5(t.encode()).hexdigest(), t) for t in texts)
+    rejects = omni.rejects("m", "a").sort_by("line").to_pylist()
+    assert [x["line"] for x in rejects] == sorted(i + 1 for i in nulls + blanks)

@@ -260,10 +260,15 @@ def submit(
             return
         pending.add(record, record[RAW_CONTENT_FIELD])
 
-    reading = ReadAhead(lambda: iter_sources(sources, kind, block_rows=min(BLOCK_ROWS, chunk_rows), policy=policy),
-                        READ_AHEAD_BYTES, _item_bytes, lambda item: isinstance(item, SourceBlock))
+    def read() -> Iterator[tuple[Any, pa.Array | None]]:
+        # in the reading thread: each block's content ids are computed there too (see _ids_ahead)
+        for one in iter_sources(sources, kind, block_rows=min(BLOCK_ROWS, chunk_rows), policy=policy):
+            yield one, (_ids_ahead(one, field_map) if dedup and isinstance(one, SourceBlock) else None)
+
+    reading = ReadAhead(read, READ_AHEAD_BYTES, lambda pair: _item_bytes(pair[0]),
+                        lambda pair: isinstance(pair[0], SourceBlock))
     try:
-        for item in reading:
+        for item, ids_ahead in reading:
             count = len(item) if isinstance(item, SourceBlock) else 1
             report.read += count
             if bar is not None:
@@ -287,7 +292,8 @@ def submit(
                         else:
                             take(one)
                 else:
-                    _take_block(item, mapped, field_map, dedup, staged_ids, chunk, report, rejects, batch, state)
+                    _take_block(item, mapped, field_map, dedup, staged_ids, chunk, report, rejects, batch, state,
+                                ids_ahead)
             else:
                 take(item)
             # duplicates among the pending rows only make the chunk smaller: it can be full
@@ -540,10 +546,29 @@ def _settle(pending: _Pending, chunk: _Chunk, dedup: bool, staged_ids: BatchIds,
     pending.clear()
 
 
+def _ids_ahead(block: SourceBlock, field_map: dict[str, str]) -> pa.Array | None:
+    """The content id of every row of the block's column that lands in the raw content, computed
+    while the block is read (the reading thread has time to spare; the pipeline's own thread
+    does the rest): what :func:`_take_block` would compute for the rows it keeps, since mapping
+    a text column to ``raw_data`` only renames it. None where there is no such text column (the
+    block then takes the per-record path or has no raw content). A null row is hashed as ""
+    only to keep the rows aligned: it is a reject, its id is never used."""
+    sources = [n for n in block.table.column_names if F.target_name(n, field_map) == RAW_CONTENT_FIELD]
+    if len(sources) != 1:
+        return None
+    column = block.table.column(sources[0])
+    if not pa.types.is_string(column.type) or not len(column):
+        return None
+    raws = _one_chunk(column)
+    return content_ids(raws.fill_null("") if raws.null_count else raws)
+
+
 def _take_block(block: SourceBlock, mapped: pa.Table, field_map: dict[str, str], dedup: bool, staged_ids: BatchIds,
-                chunk: _Chunk, report: SubmitReport, rejects: list, batch: str, state: FamilyState) -> None:
+                chunk: _Chunk, report: SubmitReport, rejects: list, batch: str, state: FamilyState,
+                ids_ahead: pa.Array | None = None) -> None:
     """Add a mapped block's rows to the chunk: raw content checked per row, ids, in-batch dedup
-    (column operations; only rows that may be blank are looked at one by one)."""
+    (column operations; only rows that may be blank are looked at one by one). ``ids_ahead``:
+    the ids of every row, when :func:`_ids_ahead` computed them already."""
     n = len(block)
     raws = _one_chunk(mapped.column(RAW_CONTENT_FIELD)) if RAW_CONTENT_FIELD in mapped.column_names else None
     blank = np.ones(n, dtype=bool) if raws is None else _blank(raws)
@@ -557,7 +582,10 @@ def _take_block(block: SourceBlock, mapped: pa.Table, field_map: dict[str, str],
     if len(keep) < n:
         raws = raws.take(pa.array(keep, pa.int64()))
     if dedup:
-        ids = content_ids(raws)
+        if ids_ahead is None:
+            ids = content_ids(raws)
+        else:
+            ids = ids_ahead if len(keep) == n else ids_ahead.take(pa.array(keep, pa.int64()))
         new = staged_ids.add(ids)
         if not new.all():
             report.duplicates += len(new) - int(np.count_nonzero(new))
