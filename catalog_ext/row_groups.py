@@ -30,6 +30,16 @@ DEFAULT_ROW_GROUP_BYTES = 1 << 20
 #: pyiceberg's own default row limit, when the table sets none
 PYICEBERG_ROW_GROUP_LIMIT = 1_048_576
 
+#: the Iceberg page-size property; pyarrow cuts pages only between write batches of
+#: ``write.parquet.page-row-limit`` rows (pyiceberg's write_batch_size, default 20,000), so
+#: on its own it changes nothing for groups of a few thousand rows
+PAGE_BYTES_PROPERTY = "write.parquet.page-size-bytes"
+PAGE_ROW_LIMIT_PROPERTY = "write.parquet.page-row-limit"
+#: the dictionary size at which a chunk falls back to PLAIN pages; a point read of a
+#: dictionary-encoded page also decodes the dictionary, so it is kept near a page
+DICT_BYTES_PROPERTY = "write.parquet.dict-size-bytes"
+PYICEBERG_PAGE_ROW_LIMIT = 20_000
+
 
 def _positive(properties: Mapping[str, str], key: str, identifier: str) -> int | None:
     raw = properties.get(key)
@@ -67,6 +77,24 @@ def rows_per_group(properties: Mapping[str, str], rows: int, nbytes: int, identi
     return max(1, min(limit, int(size * rows // nbytes)))
 
 
+def rows_per_page(properties: Mapping[str, str], rows: int, nbytes: int, identifier: str = "?") -> int | None:
+    """The page row limit (pyarrow's write batch) for ``rows`` rows of ``nbytes`` Arrow bytes,
+    or None when the table sets no page size (pyiceberg's own limit then applies).
+
+    >>> rows_per_page({PAGE_BYTES_PROPERTY: "1000"}, rows=100, nbytes=10_000)
+    10
+    >>> rows_per_page({}, 100, 10_000) is None
+    True
+    """
+    size = _positive(properties, PAGE_BYTES_PROPERTY, identifier)
+    limit = _positive(properties, PAGE_ROW_LIMIT_PROPERTY, identifier) or PYICEBERG_PAGE_ROW_LIMIT
+    if size is None:
+        return None
+    if rows <= 0 or nbytes <= 0:
+        return limit
+    return max(1, min(limit, int(size * rows // nbytes)))
+
+
 def for_write(metadata: Any, data: Any) -> Any:
     """``metadata`` (pyiceberg TableMetadata) as pyiceberg's writer should see it for ``data``:
     the byte size turned into a row limit and taken out (pyiceberg would only warn about it)."""
@@ -76,4 +104,7 @@ def for_write(metadata: Any, data: Any) -> Any:
     limit = rows_per_group(props, data.num_rows, data.nbytes, metadata.location)
     updated = {k: v for k, v in props.items() if k != ROW_GROUP_BYTES_PROPERTY}
     updated[ROW_GROUP_LIMIT_PROPERTY] = str(limit)
+    page_rows = rows_per_page(props, data.num_rows, data.nbytes, metadata.location)
+    if page_rows is not None:
+        updated[PAGE_ROW_LIMIT_PROPERTY] = str(page_rows)
     return metadata.model_copy(update={"properties": updated})

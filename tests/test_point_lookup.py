@@ -151,3 +151,52 @@ def test_a_warm_process_sees_new_snapshots_and_rewritten_files(omni, tmp_path):
     again = get_rows(omni, "pl", asked, explain=True)
     assert again.tables[0].method == "index" and again.tables[0].files_read >= 1
     assert again.rows.to_pylist() == rows
+
+
+def _data_pages(path):
+    """Data pages of each column chunk of the file's first row group."""
+    from omni_iceberg.index import page_reads
+
+    meta = pq.ParquetFile(path).metadata
+    counts = []
+    with open(path, "rb") as f:
+        for i in range(meta.num_columns):
+            chunk = meta.row_group(0).column(i)
+            start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+            f.seek(start)
+            buf, pos, n = f.read(chunk.total_compressed_size), 0, 0
+            while pos < len(buf):
+                head, data = page_reads.page_header(buf, pos)
+                n += head[1] in (page_reads.DATA_PAGE, page_reads.DATA_PAGE_V2)
+                pos = data + head[3]
+            counts.append(n)
+    return counts
+
+
+def test_rows_per_page_follows_the_rows_average_size():
+    props = {row_groups.PAGE_BYTES_PROPERTY: str(16 << 10)}
+    assert row_groups.rows_per_page(props, rows=40_000, nbytes=40_000 * 160) == (16 << 10) // 160
+    assert row_groups.rows_per_page({**props, row_groups.PAGE_ROW_LIMIT_PROPERTY: "7"}, 100, 100 * 160) == 7
+    assert row_groups.rows_per_page(props, rows=3, nbytes=3 * (1 << 20)) == 1
+    assert row_groups.rows_per_page({}, 100, 10_000) is None
+
+
+def test_a_page_size_cuts_pages_and_lookups_read_them(omni, tmp_path):
+    """With ``write.parquet.page-size-bytes`` (and the dictionary bounded near it) omni's
+    writes cut a row group's chunks into pages (pyarrow cuts only between write batches, so
+    the page row limit is set from the rows' size), and lookups read rows from those pages."""
+    omni.create_table("pl")
+    for t in omni.state("pl").tables:
+        with omni.catalog.load_table(t.identifier).transaction() as tx:
+            tx.set_properties({row_groups.PAGE_BYTES_PROPERTY: "2048", row_groups.DICT_BYTES_PROPERTY: "2048"})
+    omni.submit("pl", [_jsonl(tmp_path / "a.jsonl", 0, 2000)], batch="b0", progress=False)
+    files = _files(_base(omni, "pl"))
+    pages = _data_pages(files[0].removeprefix("file://"))
+    assert max(pages) > 3, pages  # raw_data: ~110 bytes a row, groups of ~1 MiB, pages of 2 KiB
+    everything = omni.read("pl").to_pylist()
+    by_id = {r[ID_COLUMN]: r for r in everything}
+    asked = [r[ID_COLUMN] for r in everything[::-131]]
+    got = get_rows(omni, "pl", asked, explain=True)
+    assert got.tables[0].method == "index"
+    rows = got.rows.to_pylist()
+    assert [r["RawData"] for r in rows] == [by_id[i]["RawData"] for i in asked]

@@ -200,37 +200,33 @@ def _plain(buf: bytes, pos: int, end: int, physical: str, width: int, wanted: np
             raise Unsupported("PLAIN fixed-length values past their page")
         return [bytes(buf[pos + int(k) * width:pos + (int(k) + 1) * width]) for k in wanted]
     if physical == "BYTE_ARRAY":
-        out, i, j, unpack = [], 0, 0, struct.unpack_from
-        last = int(wanted[-1]) if len(wanted) else -1
-        while i <= last:
-            if pos + 4 > end:
-                raise Unsupported("PLAIN byte arrays past their page")
-            n = unpack("<I", buf, pos)[0]
-            pos += 4
-            if pos + n > end:
-                raise Unsupported("PLAIN byte array past its page")
-            while j < len(wanted) and wanted[j] == i:
-                out.append(bytes(buf[pos:pos + n]))
-                j += 1
-            pos += n
-            i += 1
+        if not len(wanted):
+            return []
+        starts = _walk(buf, pos, end, int(wanted[-1]) + 1)
+        out = []
+        for k in wanted.tolist():
+            at = starts[k]
+            out.append(bytes(buf[at + 4:at + 4 + _U32(buf, at)[0]]))
         return out
     raise Unsupported(f"physical type {physical}")
 
 
-def _byte_array_offsets(buf: bytes, count: int) -> np.ndarray:
-    """Start of each of ``count`` PLAIN byte arrays in ``buf`` (and the end after the last)."""
-    starts = np.empty(count + 1, np.int64)
-    pos, end, unpack = 0, len(buf), struct.unpack_from
-    for i in range(count):
-        if pos + 4 > end:
-            raise Unsupported("dictionary shorter than its values")
-        n = unpack("<I", buf, pos)[0]
-        starts[i] = pos + 4
-        pos += 4 + n
+_U32 = struct.Struct("<I").unpack_from
+
+
+def _walk(buf: bytes, pos: int, end: int, count: int) -> list[int]:
+    """Where each of the first ``count`` PLAIN byte arrays from ``pos`` starts (its length
+    prefix). Lengths chain the values, so this is one tight loop; pages are small."""
+    starts = []
+    append, unpack = starts.append, _U32
+    try:
+        for _ in range(count):
+            append(pos)
+            pos += 4 + unpack(buf, pos)[0]
+    except struct.error:
+        raise Unsupported("PLAIN byte arrays past their page") from None
     if pos > end:
-        raise Unsupported("dictionary shorter than its values")
-    starts[count] = pos + 4  # so that entry i spans starts[i] .. starts[i+1] - 4
+        raise Unsupported("PLAIN byte arrays past their page")
     return starts
 
 
@@ -241,7 +237,7 @@ class _Dictionary:
         self.count = count
         self.physical = physical
         if physical == "BYTE_ARRAY":
-            self.buf, self.starts = buf, _byte_array_offsets(buf, count)
+            self.buf, self.starts = buf, _walk(buf, 0, len(buf), count)
         else:
             self.values = _plain(buf, 0, len(buf), physical, width, np.arange(count))
         self.nbytes = len(buf) + 8 * (count + 1)
@@ -250,8 +246,8 @@ class _Dictionary:
         if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= self.count):
             raise Unsupported("dictionary index out of range")
         if self.physical == "BYTE_ARRAY":
-            s = self.starts
-            return [bytes(self.buf[s[i]:s[i + 1] - 4]) for i in indices.tolist()]
+            s, b = self.starts, self.buf
+            return [bytes(b[s[i] + 4:s[i] + 4 + _U32(b, s[i])[0]]) for i in indices.tolist()]
         return [self.values[i] for i in indices.tolist()]
 
 

@@ -27,6 +27,8 @@ _FOOTERS: "OrderedDict[str, tuple[Any, list[int], pa.Schema]]" = OrderedDict()
 #: footers are a few KiB each and hold no file handle: many can stay cached
 _FOOTERS_MAX = 4096
 _LOCK = threading.Lock()
+#: files the page reader could not answer (their layout): read by row group straight away
+_NO_PAGES: "OrderedDict[str, bool]" = OrderedDict()
 
 
 def _footer(path: str, io: Any = None) -> tuple[Any, list[int], pa.Schema]:
@@ -88,11 +90,16 @@ def read_positions(path: str, positions: list[int], columns: list[str], io: Any 
     take = pa.array(read_start[np.searchsorted(groups, group_of)] + pos - np.asarray(starts, np.int64)[group_of],
                     pa.int64())
     local = io is None or is_local(path)
-    if local and len(pos) <= PAGE_READ_MAX_ROWS:
+    if local and len(pos) <= PAGE_READ_MAX_ROWS and path not in _NO_PAGES:
         try:
             return _read_pages(path, meta, schema, starts, pos, group_of, groups, present)
         except page_reads.Unsupported:
-            pass  # read the row groups whole, below: the page reader answers exactly or not at all
+            # read the row groups whole, below: the page reader answers exactly or not at all.
+            # A file's layout decides that (big dictionaries, encodings): do not try it again
+            with _LOCK:
+                _NO_PAGES[path] = True
+                while len(_NO_PAGES) > _FOOTERS_MAX:
+                    _NO_PAGES.popitem(last=False)
     with open_input(path, io) as f:
         # the cached footer: no footer read or parse. Pre-buffering coalesces a row group's
         # column reads into a few large ones, which pays on an object store's latency; on a
