@@ -27,16 +27,17 @@ expires the copy's snapshots like the rest.
 from __future__ import annotations
 
 import hashlib
-import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, STAGES, split_qualified
 from catalog_ext.errors import OmniError
 from catalog_ext.family import FamilyState, MaterializedCopy, PhysicalColumn, PhysicalTable, PhysicalTableGroup
+from catalog_ext.physical import StagedWrite
 from catalog_ext.store import FamilyStore
 from catalog_ext.updates import AddPhysicalColumns, AddPhysicalTable, PinSnapshot, RecordMaterialization
-from governance.attempt import staged_attempt
+from governance.rewrite import MaterializeJob, MaterializeSource, run_rewrite
 
 OPERATION = "materialize"
 GROUP = PhysicalTableGroup(name="materialized", purpose="pre-joined copies of co-read columns")
@@ -44,6 +45,8 @@ GROUP = PhysicalTableGroup(name="materialized", purpose="pre-joined copies of co
 
 class MaterializeError(OmniError):
     """A materialization that cannot be made: unknown or key columns, nothing to copy."""
+
+    exit_code = 2  # bad input, as an unknown column anywhere else (SchemaConflictError)
 
 
 @dataclass
@@ -140,88 +143,148 @@ def plan_materialization(store: FamilyStore, name: str, columns: list[str]) -> M
 
 
 def materialize(store: FamilyStore, name: str, columns: list[str], *, dry_run: bool = False,
-                progress: bool | None = None, command: str = "") -> dict[str, Any]:
-    """Build, append to or rebuild the materialization of ``columns`` (see the module docstring)."""
-    from catalog_ext.physical import create_physical_table
-    from catalog_ext.types import to_iceberg
-    from governance.slices import iter_logical_slices
-    from omni_iceberg.ui.progress import progress_bar
-    from pyiceberg.exceptions import TableAlreadyExistsError
+                progress: bool | None = None, command: str = "", engine: str = "local",
+                spark: Callable[[], Any] | None = None, spark_blocker: str | None = None,
+                threshold_bytes: int | None = None) -> dict[str, Any]:
+    """Build, append to or rebuild the materialization of ``columns`` (see the module docstring).
+
+    ``engine``: ``local`` (the sliced join in this process), ``spark`` (the Spark engine's
+    ``rewrite`` capability joins the sources at their pinned snapshots and writes the copy on
+    the same staging branch: :mod:`spark_udfs.materialize`), or ``auto``: Spark when the
+    source columns of the batches to write hold at least the Spark threshold and Spark can
+    run here (``spark_blocker`` None), as for compaction. Same plan, same ONE commit.
+    """
+    from omni_iceberg.backfill.choose import choose_rewrite_engine
 
     plan = plan_materialization(store, name, columns)
-    report: dict[str, Any] = {"plan": plan.to_dict(), "logical_version": plan.version, "rows_written": 0}
-    if dry_run or plan.action == "fresh":
-        return report
     ns, table = split_qualified(name)
     state = store.load(ns, table, plan.version)
+    chosen, reason = choose_rewrite_engine(engine, lambda: source_bytes(store, state, plan), spark=spark,
+                                           spark_blocker=spark_blocker, what="the source columns to join hold",
+                                           threshold_bytes=threshold_bytes,
+                                           nothing="the copy is fresh" if plan.action == "fresh" else "")
+    report: dict[str, Any] = {"plan": plan.to_dict(), "logical_version": plan.version, "rows_written": 0,
+                              "engine": chosen, "engine_reason": reason}
+    if dry_run or plan.action == "fresh":
+        return report
+    if chosen == "spark" and spark is not None:
+        spark()  # an unreachable master fails here, before the copy's table is created
     existing = state.physical_table(plan.table_key) if plan.table_key in {t.key for t in state.tables} else None
-    if existing is None:
-        value_columns = {physical_name(p): to_iceberg(state.column(p).type) for p in plan.columns}
-        try:
-            create_physical_table(store.catalog, plan.identifier, value_columns, state.table.bucket_count,
-                                  {"omni.logical-table": state.table.identifier, "omni.role": "materialized",
-                                   "omni.columns": ",".join(plan.columns)})
-        except TableAlreadyExistsError:
-            # left by a build that died before its commit: ours if it copies the same columns
-            if store.catalog.load_table(plan.identifier).properties.get("omni.columns") != ",".join(plan.columns):
-                raise MaterializeError(f"table {plan.identifier} exists and is not this materialization") from None
-        from catalog_ext.physical import first_snapshot_id
+    target = _Target(plan.table_key, plan.identifier,
+                     _create_copy(store, state, plan) if existing is None else existing.snapshot_id)
+    copy = MaterializedCopy(table_key=plan.table_key, columns=tuple(plan.columns),
+                            batches=tuple(b.name for b in state.batches),
+                            signature=state.coverage_signature(plan.columns), built_version=state.version)
+    clear = ([b.name for b in state.batches] + list(_copied_batches(state, plan.table_key))
+             if plan.action == "rebuild" else [])
 
-        base_snapshot = first_snapshot_id(store.catalog, plan.identifier)
-    else:
-        base_snapshot = existing.snapshot_id
-    run_id = f"materialize-{uuid.uuid4().hex[:12]}"
-    writer = store.staged_write(state, plan.identifier, base_snapshot, run_id,
-                                {"omni.operation": OPERATION}, rebasable=False)
-    from governance.slices import slice_bytes
+    written: dict[str, StagedWrite] = {}
 
-    # the rows held before a flush count against the operation's memory too (#37): at
-    # OMNI_MEMORY_LIMIT_MB=64 the 128 MiB write buffer, not the read, set the peak
-    writer.buffer_bytes = min(writer.buffer_bytes, slice_bytes())
-    bar = progress_bar(progress, f"materialize {plan.identifier}", "row", total=plan.rows)
-    with staged_attempt(bar, lambda: [writer]):
-        if plan.action == "rebuild":
-            writer.clear_batches([b.name for b in state.batches] + list(_copied_batches(state, plan.table_key)))
-        arrow_schema = writer.table.schema().as_arrow()
-        for batch in plan.batches:
-            for part in iter_logical_slices(store.catalog, state, plan.columns, batch):
-                part = part.rename_columns([ID_COLUMN, BATCH_COLUMN] + [physical_name(p) for p in plan.columns])
-                writer.write(part.cast(arrow_schema))
-                report["rows_written"] += part.num_rows
-                if bar is not None:
-                    bar.update(part.num_rows)
-        staged = writer.stage()
-        copy = MaterializedCopy(table_key=plan.table_key, columns=tuple(plan.columns),
-                                batches=tuple(b.name for b in state.batches),
-                                signature=state.coverage_signature(plan.columns), built_version=state.version)
+    def job(t: _Target, writer: StagedWrite) -> MaterializeJob:
+        written["copy"] = writer
+        return MaterializeJob(store, writer, t.snapshot_id, 0, {"omni.operation": OPERATION}, state=state,
+                              columns=tuple(plan.columns), targets=tuple(physical_name(p) for p in plan.columns),
+                              batches=tuple(plan.batches), sources=materialize_sources(state, plan.columns),
+                              bucket_count=state.table.bucket_count, clear=tuple(dict.fromkeys(clear)),
+                              rows=plan.rows)
 
-        def updates(latest: FamilyState):
-            if latest.version != state.version:
-                # values may have changed under the copy: refuse rather than record a wrong signature
-                from catalog_ext.updates import PreconditionFailed
+    def updates(latest: FamilyState, writers: dict[str, StagedWrite]) -> tuple[Any, ...]:
+        if latest.version != state.version:
+            # values may have changed under the copy: refuse rather than record a wrong signature
+            from catalog_ext.updates import PreconditionFailed
 
-                raise PreconditionFailed(f"{state.table.identifier} moved to version {latest.version} while "
-                                         f"{plan.identifier} was written from version {state.version}; run it again")
-            out: list[Any] = []
-            if existing is None:
-                out.append(AddPhysicalTable(PhysicalTable(key=plan.table_key, identifier=plan.identifier,
-                                                          group=GROUP.name, snapshot_id=staged,
-                                                          role="materialized"), GROUP))
-                out.append(AddPhysicalColumns(tuple(PhysicalColumn(table=plan.table_key, name=physical_name(p),
-                                                                   logical=p) for p in plan.columns)))
-            else:
-                out.append(PinSnapshot(plan.table_key, staged, existing.snapshot_id))
-            out.append(RecordMaterialization(copy))
-            return tuple(out)
+            raise PreconditionFailed(f"{state.table.identifier} moved to version {latest.version} while "
+                                     f"{plan.identifier} was written from version {state.version}; run it again")
+        staged = writers[plan.table_key].staged_snapshot_id
+        out: list[Any] = []
+        if existing is None:
+            out.append(AddPhysicalTable(PhysicalTable(key=plan.table_key, identifier=plan.identifier,
+                                                      group=GROUP.name, snapshot_id=staged,
+                                                      role="materialized"), GROUP))
+            out.append(AddPhysicalColumns(tuple(PhysicalColumn(table=plan.table_key, name=physical_name(p),
+                                                               logical=p) for p in plan.columns)))
+        else:
+            out.append(PinSnapshot(plan.table_key, staged, existing.snapshot_id))
+        out.append(RecordMaterialization(copy))
+        return tuple(out)
 
-        new_state = store.commit(ns, table, updates, operation=OPERATION,
-                                 command=command or f"accelerate {plan.logical_table} --materialize "
-                                                    f"{','.join(plan.columns)}",
-                                 summary=lambda _: {"omni.materialized": plan.identifier, "omni.action": plan.action,
-                                                    "omni.rows": str(report["rows_written"])},
-                                 staged=[writer])
+    def summary() -> dict[str, str]:
+        # the rows the copy's branch gained, whoever wrote them (the Spark engine reports no count)
+        report["rows_written"] = sum(int(f.record_count) for f in written["copy"].run_changes().live.values())
+        return {"omni.materialized": plan.identifier, "omni.action": plan.action,
+                "omni.rows": str(report["rows_written"]), "omni.engine": chosen}
+
+    new_state, _ = run_rewrite(
+        store, name, plan.version, [target], job, engine=chosen, spark=spark, what="materialization",
+        verb=OPERATION, properties={"omni.operation": OPERATION},
+        command=command or f"accelerate {plan.logical_table} --materialize {','.join(plan.columns)}",
+        summary=summary, label=f"materialize {plan.identifier}", total=plan.rows, progress=progress,
+        commit_updates=updates, unit="row", state=state)
     report["logical_version"] = new_state.version
     return report
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The copy, as :func:`governance.rewrite.run_rewrite` names what it rewrites."""
+
+    key: str
+    identifier: str
+    snapshot_id: int
+
+
+def _create_copy(store: FamilyStore, state: FamilyState, plan: MaterializePlan) -> int:
+    """Create the copy's table (the family's bucket spec); returns its empty first snapshot."""
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    from catalog_ext.physical import create_physical_table, first_snapshot_id
+    from catalog_ext.types import to_iceberg
+
+    value_columns = {physical_name(p): to_iceberg(state.column(p).type) for p in plan.columns}
+    try:
+        create_physical_table(store.catalog, plan.identifier, value_columns, state.table.bucket_count,
+                              {"omni.logical-table": state.table.identifier, "omni.role": "materialized",
+                               "omni.columns": ",".join(plan.columns)})
+    except TableAlreadyExistsError:
+        # left by a build that died before its commit: ours if it copies the same columns
+        if store.catalog.load_table(plan.identifier).properties.get("omni.columns") != ",".join(plan.columns):
+            raise MaterializeError(f"table {plan.identifier} exists and is not this materialization") from None
+    return first_snapshot_id(store.catalog, plan.identifier)
+
+
+def materialize_sources(state: FamilyState, columns: list[str]) -> tuple[MaterializeSource, ...]:
+    """What the copy of ``columns`` reads: every physical table the logical read of them joins
+    (:func:`omni_iceberg.read.reader.plan_columns`, base table first), at its pinned snapshot."""
+    from omni_iceberg.read.reader import plan_columns
+
+    out = []
+    for key, cols in plan_columns(state, columns).items():
+        meta = state.physical_table(key)
+        out.append(MaterializeSource(key, meta.identifier, meta.snapshot_id, tuple((p, n) for p, n in cols)))
+    return tuple(out)
+
+
+def source_bytes(store: FamilyStore, state: FamilyState, plan: MaterializePlan) -> int:
+    """Stored bytes of the columns the copy reads, in the batches it writes (planning only:
+    file metadata, no data read) - what ``--engine auto`` weighs against the Spark threshold."""
+    from pyiceberg.expressions import In
+
+    if not plan.batches:
+        return 0
+    total = 0
+    for source in materialize_sources(state, plan.columns):
+        if source.snapshot_id is None:
+            continue
+        table = store.catalog.load_table(source.identifier)
+        schema = table.schema()
+        names = [ID_COLUMN, BATCH_COLUMN] + [p for p, _ in source.columns]
+        ids = {schema.find_field(n).field_id for n in names}
+        for task in table.scan(snapshot_id=source.snapshot_id, row_filter=In(BATCH_COLUMN, set(plan.batches))
+                               ).plan_files():
+            sizes = task.file.column_sizes or {}
+            found = [sizes[i] for i in ids if i in sizes]
+            total += sum(found) if found else task.file.file_size_in_bytes
+    return total
 
 
 def _copied_batches(state: FamilyState, key: str) -> tuple[str, ...]:
@@ -229,11 +292,12 @@ def _copied_batches(state: FamilyState, key: str) -> tuple[str, ...]:
 
 
 def refresh_materializations(store: FamilyStore, name: str, *, dry_run: bool = False,
-                             progress: bool | None = None) -> list[dict[str, Any]]:
-    """Bring every stale materialization of ``name`` back (append or rebuild); one commit each."""
+                             progress: bool | None = None, **engine: Any) -> list[dict[str, Any]]:
+    """Bring every stale materialization of ``name`` back (append or rebuild); one commit each.
+    ``engine``: :func:`materialize`'s engine options (``engine``, ``spark``, ``spark_blocker``)."""
     ns, table = split_qualified(name)
     state = store.load(ns, table)
     fresh = state.fresh_materialized_tables()
     return [materialize(store, name, list(m.columns), dry_run=dry_run, progress=progress,
-                        command=f"accelerate {state.table.identifier} --refresh")
+                        command=f"accelerate {state.table.identifier} --refresh", **engine)
             for m in state.materializations if m.table_key not in fresh]

@@ -1,7 +1,7 @@
 """Governance's rewrites: the one skeleton every rewrite of a family's tables runs, and the local engine.
 
-A rewrite (compaction, re-bucketing; regroup, split, materialize and drop-batch are the
-next to move here) is Prepare-Execute-Commit. Its own module prepares: a printable
+A rewrite (compaction, re-bucketing, materialization; regroup, split and drop-batch are
+the next to move here) is Prepare-Execute-Commit. Its own module prepares: a printable
 plan, the engine choice, and per physical table a :class:`RewriteJob` saying which rows
 to write anew and how. :func:`run_rewrite` does what every rewrite shares: a staged
 writer per table on a private branch from the pinned snapshot, the engine's rewrite of
@@ -55,6 +55,11 @@ class RewriteJob:
     #: properties of the snapshot the rewrite leaves on the branch
     properties: dict[str, str]
 
+    @property
+    def work(self) -> int:
+        """What the progress bar counts for the job once done (files replaced)."""
+        return self.files
+
 
 @dataclass(frozen=True)
 class CompactJob(RewriteJob):
@@ -74,6 +79,47 @@ class RebucketJob(RewriteJob):
     operation: ClassVar[str] = "rebucket"
     current: int = 0
     target: int = 0
+
+
+@dataclass(frozen=True)
+class MaterializeSource:
+    """One physical table a materialization reads: its pinned snapshot and the columns taken from it."""
+
+    key: str
+    identifier: str
+    #: None: the table holds no rows yet (its columns read as NULL)
+    snapshot_id: int | None
+    #: (physical column, name in the joined result) as :func:`omni_iceberg.read.reader.plan_columns`
+    #: gives them: a second part of a column is ``path\x1fpartN``, COALESCEd into ``path``
+    columns: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class MaterializeJob(RewriteJob):
+    """The logical rows of ``batches`` (``columns``, flat, keys first) written onto the copy's branch.
+
+    The base table's rows LEFT JOIN every other source on the keys, parts COALESCEd; the
+    writer's table is the copy (``bucket_count``'s spec, as every family table). ``clear``:
+    the batches a rebuild removes from the copy first (every row it held).
+    """
+
+    operation: ClassVar[str] = "materialize"
+    #: the logical version read (the local engine's sliced reader plans from it)
+    state: FamilyState | None = None
+    columns: tuple[str, ...] = ()
+    #: the copy's column for each of ``columns``, in order
+    targets: tuple[str, ...] = ()
+    batches: tuple[str, ...] = ()
+    #: base table first
+    sources: tuple[MaterializeSource, ...] = ()
+    bucket_count: int = 0
+    clear: tuple[str, ...] = ()
+    #: what the job writes, for the progress bar (rows, not files)
+    rows: int = 0
+
+    @property
+    def work(self) -> int:
+        return self.rows
 
 
 @runtime_checkable
@@ -146,9 +192,12 @@ class RewriteTarget(Protocol):
 def run_rewrite(store: FamilyStore, name: str, version: int, targets: Iterable[RewriteTarget],
                 job: Callable[[RewriteTarget, StagedWrite], RewriteJob], *, engine: str,
                 spark: Callable[[], Any] | None, what: str, verb: str, properties: dict[str, str],
-                command: str, summary: dict[str, str], label: str, total: int, progress: bool | None = None,
+                command: str, summary: dict[str, str] | Callable[[], dict[str, str]], label: str, total: int,
+                progress: bool | None = None,
                 updates: Callable[[dict[str, StagedWrite]], tuple[Any, ...]] | None = None,
-                bucket_count: int | None = None, prepare: Callable[[FamilyState], None] | None = None
+                bucket_count: int | None = None, prepare: Callable[[FamilyState], None] | None = None,
+                commit_updates: Callable[[FamilyState, dict[str, StagedWrite]], tuple[Any, ...]] | None = None,
+                unit: str = "file", state: FamilyState | None = None
                 ) -> tuple[FamilyState, dict[str, int]]:
     """Rewrite ``targets`` at version ``version`` of ``name`` on engine ``engine``; ONE logical commit.
 
@@ -159,6 +208,11 @@ def run_rewrite(store: FamilyStore, name: str, version: int, targets: Iterable[R
     ``command`` and ``summary``. ``spark`` gives the session the Spark engine uses;
     ``what`` names the rewrite when one is missing. Returns the new state and the files
     each rewritten table holds after.
+
+    ``commit_updates(latest, writers)``, when given, is the whole commit instead of the
+    re-pins (a materialization adds its table the first time). ``summary`` may be a
+    callable, asked after the rewrite (what it wrote). ``unit`` is what the bar counts;
+    ``state``: the version ``version`` of ``name`` when the caller loaded it already.
     """
     from omni_iceberg.ui.progress import progress_bar
 
@@ -167,7 +221,8 @@ def run_rewrite(store: FamilyStore, name: str, version: int, targets: Iterable[R
                           "which starts one on this catalog, or pass spark=")
     targets = list(targets)
     ns, table = split_qualified(name)
-    state = store.load(ns, table, version)
+    if state is None or state.version != version:
+        state = store.load(ns, table, version)
     if prepare is not None:
         prepare(state)
     run_id = f"{verb}-{uuid.uuid4().hex[:12]}"
@@ -175,7 +230,7 @@ def run_rewrite(store: FamilyStore, name: str, version: int, targets: Iterable[R
                                          **({"bucket_count": bucket_count} if bucket_count is not None else {}))
                for t in targets}
     files_after: dict[str, int] = {}
-    bar = progress_bar(progress, label, "file", total=total)
+    bar = progress_bar(progress, label, unit, total=total)
     with staged_attempt(bar, writers.values), \
             rewrite_engine(engine, **({"session": spark} if engine != "local" else {})) as rewriter:
         # the rewritten files were never pinned: staged_attempt deletes them on failure
@@ -186,12 +241,15 @@ def run_rewrite(store: FamilyStore, name: str, version: int, targets: Iterable[R
                 1 for _ in store.catalog.load_table(t.identifier).scan(snapshot_id=w.staged_snapshot_id).plan_files())
 
         def pins(latest: FamilyState) -> tuple[Any, ...]:
+            if commit_updates is not None:
+                return commit_updates(latest, writers)
             # a rewrite cannot be rebased: a writer that moved a table meanwhile fails this commit
             # (PinConflict; StagedWrite.rebasable is False), and the next run plans from its version
             return (*(updates(writers) if updates is not None else ()),
                     *(PinSnapshot(t.key, writers[t.key].staged_snapshot_id, t.snapshot_id) for t in targets))
 
-        new_state = store.commit(ns, table, pins, operation=verb, command=command, summary=lambda _: summary,
+        said = summary() if callable(summary) else summary
+        new_state = store.commit(ns, table, pins, operation=verb, command=command, summary=lambda _: said,
                                  staged=list(writers.values()))
     return new_state, files_after
 
@@ -201,7 +259,7 @@ class LocalRewrite:
     """The local ``rewrite`` capability: pyarrow in this process, one group of files in memory at a time."""
 
     name = "local"
-    operations = frozenset({"compact", "rebucket"})
+    operations = frozenset({"compact", "rebucket", "materialize"})
 
     def __init__(self, ctx: OmniContext | None = None, **_ignored: Any):
         # other engines' options (a session) mean nothing here
@@ -221,6 +279,8 @@ class LocalRewrite:
             _compact(job, bar)
         elif isinstance(job, RebucketJob):
             _rebucket(job, bar)
+        elif isinstance(job, MaterializeJob):
+            _materialize(job, bar)
         else:
             raise ConfigError(f"the local engine cannot run a {job.operation!r} rewrite "
                               f"(it runs: {', '.join(sorted(self.operations))})")
@@ -258,6 +318,27 @@ def _rebucket(job: RebucketJob, bar: Any) -> None:
     job.writer.commit_replacements(job.properties)
 
 
+def _materialize(job: MaterializeJob, bar: Any) -> None:
+    """The job's batches read slice by slice (:func:`governance.slices.iter_logical_slices`: memory
+    follows ``OMNI_MEMORY_LIMIT_MB``), each slice written as it comes; one snapshot at the end."""
+    from governance.slices import iter_logical_slices, slice_bytes
+
+    writer = job.writer
+    # the rows held before a flush count against the operation's memory too (#37): at
+    # OMNI_MEMORY_LIMIT_MB=64 the 128 MiB write buffer, not the read, set the peak
+    writer.buffer_bytes = min(writer.buffer_bytes, slice_bytes())
+    if job.clear:
+        writer.clear_batches(list(job.clear))
+    arrow_schema = writer.table.schema().as_arrow()
+    for batch in job.batches:
+        for part in iter_logical_slices(job.store.catalog, job.state, list(job.columns), batch):
+            part = part.rename_columns([ID_COLUMN, BATCH_COLUMN, *job.targets])
+            writer.write(part.cast(arrow_schema))
+            if bar is not None:
+                bar.update(part.num_rows)
+    writer.stage()
+
+
 def _units(ice: Any, snapshot_id: int, current: int, target: int) -> list[list[Any]]:
     """Groups of live files rewritten together: files of one old bucket (split) or of the old
     buckets that make one new bucket (merge), cut at :data:`UNIT_BYTES` of input."""
@@ -282,5 +363,5 @@ def _units(ice: Any, snapshot_id: int, current: int, target: int) -> list[list[A
     return units
 
 
-__all__ = ["CompactJob", "LocalRewrite", "RebucketJob", "RewriteEngine", "RewriteJob", "orphan_sweep_blocker",
+__all__ = ["CompactJob", "LocalRewrite", "MaterializeJob", "MaterializeSource", "RebucketJob", "RewriteEngine", "RewriteJob", "orphan_sweep_blocker",
            "register", "rewrite_engine", "rewrite_unavailable", "run_rewrite"]

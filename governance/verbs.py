@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from catalog_ext.errors import ConfigError
 from governance.advise import Advice
 from governance.advise import advise as _advise
 from governance.column_groups import regroup as _regroup
@@ -80,19 +81,25 @@ def split_columns(ctx: OmniContext, name: str, columns: list[str], *, dry_run: b
 
 def accelerate(ctx: OmniContext, name: str, *, materialize: list[str] | None = None, refresh: bool = False,
                hot: list[str] | None = None, drop_hot: bool = False, sync: bool = False,
-               sync_on_commit: bool = False, dry_run: bool = False, progress: bool | None = None) -> Any:
+               sync_on_commit: bool = False, dry_run: bool = False, progress: bool | None = None,
+               engine: str = "local", spark_master: str | None = None) -> Any:
     """One of: materialize columns, refresh stale copies, set or drop hot columns, sync the hot store."""
     chosen = [materialize is not None, refresh, hot is not None, drop_hot, sync]
     if sum(chosen) != 1:
         raise ValueError("accelerate: pass exactly one of materialize=[columns], refresh=True, hot=[columns], "
                          "drop_hot=True or sync=True")
+    if engine != "local" and materialize is None and not refresh:
+        raise ConfigError(f"engine {engine!r}: only a materialization (or its refresh) runs on another engine; "
+                          "hot columns load in this process")
     if refresh:
-        return refresh_materializations(ctx, name, dry_run=dry_run, progress=progress)
+        return refresh_materializations(ctx, name, dry_run=dry_run, progress=progress, engine=engine,
+                                        spark_master=spark_master)
     if hot is not None or drop_hot:
         return set_hot_columns(ctx, name, hot, sync_on_commit=sync_on_commit, progress=progress)
     if sync:
         return sync_hot(ctx, name, dry_run=dry_run, progress=progress)
-    return _materialize(ctx.store, name, materialize, dry_run=dry_run, progress=progress)
+    return _materialize_on(ctx, name, materialize, dry_run=dry_run, progress=progress, engine=engine,
+                           spark_master=spark_master)
 
 
 def sync_hot(ctx: OmniContext, name: str, *, dry_run: bool = False, progress: bool | None = None) -> dict[str, Any]:
@@ -101,9 +108,20 @@ def sync_hot(ctx: OmniContext, name: str, *, dry_run: bool = False, progress: bo
 
 
 def materialize(ctx: OmniContext, name: str, columns: list[str], *, dry_run: bool = False,
-                progress: bool | None = None, command: str = "") -> dict[str, Any]:
+                progress: bool | None = None, command: str = "", engine: str = "local",
+                spark_master: str | None = None, spark: Any = None) -> dict[str, Any]:
     """Pre-join ``columns`` into one physical table (:mod:`governance.materialize`)."""
-    return _materialize(ctx.store, name, columns, dry_run=dry_run, progress=progress, command=command)
+    return _materialize_on(ctx, name, columns, dry_run=dry_run, progress=progress, command=command, engine=engine,
+                           spark_master=spark_master, spark=spark)
+
+
+def _materialize_on(ctx: OmniContext, name: str, columns: list[str], *, dry_run: bool = False,
+                    progress: bool | None = None, command: str = "", engine: str = "local",
+                    spark_master: str | None = None, spark: Any = None) -> dict[str, Any]:
+    _plan_materialization(ctx.store, name, columns)  # a bad column fails here, before any Spark starts
+    return with_spark(ctx, engine, spark_master, spark, lambda session, blocker: _materialize(
+        ctx.store, name, columns, dry_run=dry_run, progress=progress, command=command, engine=engine,
+        spark=session, spark_blocker=blocker))
 
 
 def plan_materialization(ctx: OmniContext, name: str, columns: list[str]) -> MaterializePlan:
@@ -112,9 +130,11 @@ def plan_materialization(ctx: OmniContext, name: str, columns: list[str]) -> Mat
 
 
 def refresh_materializations(ctx: OmniContext, name: str, *, dry_run: bool = False,
-                             progress: bool | None = None) -> list[dict[str, Any]]:
+                             progress: bool | None = None, engine: str = "local",
+                             spark_master: str | None = None, spark: Any = None) -> list[dict[str, Any]]:
     """Bring every stale materialization of ``name`` back to the latest version."""
-    return _refresh_materializations(ctx.store, name, dry_run=dry_run, progress=progress)
+    return with_spark(ctx, engine, spark_master, spark, lambda session, blocker: _refresh_materializations(
+        ctx.store, name, dry_run=dry_run, progress=progress, engine=engine, spark=session, spark_blocker=blocker))
 
 
 def drop_batch(ctx: OmniContext, name: str, batch: str, *, dry_run: bool = False, progress: bool | None = None,

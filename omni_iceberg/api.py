@@ -595,13 +595,15 @@ class Omni:
 
     def accelerate(self, name: str, *, materialize: list[str] | None = None, refresh: bool = False,
                    hot: list[str] | None = None, drop_hot: bool = False, sync: bool = False,
-                   sync_on_commit: bool = False, dry_run: bool = False, progress: bool | None = None) -> Any:
+                   sync_on_commit: bool = False, dry_run: bool = False, progress: bool | None = None,
+                   engine: str = "local", spark_master: str | None = None) -> Any:
         """``omni accelerate``, one action: :meth:`materialize` ``materialize`` columns, ``refresh`` every
         stale copy, keep ``hot`` columns in the ClickHouse hot store (:meth:`set_hot_columns`),
-        ``drop_hot`` them, or ``sync`` the hot store to the latest version (:meth:`sync_hot`)."""
+        ``drop_hot`` them, or ``sync`` the hot store to the latest version (:meth:`sync_hot`).
+        ``engine``/``spark_master``: as :meth:`materialize`'s (a materialization or a refresh only)."""
         return governance.accelerate(self.context, name, materialize=materialize, refresh=refresh, hot=hot,
                                      drop_hot=drop_hot, sync=sync, sync_on_commit=sync_on_commit, dry_run=dry_run,
-                                     progress=progress)
+                                     progress=progress, engine=engine, spark_master=spark_master)
 
     def runs(self, name: str, *, stats: bool = False) -> Any:
         """Backfill runs of ``name`` (every attempt, oldest first, from ``omni_sys.runs``); with
@@ -631,20 +633,29 @@ class Omni:
         return governance.sync_hot(self.context, name, dry_run=dry_run, progress=progress)
 
     def materialize(self, name: str, columns: list[str], *, dry_run: bool = False, progress: bool | None = None,
-                    command: str = "") -> dict[str, Any]:
+                    command: str = "", engine: str = "local", spark_master: str | None = None,
+                    spark: Any = None) -> dict[str, Any]:
         """Pre-join ``columns`` into one physical table that every reader prefers while it is fresh
-        (builds it, appends new batches, or rebuilds it; governance/materialize.py)."""
+        (builds it, appends new batches, or rebuilds it; governance/materialize.py).
+
+        ``engine``: ``local``, ``spark`` (Spark joins the sources at their pinned snapshots and
+        writes the copy on the staging branch) or ``auto`` (Spark from ``OMNI_SPARK_THRESHOLD_BYTES``
+        of source columns), as :meth:`compact`'s; ``spark``: a running SparkSession to use.
+        """
         return governance.materialize(self.context, name, columns, dry_run=dry_run, progress=progress,
-                                      command=command)
+                                      command=command, engine=engine, spark_master=spark_master, spark=spark)
 
     def plan_materialization(self, name: str, columns: list[str]) -> Any:
         """What :meth:`materialize` would do (``.describe()``, ``.to_dict()``)."""
         return governance.plan_materialization(self.context, name, columns)
 
-    def refresh_materializations(self, name: str, *, dry_run: bool = False,
-                                 progress: bool | None = None) -> list[dict[str, Any]]:
-        """Bring every stale materialization of ``name`` back to the latest version."""
-        return governance.refresh_materializations(self.context, name, dry_run=dry_run, progress=progress)
+    def refresh_materializations(self, name: str, *, dry_run: bool = False, progress: bool | None = None,
+                                 engine: str = "local", spark_master: str | None = None,
+                                 spark: Any = None) -> list[dict[str, Any]]:
+        """Bring every stale materialization of ``name`` back to the latest version (``engine``: as
+        :meth:`materialize`'s)."""
+        return governance.refresh_materializations(self.context, name, dry_run=dry_run, progress=progress,
+                                                   engine=engine, spark_master=spark_master, spark=spark)
 
     def drop_batch(self, name: str, batch: str, *, dry_run: bool = False, progress: bool | None = None,
                    command: str = "") -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Spark's registration hook, the ``omni_iceberg.engines`` entry point named ``spark``.
 
 Spark offers five capabilities (:data:`omni_iceberg.engines.CAPABILITIES`): ``backfill``,
-``rewrite`` (compaction, re-bucketing, the orphan sweep), ``export``, ``sql`` and
+``rewrite`` (compaction, re-bucketing, materialization, the orphan sweep), ``export``, ``sql`` and
 ``settings``. It offers no ``ingest``. Importing this module imports no pyspark: the
 factories and functions load the Spark modules when first called.
 """

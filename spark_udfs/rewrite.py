@@ -3,7 +3,8 @@
 Governance plans, chooses the engine and makes the ONE logical commit
 (:func:`governance.rewrite.run_rewrite`); :class:`SparkRewrite` writes each table's
 files: a compaction's chosen partitions (:mod:`spark_udfs.compaction`), a re-bucketing's
-whole table (:mod:`spark_udfs.rebucket`). It also finds a family's orphan files with
+whole table (:mod:`spark_udfs.rebucket`), a materialized copy joined from its sources
+(:mod:`spark_udfs.materialize`). It also finds a family's orphan files with
 Iceberg's ``remove_orphan_files`` (:mod:`spark_udfs.orphans`).
 
 Importing this module imports no pyspark.
@@ -35,7 +36,7 @@ class SparkRewrite:
     """
 
     name = "spark"
-    operations = frozenset({"compact", "rebucket"})
+    operations = frozenset({"compact", "rebucket", "materialize"})
 
     def __init__(self, session: Callable[[], SparkSession] | None = None, owner: SparkSessionOwner | None = None):
         self._session = session
@@ -59,7 +60,7 @@ class SparkRewrite:
             self._owner.close()
 
     def rewrite(self, job: RewriteJob, bar: Any) -> None:
-        from spark_udfs import compaction, rebucket
+        from spark_udfs import compaction, materialize, rebucket
 
         properties = {**job.properties, "omni.engine": self.name}
         if job.operation == "compact":
@@ -68,11 +69,13 @@ class SparkRewrite:
         elif job.operation == "rebucket":
             rebucket.rebucket_table_on_spark(self.session(), job.store.catalog.name, job.writer, job.snapshot_id,
                                              job.target, properties)
+        elif job.operation == "materialize":
+            materialize.materialize_on_spark(self.session(), job.store.catalog.name, job, properties)
         else:
             raise ConfigError(f"the Spark engine cannot run a {job.operation!r} rewrite "
                               f"(it runs: {', '.join(sorted(self.operations))})")
         if bar is not None:
-            bar.update(job.files)
+            bar.update(job.work)
 
     def sweep_orphans(self, catalog: Any, state: FamilyState, *, older_than_s: float, dry_run: bool) -> SweepReport:
         """:func:`spark_udfs.orphans.sweep_on_spark`: Iceberg's procedure finds the files, omni deletes them."""

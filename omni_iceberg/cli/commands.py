@@ -262,9 +262,13 @@ def rebucket(args, omni, command_line: str) -> int:
 
 def accelerate(args, omni, command_line: str) -> int:
     if args.hot is not None or args.drop_hot or args.sync:
+        if args.engine != "local" or args.spark_master:
+            raise ConfigError("--engine and --spark-master choose who writes a --materialize or --refresh copy; "
+                              "hot columns load in this process")
         return _hot(args, omni, command_line)
+    engine = {"engine": args.engine, "spark_master": args.spark_master}
     if args.refresh:
-        reports = omni.refresh_materializations(args.name, dry_run=args.dry_run, progress=progress(args))
+        reports = omni.refresh_materializations(args.name, dry_run=args.dry_run, progress=progress(args), **engine)
         emit(args, {"refreshed": reports}, lambda: "\n".join(
             f"{r['plan']['action']} {r['plan']['identifier']}: {r['rows_written']:,} rows -> version "
             f"{r['logical_version']}" for r in reports) or f"{args.name}: every materialization is fresh")
@@ -274,11 +278,11 @@ def accelerate(args, omni, command_line: str) -> int:
         plan = omni.plan_materialization(args.name, columns)
         emit(args, {**plan.to_dict(), "dry_run": True}, plan.describe)
         return 0
-    report = omni.materialize(args.name, columns, progress=progress(args), command=command_line)
+    report = omni.materialize(args.name, columns, progress=progress(args), command=command_line, **engine)
     plan = report["plan"]
     emit(args, report, lambda: f"{plan['action']} {plan['identifier']}: {report['rows_written']:,} rows -> version "
                                f"{report['logical_version']}; readers of {', '.join(plan['columns'])} use it while "
-                               "fresh")
+                               f"fresh (engine {report['engine']}: {report['engine_reason']})")
     return 0
 
 

@@ -35,6 +35,16 @@ def _common_options(parser: argparse.ArgumentParser, default: Any) -> None:
                         help="show the Python traceback of an unexpected failure (env OMNI_DEBUG=1)", **flag)
 
 
+def _rewrite_engine_options(parser: argparse.ArgumentParser, what: str, size: str) -> None:
+    """``--engine`` and ``--spark-master`` of a governance rewrite (compact, rebucket, accelerate)."""
+    parser.add_argument("--engine", choices=["local", "spark", "auto"], default="local",
+                        help=f"who {what}: this process, Spark (Iceberg's Spark writer, on the staging branch), or "
+                        f"auto: Spark when {size} reach OMNI_SPARK_THRESHOLD_BYTES (never on the embedded catalog)")
+    parser.add_argument("--spark-master", metavar="URL",
+                        help="with --engine spark/auto: an existing Spark cluster, e.g. spark://host:7077 "
+                        "(default: local[2])")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="omni", formatter_class=_FORMATTER,
@@ -189,12 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("name", help="logical table")
     cp.add_argument("--min-files", type=int, default=2, help="compact partitions with at least this many files")
     cp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    cp.add_argument("--engine", choices=["local", "spark", "auto"], default="local",
-                    help="who rewrites the files: this process, Spark (Iceberg's Spark writer, on the staging "
-                    "branch), or auto: Spark when the partitions to rewrite reach OMNI_SPARK_THRESHOLD_BYTES")
-    cp.add_argument("--spark-master", metavar="URL",
-                    help="with --engine spark/auto: an existing Spark cluster, e.g. spark://host:7077 "
-                    "(default: local[2])")
+    _rewrite_engine_options(cp, "rewrites the files", "the partitions to rewrite")
 
     rg = command(sub, "regroup", "merge narrow feature tables into column groups: one join per group, "
                  "not per feature (one logical commit)",
@@ -217,18 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the new count: a multiple or divisor of the current one (default: chosen from the "
                          "largest table's size, OMNI_BUCKET_TARGET_MB per bucket)")
     rb.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    rb.add_argument("--engine", choices=["local", "spark", "auto"], default="local",
-                    help="who rewrites the tables: this process, Spark (Iceberg's Spark writer, on the staging "
-                    "branch), or auto: Spark when the tables to rewrite reach OMNI_SPARK_THRESHOLD_BYTES")
-    rb.add_argument("--spark-master", metavar="URL",
-                    help="with --engine spark/auto: an existing Spark cluster (default: local[2])")
+    _rewrite_engine_options(rb, "rewrites the tables", "the tables to rewrite")
 
     ac = command(sub, "accelerate", "pre-join co-read columns into one table every reader prefers while fresh, "
                  "or keep feature columns hot in ClickHouse for fast aggregation",
                  "omni accelerate web --materialize t_len,quality_score,RawData.url --dry-run",
                  "omni accelerate web --refresh",
                  "omni accelerate web --hot quality_score,lang --sync-on-commit",
-                 "omni accelerate web --sync")
+                 "omni accelerate web --sync",
+                 "omni accelerate web --materialize t_len,quality_score --engine spark --spark-master spark://host:7077")
     ac.add_argument("name", help="logical table")
     how = ac.add_mutually_exclusive_group(required=True)
     how.add_argument("--materialize", metavar="COLS", help="comma-separated logical columns (a stage name means all "
@@ -241,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     ac.add_argument("--sync-on-commit", action="store_true",
                     help="with --hot: sync after every submit, backfill and drop-batch of the table")
     ac.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _rewrite_engine_options(ac, "joins and writes a --materialize or --refresh copy",
+                            "the source columns to join")
 
     rn = command(sub, "runs", "the backfill runs of a table, every attempt; --stats: first-submit success, "
                  "failures by cause, automatic reruns, throughput", "omni runs web", "omni runs web --stats --json")
