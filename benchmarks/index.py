@@ -351,6 +351,71 @@ def row_group_probe(files: list[str], folder: Path, rows_list: list[int], repeat
     return out
 
 
+def point_read(files: list[str], trials: int) -> dict:
+    """P50 of reading every leaf of one random row by position, as the id index's lookup
+    does (:func:`omni_iceberg.index.parquet_rows.read_positions`: pages where the page
+    reader answers, the row group otherwise); footers warm, and how many files took pages."""
+    import pyarrow.parquet as pq
+
+    from omni_iceberg.index import page_reads
+    from omni_iceberg.index import parquet_rows as R
+
+    rnd = random.Random(13)
+    metas = {f: pq.ParquetFile(f).metadata for f in files}
+    leaves = list(page_reads.leaf_columns(metas[files[0]]))
+    for f in files:
+        R.read_positions(f, [0], leaves)  # footers cached, as in a warm service
+    times = []
+    for _ in range(trials):
+        path = rnd.choice(files)
+        t = time.perf_counter()
+        R.read_positions(path, [rnd.randrange(metas[path].num_rows)], leaves)
+        times.append(time.perf_counter() - t)
+    return {"p50_ms": round(statistics.median(times) * 1e3, 3), "trials": trials,
+            "files_by_page": sum(f not in R._NO_PAGES for f in files), "files": len(files)}
+
+
+def page_probe(files: list[str], folder: Path, sizes: list[int], repeats: int) -> dict:
+    """The page-size lever, measured: copies of ``files`` with the same row groups and
+    pages of ``size`` bytes, as omni's writer would make them with
+    ``write.parquet.page-size-bytes`` = size (page row limit from the rows' average Arrow
+    size, ``write.parquet.dict-size-bytes`` = size: the dictionary falls back to PLAIN
+    pages past a page's worth; see catalog_ext/row_groups.py), each against the current
+    files: a 1-row point read of every leaf (page reader), one group's decode and
+    full-scan CPU (throughput = current CPU / copy CPU; below 0.9 fails the issue's 10%)."""
+    import pyarrow.parquet as pq
+
+    from catalog_ext import row_groups
+
+    out = {"current": {"point_read": point_read(files, 5 * repeats),
+                       "decode_p50_ms": decode_floor(files, 5 * repeats)["p50_ms"]}}
+    C.log(f"page probe, current files: {out['current']}")
+    for size in sizes:
+        d = folder / f"page-{size}"
+        d.mkdir(parents=True, exist_ok=True)
+        copies = []
+        for i, path in enumerate(sorted(files)):
+            data = pq.read_table(path)
+            group_rows = pq.ParquetFile(path).metadata.row_group(0).num_rows
+            props = {row_groups.PAGE_BYTES_PROPERTY: str(size)}
+            page_rows = row_groups.rows_per_page(props, data.num_rows, data.nbytes)
+            copy = str(d / f"f{i}.parquet")
+            pq.write_table(data, copy, compression="zstd", row_group_size=group_rows, data_page_size=size,
+                           write_batch_size=page_rows, dictionary_pagesize_limit=min(size, 2 << 20) if size < (1 << 20)
+                           else 2 << 20)
+            copies.append(copy)
+        scans = full_scans(copies, sorted(files), 5)
+        out[str(size)] = {"point_read": point_read(copies, 5 * repeats),
+                          "decode_p50_ms": decode_floor(copies, 5 * repeats)["p50_ms"],
+                          "bytes_vs_current": round(sum(os.path.getsize(c) for c in copies)
+                                                    / sum(os.path.getsize(f) for f in files), 3),
+                          "duckdb_cpu_throughput_vs_current": scans["duckdb_cpu_s_after_over_before"],
+                          "pyarrow_cpu_throughput_vs_current": scans["pyarrow_cpu_s_after_over_before"]}
+        C.log(f"pages of {size} bytes: {out[str(size)]}")
+        C.remove(d)
+    return out
+
+
 def layout_facts(omni, state) -> dict:
     """Files and row groups of the base table as written."""
     import pyarrow.parquet as pq
@@ -415,7 +480,7 @@ def add_headlines(payload: dict) -> dict:
                         "default layout, vs DuckDB on the needed Parquet files and omni's bucket-pruned scan")
     heads = []
     for table, label in (("syn", f"{payload['rows']:,} short records"), ("html", f"{payload['pages']:,} HTML pages")):
-        if table not in res:
+        if "1_ids" not in res.get(table, {}):
             continue
         for order, how in (("back_to_back", "back to back (steady state)"), ("alternated", "right after a scan")):
             one, many = res[table]["1_ids"][order], res[table]["1000_ids"][order]
@@ -460,6 +525,23 @@ def add_headlines(payload: dict) -> dict:
             worst, "x", ">= 0.9", worst >= 0.9,
             f"one group decoded in {got['decode_p50_ms']:.2f} ms vs {probe['current']['decode_p50_ms']:.2f} ms; "
             f"duckdb {got['duckdb_cpu_throughput_vs_current']:.2f}x, pyarrow {got['pyarrow_cpu_throughput_vs_current']:.2f}x"))
+    pages = res.get("syn", {}).get("page_probe")
+    for size, got in (pages or {}).items():
+        if size == "current":
+            continue
+        cur = pages["current"]
+        worst = min(got["duckdb_cpu_throughput_vs_current"], got["pyarrow_cpu_throughput_vs_current"])
+        heads.append(C.headline(
+            f"{payload['rows']:,} short records, pages of {int(size):,} bytes (dictionary up to a page): full-scan "
+            "CPU throughput vs the current files, worse engine", worst, "x", ">= 0.9", worst >= 0.9,
+            f"duckdb {got['duckdb_cpu_throughput_vs_current']:.2f}x, pyarrow "
+            f"{got['pyarrow_cpu_throughput_vs_current']:.2f}x; files {got['bytes_vs_current']:.2f}x the bytes"))
+        heads.append(C.headline(
+            f"{payload['rows']:,} short records, pages of {int(size):,} bytes: 1-row read of every leaf by position "
+            "(page reader), P50", got["point_read"]["p50_ms"], "ms", "", None,
+            f"current files {cur['point_read']['p50_ms']:.2f} ms ({cur['point_read']['files_by_page']} of "
+            f"{cur['point_read']['files']} files by page); {got['point_read']['files_by_page']} of "
+            f"{got['point_read']['files']} files by page; one group decoded whole {got['decode_p50_ms']:.2f} ms"))
     sub = res.get("submit")
     if sub:
         big, small = sub["into_table"], sub["into_small_table"]
@@ -472,7 +554,7 @@ def add_headlines(payload: dict) -> dict:
     payload["headline"] = heads
     payload["table"] = {"columns": ["table", "ids", "order", "variant", "P50 ms", "P99 ms"],
                         "rows": [[table, k.split("_")[0], order, v, block[v]["p50_ms"], block[v]["p99_ms"]]
-                                 for table in ("syn", "html") if table in res
+                                 for table in ("syn", "html") if "1_ids" in res.get(table, {})
                                  for k in ("1_ids", "1000_ids") for order, block in res[table][k].items()
                                  for v in ("index", "duckdb", "scan") if v in block]}
     return payload
@@ -503,6 +585,10 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--skip-submit", action="store_true", help="skip the submit-RSS check")
         p.add_argument("--row-group-probe", default="",
                        help="short table: also measure copies with these rows a group (e.g. 1464,732)")
+        p.add_argument("--page-probe", default="",
+                       help="short table: also measure copies with pages of these bytes (e.g. 1048576,65536,16384)")
+        p.add_argument("--only-probes", action="store_true",
+                       help="short table's layout probes only (no lookups, no html table)")
         p.add_argument("--row-group-rows", type=int, default=None,
                        help="tuned variant: set write.parquet.row-group-limit by hand (results: index-tuned.json)")
 
@@ -536,7 +622,7 @@ def main(argv: list[str] | None = None) -> None:
         con = duckdb.connect()
         rnd = random.Random(7)
         results: dict = {}
-        for table in ("syn", "html"):
+        for table in ("syn",) if args.only_probes else ("syn", "html"):
             state = omni.state(table)
             index = open_index(omni.config, state.table.identifier, "lmdb")
             all_ids = omni.read(table, columns=["_ai_unique_id_"]).column(0).to_pylist()
@@ -544,6 +630,11 @@ def main(argv: list[str] | None = None) -> None:
             out = results[table] = {"layout": layout_facts(omni, state)}
             base_files = out["layout"].pop("base_files")
             C.log(f"{table}: {out['layout']}")
+            if args.only_probes:
+                if args.page_probe:
+                    out["page_probe"] = page_probe(base_files, scratch / "pages",
+                                                   [int(x) for x in args.page_probe.split(",")], repeats)
+                continue
             out["row_group_decode"] = decode_floor(base_files, 5 * repeats)
             C.log(f"{table}: one row group decoded in {out['row_group_decode']['p50_ms']} ms (P50)")
             out["1_ids"] = time_lookups(omni, state, index, con, all_ids, rnd, 1, repeats, max(3, repeats // 6),
@@ -562,10 +653,13 @@ def main(argv: list[str] | None = None) -> None:
                   f"{out['full_scan']['duckdb_cpu_s_after_over_before']}, pyarrow "
                   f"{out['full_scan']['pyarrow_cpu_s_after_over_before']}")
             C.remove(before_dir)
+            if small and args.page_probe:
+                out["page_probe"] = page_probe(base_files, scratch / "pages",
+                                               [int(x) for x in args.page_probe.split(",")], repeats)
             if small and args.row_group_probe:
                 out["row_group_probe"] = row_group_probe(base_files, scratch / "probe",
                                                          [int(x) for x in args.row_group_probe.split(",")], repeats)
-        if not args.skip_submit:
+        if not args.skip_submit and not args.only_probes:
             extra = scratch / "extra.jsonl"
             synthetic_jsonl(extra, rows + 10_000_000, SUBMIT_ROWS)
             home = omni.config.home
@@ -584,6 +678,8 @@ def main(argv: list[str] | None = None) -> None:
                    "setup_seconds": setup, "results": results, "load_average": C.load_average()}
         if args.row_group_rows:
             args.name = "index-tuned"
+        if args.only_probes:
+            args.name = "index-pages"
         path = C.write_result(args, add_headlines(payload), started)
         for h in payload["headline"]:
             print(f"{h['metric']}: {h['value']} {h['unit']} (target {h['target'] or '-'}: {h['meets_target']})")

@@ -15,6 +15,14 @@ rows being written: a row group then holds about that many bytes of Arrow data w
 the rows are. 1 MiB is about one default data page per column (pyiceberg's
 ``write.parquet.page-size-bytes``), so a scan decompresses the same pages as before and
 a point read decodes about one page's worth; measured, see benchmarks/index.py.
+
+Pages: pyarrow cuts a page, and checks whether the dictionary outgrew
+``write.parquet.dict-size-bytes``, only between write batches (pyiceberg's
+``write.parquet.page-row-limit``, 20,000 rows), so 1 MiB groups were one dictionary page
+holding every distinct value plus one page of indices per column. Omni's writes set
+64 KiB pages, a 64 KiB dictionary bound (then PLAIN pages) and the page row limit from
+the rows' size, so the page reader decodes ~64 KiB per column of a point read. Spark's
+rewrites honour these only where the table sets them as properties.
 """
 
 from __future__ import annotations
@@ -39,6 +47,12 @@ PAGE_ROW_LIMIT_PROPERTY = "write.parquet.page-row-limit"
 #: dictionary-encoded page also decodes the dictionary, so it is kept near a page
 DICT_BYTES_PROPERTY = "write.parquet.dict-size-bytes"
 PYICEBERG_PAGE_ROW_LIMIT = 20_000
+#: the page size (and dictionary bound) omni writes family tables with when the table sets
+#: none: a point read decodes one page (:mod:`omni_iceberg.index.page_reads`). Measured on
+#: the 1M-record benchmark table (benchmarks/results/index-pages.json): 64 KiB keeps both
+#: full scans within the issue's 10%; 32 and 16 KiB do not (DuckDB 0.88x, pyarrow 0.79x)
+DEFAULT_PAGE_BYTES = 64 << 10
+DEFAULT_DICT_BYTES = 64 << 10
 
 
 def _positive(properties: Mapping[str, str], key: str, identifier: str) -> int | None:
@@ -104,7 +118,8 @@ def for_write(metadata: Any, data: Any) -> Any:
     limit = rows_per_group(props, data.num_rows, data.nbytes, metadata.location)
     updated = {k: v for k, v in props.items() if k != ROW_GROUP_BYTES_PROPERTY}
     updated[ROW_GROUP_LIMIT_PROPERTY] = str(limit)
-    page_rows = rows_per_page(props, data.num_rows, data.nbytes, metadata.location)
-    if page_rows is not None:
-        updated[PAGE_ROW_LIMIT_PROPERTY] = str(page_rows)
+    # pages sized by bytes too, on the family tables' defaults unless the table sets its own
+    updated.setdefault(PAGE_BYTES_PROPERTY, str(DEFAULT_PAGE_BYTES))
+    updated.setdefault(DICT_BYTES_PROPERTY, str(DEFAULT_DICT_BYTES))
+    updated[PAGE_ROW_LIMIT_PROPERTY] = str(rows_per_page(updated, data.num_rows, data.nbytes, metadata.location))
     return metadata.model_copy(update={"properties": updated})

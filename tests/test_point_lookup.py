@@ -200,3 +200,11 @@ def test_a_page_size_cuts_pages_and_lookups_read_them(omni, tmp_path):
     assert got.tables[0].method == "index"
     rows = got.rows.to_pylist()
     assert [r["RawData"] for r in rows] == [by_id[i]["RawData"] for i in asked]
+
+
+def test_default_writes_cut_64_kib_pages(omni, tmp_path):
+    omni.create_table("pl")
+    omni.submit("pl", [_jsonl(tmp_path / "a.jsonl", 0, 8000, width=300)], batch="b0", progress=False)
+    pages = [_data_pages(p.removeprefix("file://")) for p in _files(_base(omni, "pl"))]
+    # raw_data (~320 bytes a row, ~500 rows a file) is ~160 KB a chunk: several 64 KiB pages
+    assert all(p[2] >= 2 for p in pages), pages
