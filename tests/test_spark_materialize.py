@@ -50,11 +50,14 @@ def _omni_cli(config, *args: str) -> subprocess.CompletedProcess:
 
 
 def _sorted(table: pa.Table) -> pa.Table:
-    return table.sort_by([("_ai_append_name_", "ascending"), ("_ai_unique_id_", "ascending")])
+    """Rows by (batch, id); string columns as ``string``: pyiceberg hands back ``large_string`` for
+    some files (Spark's) and ``string`` for others, the same values either way."""
+    schema = pa.schema([f.with_type(pa.string()) if pa.types.is_large_string(f.type) else f for f in table.schema])
+    return table.cast(schema).sort_by([("_ai_append_name_", "ascending"), ("_ai_unique_id_", "ascending")])
 
 
 def _copy(omni: Omni, name: str) -> pa.Table:
-    """The materialized table's rows at the pinned snapshot, sorted; Arrow types as the copy stores them."""
+    """The materialized table's rows at the pinned snapshot, sorted."""
     state = omni.state(name)
     [m] = state.materializations
     meta = state.physical_table(m.table_key)
