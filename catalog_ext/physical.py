@@ -579,6 +579,16 @@ class StagedWrite:
         if snap is None:  # the branch does not start at our base: it cannot be resumed
             self.abandon()
             return {}
+        specs = table.metadata.specs()
+        if self.bucket_count is not None and any(
+                f.spec_id not in specs or iceberg_io.spec_bucket_count(specs[f.spec_id]) != self.bucket_count
+                for f in files):
+            # staged under another id-bucket count (a run that lost to a re-bucketing): no version
+            # of this count may pin these files, and a writer still alive could not publish them
+            # either, so they go now, whatever the branch's age
+            self.branch_files = files  # the index hook removes their entries
+            self.abandon()
+            return {}
         if twice:  # two processes of this plan both finished a unit here: it cannot be published
             self._discard_unresumable(head, f"holds unit(s) {', '.join(sorted(set(twice)))} twice "
                                                "(two runs of the same plan at once)")

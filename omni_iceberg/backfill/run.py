@@ -31,7 +31,6 @@ from catalog_ext import settings, system_tables
 from catalog_ext.contract import RAW_STAGE, split_qualified
 from catalog_ext.family import ComputedUnit, FamilyState
 from catalog_ext.group_values import null_recomputed
-from catalog_ext.iceberg_io import spec_bucket_count
 from catalog_ext.staging import sweep_stale_branches
 from catalog_ext.physical import StagedWrite, StagingBranchTakenError, abandon_all, arrow_type, key_arrow_fields
 from catalog_ext.updates import MarkComputed, MarkRetried, PinSnapshot
@@ -162,14 +161,9 @@ class BackfillRun:
             w = self.store.staged_write(state, t.identifier, t.snapshot_id, report.run_id,
                                         {"omni.operation": "backfill", "omni.run-id": report.run_id,
                                          "omni.feature": binding.key})
-            labels = w.attach(UNIT_PROPERTY)
-            if not _in_bucket_count(w):
-                # staged under another id-bucket count: a run that lost to a re-bucketing and was
-                # killed before it could drop its branch. No version of this count may pin these
-                # files, so its units are computed again, not resumed
-                w.abandon()
-                labels = {}
-            for label, props in labels.items():
+            # attach drops, rather than adopts, a branch staged under another id-bucket count
+            # (a run that lost to a re-bucketing and was killed before it dropped it)
+            for label, props in w.attach(UNIT_PROPERTY).items():
                 fname, batch = label.split("/", 1)
                 self.done.add(label)
                 self.stats[(fname, batch)] = UnitStats(
@@ -542,13 +536,6 @@ class BackfillRun:
         except Exception:  # noqa: BLE001 - never hide the run's own outcome behind bookkeeping
             if status == "succeeded":
                 raise
-
-
-def _in_bucket_count(writer: StagedWrite) -> bool:
-    """Whether every file on ``writer``'s branch is partitioned by the id-bucket count it writes with."""
-    specs = writer.table.metadata.specs()
-    return all(f.spec_id in specs and spec_bucket_count(specs[f.spec_id]) == writer.bucket_count
-               for f in writer.branch_files)
 
 
 def _labelled(snapshot: Any) -> bool:
