@@ -146,6 +146,10 @@ def create_physical_table(
         # a point read through the id index decodes a whole row group: ~1 MiB each, whatever
         # the rows (see catalog_ext/row_groups.py); Spark's writer honours it too
         row_groups.ROW_GROUP_BYTES_PROPERTY: str(row_groups.DEFAULT_ROW_GROUP_BYTES),
+        # and pages of ~64 KiB, so the page reader decodes one small page of a point read;
+        # omni's own writes default to these anyway, Spark's rewrites only see properties
+        row_groups.PAGE_BYTES_PROPERTY: str(row_groups.DEFAULT_PAGE_BYTES),
+        row_groups.DICT_BYTES_PROPERTY: str(row_groups.DEFAULT_DICT_BYTES),
         # omni writes at most one row per key: Spark's omni extension drops the view's per-key
         # aggregate over a table that says so (spark_udfs/java, UniqueKeyAggregates)
         UNIQUE_KEYS_PROPERTY: f"{ID_COLUMN},{BATCH_COLUMN}",
