@@ -19,7 +19,9 @@ Variants, each trial in a fresh child process (peak RSS = the child's ``VmHWM``)
 interleaved:
 
 - ``omni``: ``Omni.query`` on the user's defaults (``OMNI_MEMORY_LIMIT_MB`` 1024, spill
-  under the home): planning, catalog loads, the streamed scans, DuckDB, the query-log spool;
+  under the home): planning, catalog loads, the scans (big ones read by DuckDB itself from
+  the planned files through omni's read-only file system, others as Arrow streams; see
+  ``explore.planner._connect``), DuckDB, the query-log spool;
 - ``duckdb``: DuckDB on its defaults reading the same pinned data files with
   ``read_parquet`` (the equivalent SQL written by hand; listing the files is catalog work
   done once by the parent, untimed: the peer already knows which files to read).

@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from catalog_ext.iceberg_io import FileScan
+from catalog_ext.iceberg_io import FILE_SCANS, FileScan
 from omni_iceberg.api import Omni
 from omni_iceberg.explore import planner
 from omni_iceberg.explore.planner import plan_query, scan_source
@@ -109,8 +109,13 @@ def test_a_renamed_field_or_a_missing_column_is_not_read_natively(omni, tmp_path
     src = tmp_path / "r.jsonl"
     src.write_text(json.dumps({"raw_data": "x", "url": "u"}) + "\n")
     other.submit("r", [str(src)], batch="b1")
+    plan = plan_query(other, "SELECT RawData.raw_data FROM r")
+    first = scan_source(other, plan, plan.scans[0], native=True)
+    hits = FILE_SCANS.hits
+    again = scan_source(other, plan, plan.scans[0], native=True)  # the same snapshot: the checks are kept
+    assert isinstance(again, FileScan) and again.paths == first.paths and FILE_SCANS.hits == hits + 1
     base = other.context.catalog.load_table(other.context.state("r").base_table.identifier)
-    with base.update_schema() as update:
+    with base.update_schema() as update:  # a new schema: what was kept for the snapshot no longer applies
         update.rename_column(("RawData", "url"), "link")
     plan = plan_query(other, "SELECT RawData.raw_data FROM r")
     assert not isinstance(scan_source(other, plan, plan.scans[0], native=True), FileScan)
