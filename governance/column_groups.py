@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,7 +52,9 @@ from catalog_ext.family import FamilyState, PhysicalColumn, PhysicalTable, Physi
 from catalog_ext.group_values import bucket_files, overlaps_batches
 from catalog_ext.physical import create_physical_table, first_snapshot_id, iceberg_type
 from catalog_ext.store import FamilyStore
+from catalog_ext.physical import StagedWrite
 from governance.attempt import staged_attempt
+from governance.rewrite import RegroupJob, RegroupMember, run_rewrite
 from catalog_ext.updates import (AddPhysicalColumns, AddPhysicalTable, DropPhysicalColumns, ExpectMapping, ExpectPin,
                                  MarkEmptied, PinSnapshot)
 
@@ -236,69 +239,111 @@ def _new_group(state: FamilyState, ns: str, table: str, kind: str, members: list
 
 # ---- execute and commit ------------------------------------------------------------------------
 def regroup(store: FamilyStore, name: str, *, dry_run: bool = False, progress: bool | None = None,
-            command: str = "", due_tables: int = 1, **plan_options: Any) -> dict[str, Any]:
+            command: str = "", due_tables: int = 1, engine: str = "local", spark: Callable[[], Any] | None = None,
+            spark_blocker: str | None = None, threshold_bytes: int | None = None,
+            **plan_options: Any) -> dict[str, Any]:
     """Plan and (unless ``dry_run``) run the column-group moves in ONE logical commit.
 
     Runs only when at least ``due_tables`` feature tables would move (maintenance waits
     for enough of them). Loses cleanly to a concurrent writer of any table it rewrites
-    (the commit fails and its files are deleted): run it again. Returns the plan and the
-    new logical version.
+    (the commit fails and its files are deleted): run it again. Returns the plan, the
+    engine and why, and the new logical version.
+
+    ``engine``: ``local`` (bucket by bucket in this process), ``spark`` (the Spark engine's
+    ``rewrite`` capability: :mod:`spark_udfs.regroup` joins the members into the group on the
+    same staging branches), or ``auto``: Spark when the moving tables hold at least the Spark
+    threshold and Spark can run here (``spark_blocker`` None), as for compaction.
     """
-    from omni_iceberg.ui.progress import progress_bar
+    from omni_iceberg.backfill.choose import choose_rewrite_engine
 
     plan = plan_column_groups(store, name, **plan_options)
-    report: dict[str, Any] = {"plan": plan.to_dict(), "logical_version": plan.version,
-                              "describe": plan.describe()}
     moving = sum(len(m.members) for m in plan.moves)
-    if moving and moving < due_tables:
+    due = not (moving and moving < due_tables)
+    chosen, reason = choose_rewrite_engine(engine, lambda: sum(m.bytes for m in plan.moves), spark=spark,
+                                           spark_blocker=spark_blocker, what="the moving tables hold",
+                                           threshold_bytes=threshold_bytes,
+                                           nothing="" if not plan.empty and due else "nothing to move")
+    report: dict[str, Any] = {"plan": plan.to_dict(), "logical_version": plan.version,
+                              "describe": plan.describe(), "engine": chosen, "engine_reason": reason}
+    if not due:
         report["describe"] += f"\n  not due: {moving} table(s) would move, fewer than {due_tables}"
         return report
     if plan.empty or dry_run:
         return report
+    if chosen == "spark" and spark is not None:
+        spark()  # an unreachable master fails here, before any group table is created or changed
     ns, table = split_qualified(name)
     state = store.load(ns, table, plan.version)
-    run_id = f"regroup-{uuid.uuid4().hex[:12]}"
-    props = {"omni.operation": "regroup", "omni.run-id": run_id}
-    writers: dict[str, Any] = {}
-    created: dict[str, PhysicalTable] = {}
-    bar = progress_bar(progress, f"regroup {plan.logical_table}", "row", total=sum(m.rows for m in plan.moves))
-    # on failure: the files were never pinned; a new group table stays, for the next regroup of
-    # these tables to reuse (a concurrent one may have adopted it already: see governance.attempt)
-    with staged_attempt(bar, writers.values):
+    # a new group's table stays when anything fails: the next regroup of these tables reuses it
+    # (a concurrent one may have adopted it already: see governance.attempt)
+    groups = {move.group_key: _group_table(store, state, ns, table, move) for move in plan.moves}
+    created = {move.group_key: groups[move.group_key] for move in plan.moves if move.new}
+    targets: list[_Target] = []
+    for move in plan.moves:
+        g = groups[move.group_key]
+        targets.append(_Target(g.key, g.identifier, g.snapshot_id))
+        targets += [_Target(k, state.physical_table(k).identifier, state.physical_table(k).snapshot_id)
+                    for k in move.members]
+
+    def jobs(writers: dict[str, StagedWrite]) -> list[RegroupJob]:
+        out = []
         for move in plan.moves:
-            group = _group_table(store, state, ns, table, move)
+            g = groups[move.group_key]
+            members = tuple(RegroupMember(k, state.physical_table(k).identifier, state.physical_table(k).snapshot_id,
+                                          writers[k], tuple((p, move.columns[lg]) for p, lg in move.member_columns[k]))
+                            for k in move.members)
+            out.append(RegroupJob(
+                store, writers[g.key], g.snapshot_id, 0, {"omni.operation": "regroup", "omni.groups": g.key},
+                members=members, bucket_count=state.table.bucket_count, rows=move.rows,
+                local=lambda bar, move=move, g=g: _move_rows(store, state, move, g, writers, bar),
+                empty_members=lambda move=move: _empty_members(store, state, move, writers)))
+        return out
+
+    def updates(latest: FamilyState, writers: dict[str, StagedWrite]) -> tuple[Any, ...]:
+        ups: list[Any] = []
+        for move in plan.moves:
+            ups.append(ExpectMapping(tuple((k, tuple(move.member_columns[k])) for k in move.members)))
             if move.new:
-                created[move.group_key] = group
-            writers[move.group_key] = store.staged_write(state, group.identifier, group.snapshot_id, run_id, props,
-                                                         rebasable=False)
+                g = created[move.group_key]
+                ups.append(AddPhysicalTable(g, PhysicalTableGroup(name=g.group, purpose="")))
+            ups.append(AddPhysicalColumns(tuple(PhysicalColumn(table=move.group_key, name=col, logical=path)
+                                                for path, col in move.columns.items())))
+            base = created[move.group_key].snapshot_id if move.new else \
+                state.physical_table(move.group_key).snapshot_id
+            ups.append(PinSnapshot(move.group_key, writers[move.group_key].staged_snapshot_id, base))
             for key in move.members:
-                t = state.physical_table(key)
-                writers[key] = store.staged_write(state, t.identifier, t.snapshot_id, run_id, props, rebasable=False)
-            _move_rows(store, state, move, group, writers, bar)
+                ups.append(PinSnapshot(key, writers[key].staged_snapshot_id, state.physical_table(key).snapshot_id))
+            ups.append(MarkEmptied(tuple(move.members)))
+        return tuple(ups)
 
-        def updates(latest: FamilyState):
-            ups: list[Any] = []
-            for move in plan.moves:
-                ups.append(ExpectMapping(tuple((k, tuple(move.member_columns[k])) for k in move.members)))
-                if move.new:
-                    g = created[move.group_key]
-                    ups.append(AddPhysicalTable(g, PhysicalTableGroup(name=g.group, purpose="")))
-                ups.append(AddPhysicalColumns(tuple(PhysicalColumn(table=move.group_key, name=col, logical=path)
-                                                    for path, col in move.columns.items())))
-                base = created[move.group_key].snapshot_id if move.new else \
-                    state.physical_table(move.group_key).snapshot_id
-                ups.append(PinSnapshot(move.group_key, writers[move.group_key].staged_snapshot_id, base))
-                for key in move.members:
-                    ups.append(PinSnapshot(key, writers[key].staged_snapshot_id, state.physical_table(key).snapshot_id))
-                ups.append(MarkEmptied(tuple(move.members)))
-            return tuple(ups)
-
-        summary = {"omni.groups": ",".join(m.group_key for m in plan.moves),
-                   "omni.moved-tables": ",".join(k for m in plan.moves for k in m.members)[:1000]}
-        new_state = store.commit(ns, table, updates, operation="regroup", command=command or f"regroup {name}",
-                                 summary=lambda _: summary, staged=list(writers.values()))
+    summary = {"omni.groups": ",".join(m.group_key for m in plan.moves),
+               "omni.moved-tables": ",".join(k for m in plan.moves for k in m.members)[:1000]}
+    new_state, _ = run_rewrite(
+        store, name, plan.version, targets, None, engine=chosen, spark=spark, what="regroup", verb="regroup",
+        properties={"omni.operation": "regroup"}, command=command or f"regroup {name}", summary=summary,
+        label=f"regroup {plan.logical_table}", total=sum(m.rows for m in plan.moves), progress=progress,
+        commit_updates=updates, unit="row", state=state, jobs=jobs)
     report["logical_version"] = new_state.version
     return report
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A table a regroup rewrites (a group or a member), as :func:`governance.rewrite.run_rewrite` names it."""
+
+    key: str
+    identifier: str
+    snapshot_id: int | None
+
+
+def _empty_members(store: FamilyStore, state: FamilyState, move: GroupMove, writers: dict[str, Any]) -> None:
+    """Delete every file of the move's members on their branches (what :func:`_move_rows` does bucket by
+    bucket), for an engine that wrote the group elsewhere."""
+    for key in move.members:
+        _, files = bucket_files(store, state.physical_table(key))
+        writers[key].delete_files([f for bucket in sorted(files) for f in files[bucket]])
+        if writers[key].replacing:  # emptied: no scan reads them, so their deleted-entry manifests may stay
+            writers[key].commit_replacements({"omni.groups": move.group_key}, live_only=False)
 
 
 def _group_table(store: FamilyStore, state: FamilyState, ns: str, table: str, move: GroupMove) -> PhysicalTable:

@@ -1,6 +1,6 @@
 """Governance's rewrites: the one skeleton every rewrite of a family's tables runs, and the local engine.
 
-A rewrite (compaction, re-bucketing, materialization; regroup, split and drop-batch are
+A rewrite (compaction, re-bucketing, materialization, regroup; split and drop-batch are
 the next to move here) is Prepare-Execute-Commit. Its own module prepares: a printable
 plan, the engine choice, and per physical table a :class:`RewriteJob` saying which rows
 to write anew and how. :func:`run_rewrite` does what every rewrite shares: a staged
@@ -122,6 +122,41 @@ class MaterializeJob(RewriteJob):
         return self.rows
 
 
+@dataclass(frozen=True)
+class RegroupMember:
+    """A feature table whose columns move into a column group: emptied on ``writer``'s branch."""
+
+    key: str
+    identifier: str
+    snapshot_id: int | None
+    writer: StagedWrite
+    #: (physical column in the member, column in the group)
+    columns: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class RegroupJob(RewriteJob):
+    """The members' rows full-outer-joined by the keys into the group (the writer's table; moved
+    values win over the group's), every member file deleted on the member's own branch.
+
+    The group's files of the buckets the members touch are replaced; ``bucket_count`` is the
+    family's. ``local(bar)`` is how this process does it (:func:`governance.column_groups`'s
+    bucket-by-bucket slices); ``empty_members()`` deletes the members' files (catalog
+    metadata only, the same for every engine).
+    """
+
+    operation: ClassVar[str] = "regroup"
+    members: tuple[RegroupMember, ...] = ()
+    bucket_count: int = 0
+    rows: int = 0
+    local: Callable[[Any], None] | None = None
+    empty_members: Callable[[], None] | None = None
+
+    @property
+    def work(self) -> int:
+        return self.rows
+
+
 @runtime_checkable
 class RewriteEngine(Protocol):
     """An engine's ``rewrite`` capability: ``factory(ctx=None, **options)`` in :mod:`omni_iceberg.engines`.
@@ -190,14 +225,15 @@ class RewriteTarget(Protocol):
 
 
 def run_rewrite(store: FamilyStore, name: str, version: int, targets: Iterable[RewriteTarget],
-                job: Callable[[RewriteTarget, StagedWrite], RewriteJob], *, engine: str,
+                job: Callable[[RewriteTarget, StagedWrite], RewriteJob] | None, *, engine: str,
                 spark: Callable[[], Any] | None, what: str, verb: str, properties: dict[str, str],
                 command: str, summary: dict[str, str] | Callable[[], dict[str, str]], label: str, total: int,
                 progress: bool | None = None,
                 updates: Callable[[dict[str, StagedWrite]], tuple[Any, ...]] | None = None,
                 bucket_count: int | None = None, prepare: Callable[[FamilyState], None] | None = None,
                 commit_updates: Callable[[FamilyState, dict[str, StagedWrite]], tuple[Any, ...]] | None = None,
-                unit: str = "file", state: FamilyState | None = None
+                unit: str = "file", state: FamilyState | None = None,
+                jobs: Callable[[dict[str, StagedWrite]], list[RewriteJob]] | None = None
                 ) -> tuple[FamilyState, dict[str, int]]:
     """Rewrite ``targets`` at version ``version`` of ``name`` on engine ``engine``; ONE logical commit.
 
@@ -213,6 +249,8 @@ def run_rewrite(store: FamilyStore, name: str, version: int, targets: Iterable[R
     re-pins (a materialization adds its table the first time). ``summary`` may be a
     callable, asked after the rewrite (what it wrote). ``unit`` is what the bar counts;
     ``state``: the version ``version`` of ``name`` when the caller loaded it already.
+    ``jobs(writers)``, instead of ``job``: the jobs from every target's writer at once (a
+    regroup's job writes its group and empties its members, each a target).
     """
     from omni_iceberg.ui.progress import progress_bar
 
@@ -234,11 +272,11 @@ def run_rewrite(store: FamilyStore, name: str, version: int, targets: Iterable[R
     with staged_attempt(bar, writers.values), \
             rewrite_engine(engine, **({"session": spark} if engine != "local" else {})) as rewriter:
         # the rewritten files were never pinned: staged_attempt deletes them on failure
+        for one in (jobs(writers) if jobs is not None else (job(t, writers[t.key]) for t in targets)):  # type: ignore[misc]
+            rewriter.rewrite(one, bar)
         for t in targets:
-            w = writers[t.key]
-            rewriter.rewrite(job(t, w), bar)
-            files_after[t.identifier] = sum(
-                1 for _ in store.catalog.load_table(t.identifier).scan(snapshot_id=w.staged_snapshot_id).plan_files())
+            files_after[t.identifier] = sum(1 for _ in store.catalog.load_table(t.identifier).scan(
+                snapshot_id=writers[t.key].staged_snapshot_id).plan_files())
 
         def pins(latest: FamilyState) -> tuple[Any, ...]:
             if commit_updates is not None:
@@ -259,7 +297,7 @@ class LocalRewrite:
     """The local ``rewrite`` capability: pyarrow in this process, one group of files in memory at a time."""
 
     name = "local"
-    operations = frozenset({"compact", "rebucket", "materialize"})
+    operations = frozenset({"compact", "rebucket", "materialize", "regroup"})
 
     def __init__(self, ctx: OmniContext | None = None, **_ignored: Any):
         # other engines' options (a session) mean nothing here
@@ -281,6 +319,8 @@ class LocalRewrite:
             _rebucket(job, bar)
         elif isinstance(job, MaterializeJob):
             _materialize(job, bar)
+        elif isinstance(job, RegroupJob) and job.local is not None:
+            job.local(bar)  # the planning module's own bucket-by-bucket code
         else:
             raise ConfigError(f"the local engine cannot run a {job.operation!r} rewrite "
                               f"(it runs: {', '.join(sorted(self.operations))})")
@@ -363,5 +403,5 @@ def _units(ice: Any, snapshot_id: int, current: int, target: int) -> list[list[A
     return units
 
 
-__all__ = ["CompactJob", "LocalRewrite", "MaterializeJob", "MaterializeSource", "RebucketJob", "RewriteEngine", "RewriteJob", "orphan_sweep_blocker",
+__all__ = ["CompactJob", "LocalRewrite", "MaterializeJob", "MaterializeSource", "RebucketJob", "RegroupJob", "RegroupMember", "RewriteEngine", "RewriteJob", "orphan_sweep_blocker",
            "register", "rewrite_engine", "rewrite_unavailable", "run_rewrite"]

@@ -52,9 +52,12 @@ def compact(ctx: OmniContext, name: str, min_files: int = 2, dry_run: bool = Fal
 
 
 def regroup(ctx: OmniContext, name: str, *, tables: list[str] | None = None, dry_run: bool = False,
-            progress: bool | None = None, command: str = "") -> dict[str, Any]:
+            progress: bool | None = None, command: str = "", engine: str = "local",
+            spark_master: str | None = None, spark: Any = None) -> dict[str, Any]:
     """Merge narrow feature tables into column groups (:mod:`governance.column_groups`)."""
-    return _regroup(ctx.store, name, tables=tables, dry_run=dry_run, progress=progress, command=command)
+    return with_spark(ctx, engine, spark_master, spark, lambda session, blocker: _regroup(
+        ctx.store, name, tables=tables, dry_run=dry_run, progress=progress, command=command, engine=engine,
+        spark=session, spark_blocker=blocker))
 
 
 def rebucket(ctx: OmniContext, name: str, buckets: int | None = None, *, dry_run: bool = False,

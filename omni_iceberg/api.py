@@ -559,12 +559,17 @@ class Omni:
                                   spark_master=spark_master, spark=spark)
 
     def regroup(self, name: str, *, tables: list[str] | None = None, dry_run: bool = False,
-                progress: bool | None = None, command: str = "") -> dict[str, Any]:
+                progress: bool | None = None, command: str = "", engine: str = "local",
+                spark_master: str | None = None, spark: Any = None) -> dict[str, Any]:
         """Merge narrow feature tables into column groups (the system picks them, or ``tables``):
         the view then joins one table per group, not one per feature. One logical commit;
-        old versions keep reading the old layout (governance/column_groups.py)."""
+        old versions keep reading the old layout (governance/column_groups.py).
+
+        ``engine``: ``local``, ``spark`` or ``auto`` (Spark from ``OMNI_SPARK_THRESHOLD_BYTES`` of
+        moving tables), as :meth:`compact`'s; ``spark``: a running SparkSession to use.
+        """
         return governance.regroup(self.context, name, tables=tables, dry_run=dry_run, progress=progress,
-                                  command=command)
+                                  command=command, engine=engine, spark_master=spark_master, spark=spark)
 
     def rebucket(self, name: str, buckets: int | None = None, *, dry_run: bool = False,
                  progress: bool | None = None, command: str = "", engine: str = "local",

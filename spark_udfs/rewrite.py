@@ -4,7 +4,7 @@ Governance plans, chooses the engine and makes the ONE logical commit
 (:func:`governance.rewrite.run_rewrite`); :class:`SparkRewrite` writes each table's
 files: a compaction's chosen partitions (:mod:`spark_udfs.compaction`), a re-bucketing's
 whole table (:mod:`spark_udfs.rebucket`), a materialized copy joined from its sources
-(:mod:`spark_udfs.materialize`). It also finds a family's orphan files with
+(:mod:`spark_udfs.materialize`), a column group joined from its members (:mod:`spark_udfs.regroup`). It also finds a family's orphan files with
 Iceberg's ``remove_orphan_files`` (:mod:`spark_udfs.orphans`).
 
 Importing this module imports no pyspark.
@@ -36,7 +36,7 @@ class SparkRewrite:
     """
 
     name = "spark"
-    operations = frozenset({"compact", "rebucket", "materialize"})
+    operations = frozenset({"compact", "rebucket", "materialize", "regroup"})
 
     def __init__(self, session: Callable[[], SparkSession] | None = None, owner: SparkSessionOwner | None = None):
         self._session = session
@@ -60,7 +60,7 @@ class SparkRewrite:
             self._owner.close()
 
     def rewrite(self, job: RewriteJob, bar: Any) -> None:
-        from spark_udfs import compaction, materialize, rebucket
+        from spark_udfs import compaction, materialize, rebucket, regroup
 
         properties = {**job.properties, "omni.engine": self.name}
         if job.operation == "compact":
@@ -71,6 +71,8 @@ class SparkRewrite:
                                              job.target, properties)
         elif job.operation == "materialize":
             materialize.materialize_on_spark(self.session(), job.store.catalog.name, job, properties)
+        elif job.operation == "regroup":
+            regroup.regroup_on_spark(self.session(), job.store.catalog.name, job, properties)
         else:
             raise ConfigError(f"the Spark engine cannot run a {job.operation!r} rewrite "
                               f"(it runs: {', '.join(sorted(self.operations))})")

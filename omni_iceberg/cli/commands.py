@@ -230,6 +230,9 @@ def regroup(args, omni, command_line: str) -> int:
     if args.split and args.co_read:
         raise ConfigError("--split names the columns to move and --co-read takes them from the query log: "
                          "give one of them")
+    if (args.split or args.co_read) and (args.engine != "local" or args.spark_master):
+        raise ConfigError("--engine and --spark-master choose who merges feature tables into column groups; "
+                          "--split and --co-read run in this process")
     if args.co_read:
         report = omni.coread_regroup(args.name, dry_run=args.dry_run, command=command_line)
         emit(args, {**report, "dry_run": args.dry_run}, lambda: report["describe"] + (
@@ -242,11 +245,13 @@ def regroup(args, omni, command_line: str) -> int:
             "" if args.dry_run else f"\nsplit -> version {report['logical_version']}"))
         return 0
     tables = [t for t in (args.tables or "").split(",") if t] or None
-    report = omni.regroup(args.name, tables=tables, dry_run=args.dry_run, command=command_line)
+    report = omni.regroup(args.name, tables=tables, dry_run=args.dry_run, command=command_line,
+                          engine=args.engine, spark_master=args.spark_master)
     if args.dry_run or not report["plan"]["moves"]:
         emit(args, {**report, "dry_run": args.dry_run}, lambda: report["describe"])
         return 0
-    emit(args, report, lambda: f"{report['describe']}\nregrouped -> version {report['logical_version']}")
+    emit(args, report, lambda: f"{report['describe']}\nregrouped -> version {report['logical_version']} "
+                               f"(engine {report['engine']}: {report['engine_reason']})")
     return 0
 
 

@@ -204,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     rg = command(sub, "regroup", "merge narrow feature tables into column groups: one join per group, "
                  "not per feature (one logical commit)",
                  "omni regroup web --dry-run", "omni regroup web --tables f_quality_v1,f_lang_v1 --json",
-                 "omni regroup web --split quality_score", "omni regroup web --co-read --dry-run")
+                 "omni regroup web --split quality_score", "omni regroup web --co-read --dry-run",
+                 "omni regroup web --engine spark --spark-master spark://host:7077")
     rg.add_argument("name", help="logical table")
     rg.add_argument("--tables", metavar="KEYS", help="comma-separated feature table keys to merge (default: "
                     "the system picks the narrow ones)")
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     rg.add_argument("--co-read", action="store_true", help="instead: move the columns that logged queries and "
                     "exports keep joining across column groups into one table (from omni_sys.query_log)")
     rg.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _rewrite_engine_options(rg, "merges the feature tables into column groups", "the moving tables")
 
     rb = command(sub, "rebucket", "change the family's id-bucket count by rewriting every physical table: the count "
                  "the data's size calls for, or --buckets N (one logical commit)",
