@@ -38,6 +38,7 @@ from omni_iceberg.index.backend import (FILE_PREFIX, Entry, EntryArrays, EntryCo
                                         rows_as_bytes)
 from omni_iceberg.index.errors import IndexUnavailableError
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
+from omni_iceberg.index.resident import find_mapping, map_budget, release_range
 from omni_iceberg.index.sealed import FEW_IDS, DeltaChunks, Segment, id_halves, merge_into, spooled_keys
 from omni_iceberg.ui.progress import progress_bar
 
@@ -47,6 +48,13 @@ from omni_iceberg.ui.progress import progress_bar
 MAP_SIZE = 1 << 30
 #: private pages (4 KB) one write transaction may dirty: 32 MB, see LmdbBackend._entries_per_txn
 DIRTY_PAGE_BUDGET = 8192
+#: LMDB's page size on the systems this runs on (the environment's ``psize``)
+PAGE_BYTES = 4096
+#: what one read of a map may map at most: a page-cache folio of a large file (2 MiB here)
+FOLIO_BYTES = 2 << 20
+#: ids a bulk lookup walks in the delta between two releases of the map (a big delta:
+#: each id may map a 2 MiB folio of the file, see omni_iceberg.index.resident)
+WALK_RELEASE_IDS = 16
 MAX_MAP_SIZE = 1 << 42
 _ENVS: dict[str, tuple[object, "_TxnGuard"]] = {}
 _ENVS_LOCK = threading.Lock()
@@ -101,6 +109,9 @@ class _TxnGuard:
         self._cond = threading.Condition()
         self._active = 0
         self._resizing = False
+        #: (start, length) of the environment's map in this process, found once per map
+        #: (a resize or close replaces it: see :meth:`resize`)
+        self.mapping: tuple[int, int] | None = None
 
     @contextmanager
     def txn(self) -> Iterator[None]:
@@ -127,6 +138,7 @@ class _TxnGuard:
             while self._active:
                 self._cond.wait()
         try:
+            self.mapping = None  # the map moves: a release must look for it again
             fn()
         finally:
             with self._cond:
@@ -220,6 +232,27 @@ def _sorted_together(group: list[FileEntries]) -> tuple[np.ndarray, np.ndarray]:
     return keys, values
 
 
+def _find_sealed(segment: Segment, hi: np.ndarray, lo: np.ndarray) -> EntryArrays:
+    """The segment's entries of the ids (``hi``, ``lo``) (``asked``: positions in them).
+
+    A segment larger than :func:`~omni_iceberg.index.resident.map_budget` is searched in
+    groups of ids that each read one stretch of its files, its maps released after each
+    (:meth:`Segment.groups`): 10,000 random ids otherwise map the whole segment. Values are
+    copied out of the maps (:meth:`Segment.arrays`), so nothing returned points into them.
+    """
+    groups = segment.groups(hi, map_budget())
+    if groups is None:
+        owner, at = segment.find(hi, lo)
+        return EntryArrays(owner, *segment.arrays(owner, at)) if len(at) else EntryArrays()
+    parts = []
+    for group in groups:
+        owner, at = segment.find(hi[group], lo[group])
+        if len(at):
+            parts.append(EntryArrays(group[owner], *segment.arrays(owner, at)))
+        segment.release()
+    return EntryArrays.concat(parts) if parts else EntryArrays()
+
+
 def _chunks(runs: list[Run], per: int | None) -> list[list[Run]]:
     """``runs`` cut into transactions of at most ``per`` entries (None: one transaction)."""
     if per is None:
@@ -266,6 +299,47 @@ class LmdbBackend(IndexBackend):
             except lmdb.MapResizedError:  # another process grew it: adopt its size
                 self._guard.resize(lambda: self._env.set_mapsize(0))
 
+    def _release_map(self, budget: int | None = None) -> None:
+        """Unmap the pages of the environment's map left resident, when its file is larger
+        than :func:`~omni_iceberg.index.resident.map_budget` (see :mod:`omni_iceberg.index.resident`).
+
+        Call it holding :meth:`_TxnGuard.txn` (no resize or close can move the map
+        meanwhile), between transactions or in a read transaction whose values were copied
+        out (py-lmdb returns copies): LMDB reads its pages through the map again as needed.
+        """
+        info = self._env.info()
+        if info["last_pgno"] * PAGE_BYTES <= (map_budget() if budget is None else budget):
+            return
+        found = self._guard.mapping
+        if found is None or found[1] != info["map_size"]:
+            found = find_mapping(str(self.path / "data.mdb"))
+            if found is None or found[1] != info["map_size"]:  # not this system, or not the map: leave it
+                return
+            self._guard.mapping = found
+        release_range(*found)
+
+    def _release_every(self, txn, budget: int, per_leaf: bool) -> int | None:
+        """How many entries a bulk write (``per_leaf`` False: random keys, a leaf each) or a
+        walk in key order (True) may touch between two :meth:`_release_map`; None: the file
+        fits the budget, no release.
+
+        Each leaf read may map a whole 2 MiB folio of the file (see
+        :mod:`omni_iceberg.index.resident`), so at most half the budget's worth of folios
+        is touched between releases.
+        """
+        if self._env.info()["last_pgno"] * PAGE_BYTES <= budget:
+            return None
+        leaves = budget // (2 * FOLIO_BYTES)
+        if not per_leaf:
+            return max(8, leaves)
+        stat = txn.stat(self._entries)
+        return max(256, leaves * (stat["entries"] // max(1, stat["leaf_pages"])))
+
+    def _release_map_now(self) -> None:
+        """:meth:`_release_map` outside a transaction."""
+        with self._guard.txn():
+            self._release_map()
+
     def _grow(self, size: int) -> None:
         if self._env.info()["map_size"] < size:  # another thread may have grown it meanwhile
             self._env.set_mapsize(size)
@@ -309,16 +383,29 @@ class LmdbBackend(IndexBackend):
         total = sum(len(keys) for keys, _ in runs)
         chunks = _chunks(runs, self._entries_per_txn() if total > DIRTY_PAGE_BUDGET else None)
 
+        budget = map_budget()
+
         def put_runs(txn, chunk: list[Run], records: dict[bytes, bytes] | None = None) -> None:
             for k, v in (records or {}).items():
                 txn.put(k, v, db=self._meta)
             cursor = txn.cursor(db=self._entries)
+            # a big tree: the map's pages the inserts read are released every few entries
+            # (safe inside the transaction: its dirty pages are its own copies, not the map's)
+            every = self._release_every(txn, budget, per_leaf=False) if total > DIRTY_PAGE_BUDGET else None
             for keys, values in chunk:
-                cursor.putmulti(zip(keys, values))  # no (key, value) tuple list: zip reuses one
+                if every is None:
+                    cursor.putmulti(zip(keys, values))  # no (key, value) tuple list: zip reuses one
+                    continue
+                for a in range(0, len(keys), every):
+                    cursor.putmulti(zip(keys[a:a + every], values[a:a + every]))
+                    self._release_map(budget)
 
         files = {k: v for k, v in meta.items() if k.startswith(FILE_PREFIX)}
         for i, chunk in enumerate(chunks[:-1]):
             self._write(lambda txn, chunk=chunk, i=i: put_runs(txn, chunk, files if i == 0 else None))
+            # a transaction reads (through the map) about as many pages as it dirties: released
+            # after each, a rebuild's resident map is one transaction's, not the whole index
+            self._release_map_now()
         last = chunks[-1]
 
         def put(txn):
@@ -327,6 +414,7 @@ class LmdbBackend(IndexBackend):
                 txn.put(k, v, db=self._meta)
 
         self._write(put)
+        self._release_map_now()
 
     def put_entries(self, entries: Sequence[Entry | FileEntries]) -> None:
         self._put_items(_runs(entries), {})
@@ -356,15 +444,13 @@ class LmdbBackend(IndexBackend):
             segment, tombstones = self._segment_of(txn)
             sealed = EntryArrays()
             if segment is not None:
-                owner, at = segment.find(hi, lo)
-                if len(at):
-                    sealed = EntryArrays(owner, *segment.arrays(owner, at))
-                    if tombstones:
-                        sealed = self._drop_tombstoned(txn, key_bytes(), sealed)
+                sealed = _find_sealed(segment, hi, lo)
+                if tombstones and len(sealed):
+                    sealed = self._drop_tombstoned(txn, key_bytes(), sealed)
             if not txn.stat(self._entries)["entries"]:
                 return sealed
             keys = key_bytes()
-            delta = EntryArrays.from_columns(keys, self._walk_delta(txn, sorted(keys)))
+            delta = EntryArrays.from_columns(keys, self._walk_delta(txn, sorted(keys), release=True))
             if len(sealed) and len(delta):
                 # an entry both sealed and in the delta (re-written after the seal, or a seal
                 # interrupted between publishing its segment and emptying the delta): the
@@ -396,23 +482,27 @@ class LmdbBackend(IndexBackend):
         """:meth:`get_entry_rows`: scalar reads, for a few ids (a point lookup's path)."""
         segment, tombstones = self._segment_of(txn)
         rows = segment.probe(keys) if segment is not None else []
+        if segment is not None and segment.nbytes > map_budget():
+            segment.release()  # a few folios mapped again by the next lookup: ~1 us each
         if tombstones and rows:
             rows = [r for r in rows if not self._tombstoned(txn, keys[r[0]], r[1])]
         if txn.stat(self._entries)["entries"]:
             at = {k: i for i, k in enumerate(keys)}
-            delta = self._walk_delta(txn, sorted(keys))
+            delta = self._walk_delta(txn, sorted(keys), release=True)
             newer = {(at[rid], int.from_bytes(fk, "little")): value
                      for rid, fk, value in zip(delta.ids, delta.fkeys, delta.values)}
             rows = [r for r in rows if (r[0], r[1]) not in newer]  # the delta's copy is the newer one
             rows += [(a, fk, bytes(v)) for (a, fk), v in newer.items()]
         return rows
 
-    def _walk_delta(self, txn, keys: list[bytes]) -> EntryColumns:
-        """The delta's entries of the sorted ``keys`` (one forward cursor walk)."""
+    def _walk_delta(self, txn, keys: list[bytes], release: bool = False) -> EntryColumns:
+        """The delta's entries of the sorted ``keys`` (one forward cursor walk); ``release``:
+        the map's pages are released every :data:`WALK_RELEASE_IDS` ids and at the end (the
+        caller holds the guard: it is in ``txn``)."""
         out = EntryColumns()
         ids, fkeys, values = out.ids, out.fkeys, out.values
         cur = txn.cursor(db=self._entries)
-        for rid in keys:
+        for i, rid in enumerate(keys):
             if not cur.set_range(rid):
                 break
             for key, value in cur:
@@ -421,6 +511,10 @@ class LmdbBackend(IndexBackend):
                 ids.append(rid)
                 fkeys.append(key[ID_BYTES:])
                 values.append(value)
+            if release and i % WALK_RELEASE_IDS == WALK_RELEASE_IDS - 1:
+                self._release_map()
+        if release:
+            self._release_map()
         return out
 
     def _tombstoned(self, txn, key: bytes, fkey: int) -> bool:
@@ -506,10 +600,15 @@ class LmdbBackend(IndexBackend):
                 return SealReport(self.location, gen, rec["entries"], 0, time.perf_counter() - started)
             bar = progress_bar(progress, f"sealing the index at {self.location}", "entry", total=count)
 
+            budget = map_budget()
+            every = self._release_every(txn, budget, per_leaf=True)
+
             def read() -> Iterator[list[tuple[bytes, bytes]]]:
                 pairs: list[tuple[bytes, bytes]] = []
                 for key, value in txn.cursor(db=self._entries).iternext():
                     pairs.append((key, value))
+                    if every is not None and len(pairs) % every == 0:
+                        self._release_map(budget)  # the pairs are copies: the walk keeps a few leaves' pages
                     if len(pairs) == SEAL_READ_CHUNK:
                         if bar is not None:
                             bar.update(len(pairs))
@@ -564,8 +663,12 @@ class LmdbBackend(IndexBackend):
         for chunk in spooled_keys(spool, self._entries_per_txn() or SEAL_READ_CHUNK):
 
             def delete(txn, chunk=chunk):
-                for key in chunk:
+                budget = map_budget()
+                every = self._release_every(txn, budget, per_leaf=False)
+                for i, key in enumerate(chunk):
                     txn.delete(key, db=self._entries)
+                    if every is not None and i % every == every - 1:
+                        self._release_map(budget)
 
             self._write(delete)
 
@@ -617,7 +720,11 @@ class LmdbBackend(IndexBackend):
                     sealed = (e for e in sealed if txn.get(TOMBSTONE_PREFIX + e[0] + e[1], db=self._meta) is None)
                 merged = heapq.merge(sealed, delta, key=lambda e: e[0])
             last_id, seen = None, set()
-            for rid, fkey, value in merged:
+            budget = map_budget()
+            every = self._release_every(txn, budget, per_leaf=True) or 0
+            for n, (rid, fkey, value) in enumerate(merged):
+                if every and n % every == every - 1:
+                    self._release_map(budget)  # values are copies: a whole walk keeps a few leaves' pages
                 if rid != last_id:
                     last_id, seen = rid, set()
                 if fkey in seen:

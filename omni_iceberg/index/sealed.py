@@ -43,6 +43,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from omni_iceberg.index.keys import FILE_KEY_BYTES, ID_BYTES
+from omni_iceberg.index.resident import map_budget, release_map
 
 #: entries per chunk when a seal copies values: bounds the gather's index array
 COPY_CHUNK = 200_000
@@ -87,8 +88,8 @@ class Segment:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.hi = _load(folder / "hi.npy")
-        self.rec = _load(folder / "rec.npy")
+        self.hi, hi_map = _load(folder / "hi.npy", np.uint64)
+        self.rec, rec_map = _load(folder / "rec.npy", RECORD)
         self.lo, self.fk_u64, self.start, self.end = (self.rec[f] for f in RECORD.names)
         size = int(self.end[-1]) if len(self.end) else 0
         if size:
@@ -98,6 +99,30 @@ class Segment:
             self.values = b""
         self.value_bytes = np.frombuffer(self.values, np.uint8) if size else np.zeros(0, np.uint8)
         self.fence = np.ascontiguousarray(self.hi[::FENCE])
+        self._maps = [m for m in (hi_map, rec_map, self.values) if isinstance(m, mmap.mmap)]
+        #: bytes of the three files: above :func:`~omni_iceberg.index.resident.map_budget`,
+        #: lookups release the maps between bounded groups of ids (see :meth:`groups`)
+        self.nbytes = sum(len(m) for m in self._maps)
+
+    def release(self) -> None:
+        """Unmap the pages of the segment's maps that reads left resident (see :mod:`omni_iceberg.index.resident`)."""
+        for m in self._maps:
+            release_map(m)
+
+    def groups(self, hi: np.ndarray, budget: int) -> list[np.ndarray] | None:
+        """The ids ``hi`` (positions in it) in groups each of which reads at most half of
+        ``budget`` of the segment's files; None when the whole segment fits the budget.
+
+        Entries are in id order, so ids close in order read one stretch of each file:
+        a group is the ids whose entries lie in one stretch of ``budget / 2`` bytes, found
+        from the fence (in memory: no page of the files is read to group them).
+        """
+        if self.nbytes <= budget or len(hi) <= 1:
+            return None
+        per = max(FENCE, int(len(self.hi) * (budget / 2) / self.nbytes))
+        stretch = np.searchsorted(self.fence, hi, "left") * FENCE // per
+        order = np.argsort(stretch, kind="stable")
+        return np.split(order, np.flatnonzero(np.diff(stretch[order])) + 1)
 
     def __len__(self) -> int:
         return len(self.hi)
@@ -225,18 +250,29 @@ class Segment:
             spans = zip(self.start[lo_at:hi_at].tolist(), self.end[lo_at:hi_at].tolist())
             for rid, fkey, (b, e) in zip(ids, fkeys, spans):
                 yield rid.tobytes(), fkey, self.values[b:e]
+            if self.nbytes > map_budget():  # a walk of the whole segment: keep one chunk's pages mapped
+                self.release()
 
 
-def _load(path: Path) -> np.ndarray:
-    """A ``.npy`` file memory-mapped (read-only); an empty one read (an empty file cannot be mapped).
+def _load(path: Path, dtype: np.dtype) -> tuple[np.ndarray, "mmap.mmap | None"]:
+    """A ``.npy`` file of a 1-d ``dtype`` array memory-mapped read-only, and its map (None:
+    an empty array, read).
 
-    Returned as a plain ndarray view of the map: every slice of an ``np.memmap`` is another
-    memmap whose set-up cost was a third of a one-id lookup.
+    A plain ndarray over Python's map, not an ``np.memmap``: every slice of a memmap is
+    another memmap whose set-up cost was a third of a one-id lookup, and the map object is
+    what :meth:`Segment.release` needs.
     """
-    try:
-        return np.load(path, mmap_mode="r").view(np.ndarray)
-    except ValueError:
-        return np.load(path)
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        shape, _, stored = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)(f)
+        if stored != np.dtype(dtype) or len(shape) != 1:
+            raise ValueError(f"{path}: {stored} {shape}, not a 1-d {np.dtype(dtype)} array")
+        offset = f.tell()
+        if not shape[0]:
+            return np.zeros(0, dtype), None
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    return np.frombuffer(m, dtype, shape[0], offset), m
 
 
 class DeltaChunks:
@@ -447,6 +483,7 @@ def merge_into(folder: Path, old: "Segment | None", delta: Iterable[tuple[np.nda
         out.append(hi, lo, fk, lengths, _gather(sources, lengths, from_delta, o_bytes, d_bytes))
 
     empty = (np.zeros(0, np.uint64),) * 3 + (np.zeros(1, np.int64), np.zeros(0, np.uint8))
+    budget = map_budget()
     try:
         for chunk in delta:
             d_hi = chunk[0]
@@ -463,6 +500,8 @@ def merge_into(folder: Path, old: "Segment | None", delta: Iterable[tuple[np.nda
                 d = int(np.searchsorted(d_hi, reader.old.hi[b], "left"))
                 step(b, _delta_slice(chunk, c, d))
                 c = d
+            if reader is not None and reader.old.nbytes > budget:  # its searches mapped pages of hi.npy
+                reader.old.release()
         while at < n_old:  # old entries after the delta's last prefix
             step(min(reader.end_of_prefix(int(reader.old.hi[min(at + MERGE_STEP, n_old) - 1])), n_old), empty)
         total = out.finish()
