@@ -20,6 +20,9 @@ How (Prepare-Execute-Commit, like compaction):
   the files' batch bounds - so moving a new batch costs that batch, not the group's
   history), and written as replacement group files sorted by (batch, id). The members'
   files are deleted on their own staging branches.
+- the execute step is a rewrite engine's (:mod:`governance.rewrite`, ``--engine``): the
+  local one does the above; Spark's (:mod:`spark_udfs.regroup`) joins the members into the
+  group's touched buckets on the cluster - the same rows, other files.
 - **commit**: ONE logical version adds the group's physical columns, re-pins the group
   and the members, and marks the members ``emptied``: readers then skip them.
 

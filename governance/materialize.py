@@ -19,8 +19,11 @@ back:
 
 Prepare-Execute-Commit like every governance operation: the plan is printable (and JSON),
 rows go to a staging branch, ONE logical commit adds or re-pins the table and records
-what it covers; a concurrent writer makes the commit fail cleanly (the branch is dropped
-and the next refresh starts over). Older versions keep reading what they read; retention
+what it covers. The rows are written by a rewrite engine (:mod:`governance.rewrite`):
+the local one joins the sources slice by slice in this process, Spark's joins them on the
+cluster (``--engine local|spark|auto``); the plan and the commit are the same. A
+concurrent writer makes the commit fail cleanly (the branch is dropped and the next
+refresh starts over). Older versions keep reading what they read; retention
 expires the copy's snapshots like the rest.
 """
 
