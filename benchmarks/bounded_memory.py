@@ -137,21 +137,26 @@ def _write_ids(omni, home: Path) -> None:
     (home / "ids.json").write_text(json.dumps(ids[:GET_IDS]))
 
 
-def _anon_kib(pid: int) -> int:
-    """The child's anonymous resident memory now (``RssAnon``), 0 once it is gone.
+def _anon_file_kib(pid: int) -> tuple[int, int]:
+    """The child's anonymous and file-backed resident memory now (``RssAnon``, ``RssFile``),
+    zeros once it is gone.
 
-    ``ru_maxrss`` also counts file-backed pages a process touched (the id index's LMDB map,
-    memory-mapped Parquet), which the kernel reclaims under pressure; the kernel keeps no
-    peak of the anonymous part, so it is sampled while the child runs.
+    ``ru_maxrss`` also counts file-backed pages a process touched (the id index's LMDB map
+    and segments, memory-mapped Parquet, its libraries); the kernel keeps no peak of either
+    part, so both are sampled while the child runs (the file part tells a map that kept the
+    index resident from memory the operation holds).
     """
+    anon = file = 0
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("RssAnon:"):
-                    return int(line.split()[1])
+                    anon = int(line.split()[1])
+                elif line.startswith("RssFile:"):
+                    file = int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return anon, file
 
 
 def _run_child(op: str, home: Path, source: Path, timeout: float) -> dict:
@@ -162,7 +167,7 @@ def _run_child(op: str, home: Path, source: Path, timeout: float) -> dict:
                                  str(source)], stdout=f, stderr=subprocess.STDOUT, cwd=C.ROOT,
                                 env={**os.environ, "OMNI_CACHE": os.environ.get("OMNI_CACHE", str(C.ROOT / ".cache"))})
         deadline = time.time() + timeout
-        peak_anon_kib = 0
+        peak_anon_kib = peak_file_kib = 0
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
@@ -171,12 +176,13 @@ def _run_child(op: str, home: Path, source: Path, timeout: float) -> dict:
                 proc.kill()
                 _, status, usage = os.wait4(proc.pid, 0)
                 break
-            peak_anon_kib = max(peak_anon_kib, _anon_kib(proc.pid))
+            anon, file = _anon_file_kib(proc.pid)
+            peak_anon_kib, peak_file_kib = max(peak_anon_kib, anon), max(peak_file_kib, file)
             time.sleep(0.05)
         proc.returncode = os.waitstatus_to_exitcode(status)
     text = log_path.read_text()
     result = {"op": op, "rc": proc.returncode, "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-              "peak_anon_mib": round(peak_anon_kib / 1024, 1)}
+              "peak_anon_mib": round(peak_anon_kib / 1024, 1), "peak_file_mib": round(peak_file_kib / 1024, 1)}
     lines = [ln for ln in text.splitlines() if ln.startswith("{")]
     if proc.returncode == 0 and lines:
         result.update(json.loads(lines[-1]))
@@ -270,6 +276,12 @@ def main(argv=None) -> None:
                     f"index's LMDB map left out) {sizes[-1]:,} / {sizes[0]:,} "
                     f"({a['peak_anon_mib']:.0f} -> {b['peak_anon_mib']:.0f} MiB)",
                     b["peak_anon_mib"] / a["peak_anon_mib"], "x", "", None))
+            if a.get("peak_file_mib") and b.get("peak_file_mib"):
+                headlines.append(C.headline(
+                    f"{op}, {kind}: peak file-backed resident memory (sampled every 50 ms: the index's maps, "
+                    f"libraries, mapped Parquet) {sizes[-1]:,} / {sizes[0]:,} "
+                    f"({a['peak_file_mib']:.0f} -> {b['peak_file_mib']:.0f} MiB)",
+                    b["peak_file_mib"] / a["peak_file_mib"], "x", "", None))
     payload = {"headline": headlines, "inputs": {k: {**v, "path": str(v["path"])} for k, v in inputs.items()},
                "memory_limit_mb": float(os.environ.get("OMNI_MEMORY_LIMIT_MB", 1024)), "results": results}
     C.write_result(args, payload, started)
