@@ -165,3 +165,41 @@ def test_spark_materialize_on_a_cluster_writes_the_local_engines_rows(pg_server,
     summary = table.snapshot_by_id(meta.snapshot_id).summary.additional_properties
     assert summary.get("omni.engine") == "spark" and summary.get("omni.operation") == "materialize"
     assert not [r for r in table.metadata.refs if r.startswith("omni-stage")]
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+def test_a_rebuild_on_spark_replaces_every_row_of_the_copy_in_one_snapshot(spark, tmp_path):
+    from omni_iceberg.demo.wide import wide_features
+
+    omni = Omni(config=spark.config)
+    name = "ms_rebuild"
+    _family(omni, tmp_path, name, batches=("a", "b"))
+    [w] = wide_features(1)
+    omni.register_features(name, [w])
+    omni.backfill(name, [w.name], isolation="inline", progress=False)
+    columns = [w.name, "t_len"]
+    read = ["_ai_unique_id_", "_ai_append_name_", *columns]
+    omni.materialize(name, columns, engine="spark", spark=spark.session, progress=False)
+    built = omni.state(name).version
+    old = _sorted(omni.read(name, columns=read))
+    # a new version of the feature: the copy is stale, and a refresh rebuilds it
+    omni.register_features(name, [w.model_copy(update={"params": {"k": 7}, "version": ""})])
+    omni.backfill(name, [w.name], isolation="inline", progress=False)
+    new = _sorted(omni.read(name, columns=read))
+    assert not new.equals(old)
+    [report] = omni.refresh_materializations(name, engine="spark", spark=spark.session, progress=False)
+    assert report["plan"]["action"] == "rebuild" and report["engine"] == "spark" and report["rows_written"] == 24
+    state = omni.state(name)
+    assert state.fresh_materialized_tables()
+    copy = _copy(omni, name).rename_columns(read)
+    assert copy.to_pylist() == new.to_pylist() and _sorted(omni.read(name, columns=read)).equals(new)
+    assert _sorted(omni.read(name, columns=read, as_of=built)).equals(old)
+    assert omni.verify_index(name).ok
+    meta = state.physical_table(state.materializations[0].table_key)
+    table = omni.catalog.load_table(meta.identifier)
+    snap = table.snapshot_by_id(meta.snapshot_id)
+    # one snapshot on the build's: every file of the build deleted, the rebuild's added
+    assert snap.parent_snapshot_id == omni.state(name, as_of=built).physical_table(meta.key).snapshot_id
+    assert snap.summary.additional_properties.get("omni.engine") == "spark"
+    assert int(snap.summary.additional_properties["total-records"]) == 24
