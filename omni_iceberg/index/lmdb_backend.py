@@ -395,7 +395,8 @@ class LmdbBackend(IndexBackend):
             cursor = txn.cursor(db=self._entries)
             # a big tree: the map's pages the inserts read are released every few entries
             # (safe inside the transaction: its dirty pages are its own copies, not the map's)
-            every = self._release_every(txn, budget, per_leaf=False) if total > DIRTY_PAGE_BUDGET else None
+            # (a small write too: a flush of a few thousand random ids maps as many folios)
+            every = self._release_every(txn, budget, per_leaf=False)
             for keys, values in chunk:
                 if every is None:
                     cursor.putmulti(zip(keys, values))  # no (key, value) tuple list: zip reuses one
