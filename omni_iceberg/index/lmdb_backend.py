@@ -645,6 +645,9 @@ class LmdbBackend(IndexBackend):
             # entries are only added (a delete leaves a tombstone): the same count and no
             # new tombstone mean the delta is still exactly what was read, so drop it whole
             if txn.stat(self._entries)["entries"] == count and left == 0:
+                # one C call that reads every branch page of the delta's tree, so it cannot be
+                # released part-way: measured after a 3M-record rebuild (a 937 MB delta), 200 MiB
+                # of the map resident for a moment - the rebuild's largest file-backed peak left
                 txn.drop(self._entries, delete=False)
                 return True
             return False
