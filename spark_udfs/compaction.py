@@ -51,7 +51,7 @@ def rewrite_partitions_on_spark(spark: "SparkSession", catalog_name: str, writer
     """
     from pyspark.sql import functions as F
 
-    from spark_udfs.engine import table_name
+    from spark_udfs.engine import branch_writer, table_name
 
     writer.ensure_branch()
     before = writer.staged_snapshot_id or writer.base_snapshot_id
@@ -66,13 +66,7 @@ def rewrite_partitions_on_spark(spark: "SparkSession", catalog_name: str, writer
     rows = (rows.repartition(F.col("_partition"))
             .sortWithinPartitions("_partition", BATCH_COLUMN, ID_COLUMN)
             .select(*columns))
-    out = (rows.writeTo(table_name(catalog_name, writer.identifier, writer.branch))
-           .option("distribution-mode", "none").option("fanout-enabled", "true"))
-    if writer.spec_id is not None:  # the bucket count of the plan's logical version
-        out = out.option("output-spec-id", str(writer.spec_id))
-    for k, v in {**writer.properties, **properties}.items():
-        out = out.option(f"snapshot-property.{k}", v)
-    out.overwritePartitions()
+    branch_writer(rows, catalog_name, writer, properties).overwritePartitions()
     return landed(writer, before, "compaction")
 
 

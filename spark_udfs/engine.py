@@ -261,6 +261,23 @@ def table_name(catalog_name: str, identifier: str, branch: str | None = None) ->
     return f"{name}.`branch_{branch}`" if branch else name
 
 
+def branch_writer(rows: DataFrame, catalog_name: str, writer: StagedWrite, properties: dict[str, str]) -> Any:
+    """``rows`` as Iceberg's writer for ``writer``'s staging branch (append, overwrite... left to the caller).
+
+    The rows are written where they are (one file per partition a task holds, no shuffle
+    by Iceberg: callers cluster them by bucket first, or they already are), in the spec of
+    the write's bucket count - the logical version's, not the table's default - and every
+    snapshot carries the write's properties (run id, operation) and ``properties``.
+    """
+    out = (rows.writeTo(table_name(catalog_name, writer.identifier, writer.branch))
+           .option("distribution-mode", "none").option("fanout-enabled", "true"))
+    if writer.spec_id is not None:
+        out = out.option("output-spec-id", str(writer.spec_id))
+    for k, v in {**writer.properties, **properties}.items():
+        out = out.option(f"snapshot-property.{k}", v)
+    return out
+
+
 # ---- reading a unit's inputs -----------------------------------------------------------------------
 def read_unit(spark: SparkSession, catalog_name: str, state: FamilyState, leaves: list[str], batch: str,
               split_bytes: int | None = None) -> DataFrame:
@@ -534,13 +551,7 @@ class SparkExecutor:
         before = w.staged_snapshot_id
         # the rows are few per task and already grouped by bucket: write them where they are
         # (one file per partition a task holds) instead of shuffling them by partition first
-        writer = (rows.writeTo(table_name(self.catalog_name, w.identifier, w.branch))
-                  .option("distribution-mode", "none").option("fanout-enabled", "true"))
-        if w.spec_id is not None:  # the bucket count of the run's logical version, not the table's default
-            writer = writer.option("output-spec-id", str(w.spec_id))
-        for k, v in {**w.properties, **properties}.items():
-            writer = writer.option(f"snapshot-property.{k}", v)
-        writer.append()
+        branch_writer(rows, self.catalog_name, w, properties).append()
         table = run.store.catalog.load_table(w.identifier)
         head = table.snapshot_by_id(table.metadata.refs[w.branch].snapshot_id)
         label = (head.summary.additional_properties if head.summary else {}).get(bookkeeping.UNIT_PROPERTY)

@@ -52,16 +52,13 @@ def materialize_on_spark(spark: "SparkSession", catalog_name: str, job: "Materia
     """Write ``job``'s rows onto its writer's branch; returns the branch's new head."""
     from pyspark.sql import functions as F
 
-    from spark_udfs.engine import table_name
+    from spark_udfs.engine import branch_writer, session_conf, table_name
 
     writer = job.writer
     writer.ensure_branch()
     before = writer.staged_snapshot_id or writer.base_snapshot_id
     target = table_name(catalog_name, writer.identifier)
-    saved = {k: spark.conf.get(k, None) for k in SPJ_CONF}
-    for k, v in SPJ_CONF.items():
-        spark.conf.set(k, v)
-    try:
+    with session_conf(spark, SPJ_CONF):
         rows = logical_rows(spark, catalog_name, job)
         types = {f.name: f.dataType for f in spark.table(target).schema.fields}
         rows = rows.select(*[F.col(f"`{k}`").cast(types[k]).alias(k) for k in KEYS],
@@ -70,22 +67,11 @@ def materialize_on_spark(spark: "SparkSession", catalog_name: str, job: "Materia
         bucket = F.expr(f"`{catalog_name}`.system.bucket({int(job.bucket_count)}, `{ID_COLUMN}`)")
         rows = (rows.repartition(min(int(job.bucket_count), 200), bucket)
                 .sortWithinPartitions(bucket, BATCH_COLUMN, ID_COLUMN))
-        out = (rows.writeTo(table_name(catalog_name, writer.identifier, writer.branch))
-               .option("distribution-mode", "none").option("fanout-enabled", "true"))
-        if writer.spec_id is not None:  # the bucket count of the plan's logical version
-            out = out.option("output-spec-id", str(writer.spec_id))
-        for k, v in {**writer.properties, **properties}.items():
-            out = out.option(f"snapshot-property.{k}", v)
+        out = branch_writer(rows, catalog_name, writer, properties)
         if job.clear:
             out.overwrite(F.lit(True))  # a rebuild: every row the copy held goes, in the same snapshot
         else:
             out.append()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
     return landed(writer, before, "materialization")
 
 

@@ -35,7 +35,7 @@ def rebucket_table_on_spark(spark: "SparkSession", catalog_name: str, writer: St
     its branch (the writer carries the new count's spec); returns the branch's new head."""
     from pyspark.sql import functions as F
 
-    from spark_udfs.engine import table_name
+    from spark_udfs.engine import branch_writer, table_name
 
     writer.ensure_branch()
     before = writer.staged_snapshot_id or writer.base_snapshot_id
@@ -45,11 +45,5 @@ def rebucket_table_on_spark(spark: "SparkSession", catalog_name: str, writer: St
     bucket = F.expr(f"`{catalog_name}`.system.bucket({int(buckets)}, `{ID_COLUMN}`)")
     rows = (rows.select(*columns).repartition(min(int(buckets), 200), bucket)
             .sortWithinPartitions(bucket, BATCH_COLUMN, ID_COLUMN))
-    out = (rows.writeTo(table_name(catalog_name, writer.identifier, writer.branch))
-           .option("distribution-mode", "none").option("fanout-enabled", "true"))
-    if writer.spec_id is not None:
-        out = out.option("output-spec-id", str(writer.spec_id))
-    for k, v in {**writer.properties, **properties}.items():
-        out = out.option(f"snapshot-property.{k}", v)
-    out.overwrite(F.lit(True))
+    branch_writer(rows, catalog_name, writer, properties).overwrite(F.lit(True))
     return landed(writer, before, "re-bucketing")

@@ -39,7 +39,7 @@ def regroup_on_spark(spark: "SparkSession", catalog_name: str, job: "RegroupJob"
     """Write the group's merged buckets onto its branch and empty the members; returns the group's new head."""
     from pyspark.sql import functions as F
 
-    from spark_udfs.engine import table_name
+    from spark_udfs.engine import branch_writer, session_conf, table_name
 
     writer = job.writer
     writer.ensure_branch()
@@ -49,10 +49,7 @@ def regroup_on_spark(spark: "SparkSession", catalog_name: str, job: "RegroupJob"
     buckets = None if any(b is None for b in found) else sorted(set().union(*found))
     group = writer.catalog.load_table(writer.identifier)  # after the plan added its new columns
     columns = [f.name for f in group.schema().fields]
-    saved = {k: spark.conf.get(k, None) for k in SPJ_CONF}
-    for k, v in SPJ_CONF.items():
-        spark.conf.set(k, v)
-    try:
+    with session_conf(spark, SPJ_CONF):
         merged = spark.read.option("snapshot-id", str(job.snapshot_id)).table(table_name(catalog_name,
                                                                                          writer.identifier))
         if buckets is not None:
@@ -75,19 +72,7 @@ def regroup_on_spark(spark: "SparkSession", catalog_name: str, job: "RegroupJob"
         bucket = F.expr(f"`{catalog_name}`.system.bucket({int(job.bucket_count)}, `{ID_COLUMN}`)")
         merged = (merged.repartition(min(len(buckets) if buckets is not None else int(job.bucket_count), 200), bucket)
                   .sortWithinPartitions(bucket, BATCH_COLUMN, ID_COLUMN))
-        out = (merged.writeTo(table_name(catalog_name, writer.identifier, writer.branch))
-               .option("distribution-mode", "none").option("fanout-enabled", "true"))
-        if writer.spec_id is not None:
-            out = out.option("output-spec-id", str(writer.spec_id))
-        for k, v in {**writer.properties, **properties}.items():
-            out = out.option(f"snapshot-property.{k}", v)
-        out.overwritePartitions()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+        branch_writer(merged, catalog_name, writer, properties).overwritePartitions()
     head = landed(writer, before, "regroup")
     if job.empty_members is not None:
         job.empty_members()
