@@ -15,11 +15,9 @@ import pytest
 from omni_iceberg.api import Omni
 from omni_iceberg.explore.export import MANIFEST, ExportError
 from tests.faults import write_docs
-from tests.services.s3proxy import S3ProxyServer
+from tests.services.s3proxy import AWS_VARS, S3ProxyServer
 
 pytestmark = [pytest.mark.rest, pytest.mark.slow]
-AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-            "AWS_DEFAULT_REGION", "AWS_PROFILE", "PYICEBERG_HOME")
 
 
 @pytest.fixture(scope="module")

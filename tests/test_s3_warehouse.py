@@ -21,11 +21,9 @@ from catalog_ext.errors import ConfigError
 from omni_iceberg.api import Omni
 from tests.faults import REPO_ROOT, check_family, write_docs
 from tests.services import free_port
-from tests.services.s3proxy import S3ProxyServer
+from tests.services.s3proxy import AWS_VARS, S3ProxyServer
 
 pytestmark = [pytest.mark.rest, pytest.mark.slow]
-AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-            "AWS_DEFAULT_REGION", "AWS_PROFILE", "PYICEBERG_HOME")
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,11 @@ from tests.toolchain import s3proxy as toolchain
 from tests.services import free_port
 from tests.services.jvm import JvmServer
 
+#: the environment that would point boto/pyiceberg at another S3 than the test server's
+#: (tests clear them, so only the catalog's own properties reach the server)
+AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+            "AWS_DEFAULT_REGION", "AWS_PROFILE", "PYICEBERG_HOME")
+
 
 class S3ProxyServer(JvmServer):
     """A private S3-API server on 127.0.0.1. See the module docstring."""
