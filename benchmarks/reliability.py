@@ -483,7 +483,8 @@ def _race_checkpoint(runs: int, docs: int) -> dict[str, Any]:
         for line in RACE_CHECKPOINT.read_text().splitlines():
             entry = json.loads(line)
             if entry["runs"] == runs and entry["docs"] == docs:
-                done[entry["pair"]] = entry["result"]
+                # the code a pair ran on: a campaign resumed across commits mixes them
+                done[entry["pair"]] = {**entry["result"], "commit": entry.get("commit"), "date": entry.get("date")}
     return done
 
 
@@ -536,6 +537,7 @@ def race_campaign(runs: int, docs: int, only: str = "", resume: bool = False) ->
                 res["clean"] += 1
                 C.remove(folder)
         res["exits"] = dict(sorted(res["exits"].items()))
+        res["commit"], res["date"] = C.git_facts()["commit"], time.strftime("%Y-%m-%d %H:%M")
         results[f"{first}/{second}"] = res
         with open(RACE_CHECKPOINT, "a") as f:
             f.write(json.dumps({"pair": f"{first}/{second}", "runs": runs, "docs": docs, "result": res,
@@ -834,7 +836,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| writer race | {name} | clean {r['clean']}/{r['run']}; duplicated (id, batch) pairs "
                      f"{r['duplicate_pairs']}; index verify failed {r['verify_failed']}/{r['run']} (missing "
                      f"{r['missing']}, stale {r['stale']}, dangling {r['dangling']}; pending {r['pending']}); "
-                     f"failed commands {r['failed_commands']} |")
+                     f"failed commands {r['failed_commands']}"
+                     + (f"; ran on {r['commit']}, {r.get('date')}" if r.get("commit") else "") + " |")
     races = result.get("races", {})
     missing = [f"{a}/{b}" for a, b in writer_pairs() if races and f"{a}/{b}" not in races]
     if missing:
