@@ -48,9 +48,9 @@ PAGE_ROW_LIMIT_PROPERTY = "write.parquet.page-row-limit"
 DICT_BYTES_PROPERTY = "write.parquet.dict-size-bytes"
 PYICEBERG_PAGE_ROW_LIMIT = 20_000
 #: the page size (and dictionary bound) omni writes family tables with when the table sets
-#: none: a point read decodes one page (:mod:`omni_iceberg.index.page_reads`). Measured on
-#: the 1M-record benchmark table (benchmarks/results/index-pages.json): 64 KiB keeps both
-#: full scans within the issue's 10%; 32 and 16 KiB do not (DuckDB 0.88x, pyarrow 0.79x)
+#: none: a point read decodes one page (:mod:`omni_iceberg.index.page_reads`). The smallest
+#: size that keeps full scans within 10% of 1 MiB pages (benchmarks/index.py --page-probe;
+#: the figures are in benchmarks/RESULTS.md)
 DEFAULT_PAGE_BYTES = 64 << 10
 DEFAULT_DICT_BYTES = 64 << 10
 

@@ -5,14 +5,13 @@ in its RSS (``ps``, a container's memory limit), until the map is closed. The LM
 the delta and the sealed segments' maps (:mod:`omni_iceberg.index.sealed`) are as large as
 the index, so an operation that touches all of them - a rebuild writing every entry, a seal
 reading the whole delta, a lookup of 10,000 random ids - ended with the whole index in its
-RSS: measured on 3M short records, a rebuild peaked at 1,291 MiB of which 892 MiB was the
-LMDB map, and a 10,000-id ``get`` at 872 MiB of which 685 MiB was index maps, where its
-anonymous memory was 110 MiB. Worse, the page cache here holds files in 2 MiB folios and a
-fault maps the whole folio, so one random read maps 2 MiB (``MADV_RANDOM`` does not stop it).
+RSS, far above its anonymous memory (benchmarks/bounded_memory.py reports both). Worse, a
+page cache that holds files in large folios maps a whole folio on one fault, so one random
+read can map megabytes (``MADV_RANDOM`` does not stop it).
 
 Those pages are the page cache's, not the process's: ``madvise(MADV_DONTNEED)`` on a
-shared file map only unmaps them (the next read maps them again from the page cache, about
-a microsecond per 2 MiB folio measured here; no data is lost or re-read from disk). So the
+shared file map only unmaps them (the next read maps them again from the page cache: no
+data is lost or re-read from disk). So the
 backends release their maps between bounded units of work once the files are larger than
 :func:`map_budget` (below it, nothing changes: a table whose index fits keeps every page
 mapped, as before).
