@@ -11,6 +11,10 @@ database of its own that can read exactly that query's data files, and write non
 Out-of-core: the database gets a memory limit and a spill folder, set before the lock.
 DuckDB's own temporary files are not "external access": joins, sorts and aggregates
 larger than the limit spill there even with external access off (tested).
+
+A known gap: DuckDB always adds its temporary directory to the directories it may write,
+and no setting removes it, so SQL that got past the guard could COPY a file into the spill
+folder (nowhere else). The guard refuses COPY; the spill folder holds nothing but spills.
 """
 
 from __future__ import annotations
