@@ -65,7 +65,7 @@ def _positive(properties: Mapping[str, str], key: str, identifier: str) -> int |
         value = 0
     if value < 1:
         raise ValueError(f"table {identifier}: property {key}={raw!r} is not a positive whole number of "
-                         f"{'bytes' if key == ROW_GROUP_BYTES_PROPERTY else 'rows'}")
+                         f"{'bytes' if key.endswith('-bytes') else 'rows'}")
     return value
 
 
@@ -82,13 +82,8 @@ def rows_per_group(properties: Mapping[str, str], rows: int, nbytes: int, identi
     >>> rows_per_group({}, 100, 10_000) is None
     True
     """
-    size = _positive(properties, ROW_GROUP_BYTES_PROPERTY, identifier)
-    limit = _positive(properties, ROW_GROUP_LIMIT_PROPERTY, identifier) or PYICEBERG_ROW_GROUP_LIMIT
-    if size is None:
-        return None
-    if rows <= 0 or nbytes <= 0:
-        return limit
-    return max(1, min(limit, int(size * rows // nbytes)))
+    return _rows_within(properties, ROW_GROUP_BYTES_PROPERTY, ROW_GROUP_LIMIT_PROPERTY, PYICEBERG_ROW_GROUP_LIMIT,
+                        rows, nbytes, identifier)
 
 
 def rows_per_page(properties: Mapping[str, str], rows: int, nbytes: int, identifier: str = "?") -> int | None:
@@ -100,8 +95,16 @@ def rows_per_page(properties: Mapping[str, str], rows: int, nbytes: int, identif
     >>> rows_per_page({}, 100, 10_000) is None
     True
     """
-    size = _positive(properties, PAGE_BYTES_PROPERTY, identifier)
-    limit = _positive(properties, PAGE_ROW_LIMIT_PROPERTY, identifier) or PYICEBERG_PAGE_ROW_LIMIT
+    return _rows_within(properties, PAGE_BYTES_PROPERTY, PAGE_ROW_LIMIT_PROPERTY, PYICEBERG_PAGE_ROW_LIMIT,
+                        rows, nbytes, identifier)
+
+
+def _rows_within(properties: Mapping[str, str], size_key: str, limit_key: str, default_limit: int, rows: int,
+                 nbytes: int, identifier: str) -> int | None:
+    """The rows of average size ``nbytes / rows`` that fit the table's ``size_key`` bytes, at most
+    its ``limit_key`` rows (``default_limit`` when unset), at least 1; None without a size."""
+    size = _positive(properties, size_key, identifier)
+    limit = _positive(properties, limit_key, identifier) or default_limit
     if size is None:
         return None
     if rows <= 0 or nbytes <= 0:
