@@ -20,6 +20,10 @@ the engine and its latency) and proposes:
   Benefit: those cold bytes stop being rewritten with the group (every merge of a new
   batch rewrites the group's files of that batch) and stop widening its schema; a move,
   no storage.
+- **a table-bound merge** (:mod:`governance.table_bound`): when the view reads more physical
+  tables than ``OMNI_FAMILY_MAX_TABLES``, the least-read feature tables that ``omni maintain``
+  will merge into column groups, and the count it leaves. Proposed with or without logged
+  reads: the bound does not depend on the workload, only the choice of tables does.
 
 Each proposal's storage cost is measured, not guessed: the Parquet bytes of those
 columns in the family today (``column_sizes`` of the pinned data files), which is
@@ -53,7 +57,7 @@ MIN_COLD_SHARE = 0.5
 
 @dataclass
 class Proposal:
-    kind: str  # "regroup" | "coread" | "hot" | "materialize" | "split"
+    kind: str  # "regroup" | "coread" | "hot" | "materialize" | "split" | "bound"
     columns: list[str]
     reads: int  # logged reads it serves
     of_reads: int  # logged reads considered
@@ -62,6 +66,7 @@ class Proposal:
     benefit: str
     command: str
     engines: dict[str, int] = field(default_factory=dict)  # the reads it serves, by the engine they came from
+    tables: list[str] = field(default_factory=list)  # physical table keys it moves ("bound": the merge)
 
     def describe(self) -> str:
         from governance.coread import engine_counts
@@ -103,6 +108,7 @@ def advise(ctx: OmniContext, name: str, *, apply: bool = False, progress: bool |
     from governance.column_groups import regroup, split_columns
     from governance.coread import logged_reads
     from governance.materialize import materialize
+    from governance.table_bound import bound_tables
     from omni_iceberg.explore.query_log import flush_query_log
     from omni_iceberg.hot.sync import set_hot_columns
 
@@ -112,9 +118,15 @@ def advise(ctx: OmniContext, name: str, *, apply: bool = False, progress: bool |
     reads = logged_reads(ctx.catalog, state)
     advice = Advice(state.table.identifier, state.version, len(reads),
                     dict(Counter(r.get("query_engine", "omni") for r in reads)))
+    bound = _bound(ctx, state, reads)
     if not reads:
         advice.notes.append(f"no query or export of {state.table.identifier} is logged yet: run some "
                             "(omni sql, omni export), then ask again")
+        if bound is not None:
+            advice.proposals.append(bound)
+            if apply:
+                advice.applied.append({"kind": bound.kind, "report": bound_tables(
+                    ctx.store, name, reads=reads, progress=progress, command=bound.command)})
         return advice
     by_table = _column_bytes_by_table(ctx.catalog, state)
     sizes: dict[str, int] = {}
@@ -125,13 +137,15 @@ def advise(ctx: OmniContext, name: str, *, apply: bool = False, progress: bool |
     served = set(coread.columns) if coread else set()
     unserved = [r for r in reads if not (set(r["columns"]) & served)]
     for proposal in (_regroup(ctx, state, reads), coread, _hot(state, reads, sizes),
-                     _materialize(state, unserved, sizes), _split(state, reads, by_table)):
+                     _materialize(state, unserved, sizes), _split(state, reads, by_table), bound):
         if proposal is not None:
             advice.proposals.append(proposal)
     if apply:
         for p in advice.proposals:
             if p.kind == "regroup":
                 report = regroup(ctx.store, name, progress=progress, command=p.command)
+            elif p.kind == "bound":  # planned again: the proposals applied before it may have moved tables
+                report = bound_tables(ctx.store, name, reads=reads, progress=progress, command=p.command)
             elif p.kind in ("split", "coread"):
                 report = split_columns(ctx.store, name, p.columns, progress=progress, command=p.command)
             elif p.kind == "hot":
@@ -194,6 +208,25 @@ def _regroup(ctx: OmniContext, state: FamilyState, reads: list[dict[str, Any]]) 
         f"{served} of {len(reads)} logged reads joined feature tables that {len(plan.moves)} column group(s) would "
         f"merge ({len(target)} tables): {saved} joins fewer (they took {waited / 1000:.1f} s in all); a move, "
         "not a copy", f"omni regroup {state.table.identifier}")
+
+
+def _bound(ctx: OmniContext, state: FamilyState, reads: list[dict[str, Any]]) -> Proposal | None:
+    """The merge ``omni maintain`` will run to keep the view under ``OMNI_FAMILY_MAX_TABLES`` tables."""
+    from governance.table_bound import SETTING, plan_table_bound
+
+    plan = plan_table_bound(ctx.store, state.table.identifier, reads=reads)
+    if plan.empty:
+        return None
+    columns = [pc.logical for key in plan.merge for pc in state.columns_of_table(key)]
+    touched = sum(1 for r in reads if any(pc.table in plan.reads for c in r["columns"] for pc in state.read_parts(c)))
+    reached = f" ({plan.why_not})" if plan.why_not else ""
+    return Proposal(
+        "bound", columns[:MAX_COLUMNS], touched, len(reads), 0, 0,
+        f"the view reads {plan.tables_before} physical tables, more than {SETTING}={plan.max_tables} (Trino's "
+        f"SELECT * passes its default 150-stage cap near 50): the {len(plan.merge)} least-read feature tables "
+        f"({sum(plan.reads.values())} logged reads touched them) merge into column groups, leaving "
+        f"{plan.tables_after}{reached}; a move, not a copy; omni maintain runs it",
+        f"omni regroup {state.table.identifier} --tables {','.join(plan.merge)}", tables=list(plan.merge))
 
 
 def _coread(state: FamilyState, reads: list[dict[str, Any]]) -> Proposal | None:

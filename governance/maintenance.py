@@ -1,8 +1,9 @@
 """Maintenance of a logical table's family: every due governance task, in order.
 
 :func:`maintain` (``omni maintain``) runs every due task of a logical table in order:
-leftover branches, compaction, column groups, co-read groups, re-bucketing, retention
-(:mod:`governance.retention`), then orphan files (:func:`sweep_orphans`: here, or found by
+leftover branches, compaction, column groups, co-read groups, the physical table bound
+(:mod:`governance.table_bound`), re-bucketing, retention (:mod:`governance.retention`),
+then orphan files (:func:`sweep_orphans`: here, or found by
 Iceberg's ``remove_orphan_files`` on Spark for a big family).
 """
 
@@ -38,6 +39,7 @@ class MaintainReport:
     compaction: dict[str, Any] | None = None  # governance.compaction.compact's report
     column_groups: dict[str, Any] | None = None  # governance.column_groups.regroup's report
     coread: dict[str, Any] | None = None  # governance.coread.coread_regroup's report
+    table_bound: dict[str, Any] | None = None  # governance.table_bound.bound_tables's report
     rebucket: dict[str, Any] | None = None  # governance.rebucket.rebucket's report
     #: physical tables that did not yet declare their unique keys (made before omni set it)
     unique_keys_declared: list[str] = field(default_factory=list)
@@ -51,6 +53,7 @@ class MaintainReport:
                 "unique_keys_declared": self.unique_keys_declared,
                 "cleanup": self.cleanup.to_dict() if self.cleanup else None,
                 "compaction": self.compaction, "column_groups": self.column_groups, "coread": self.coread,
+                "table_bound": self.table_bound,
                 "rebucket": self.rebucket, "orphan_engine": self.orphan_engine, "index_seal": self.index_seal,
                 "retention": self.retention.to_dict() if self.retention else None}
 
@@ -73,6 +76,8 @@ class MaintainReport:
             lines.append(self.column_groups["describe"])
         if self.coread is not None:
             lines.append(self.coread["describe"])
+        if self.table_bound is not None:
+            lines.append(self.table_bound["describe"])
         if self.rebucket is not None:
             lines.append(self.rebucket["describe"])
         if self.retention is not None:
@@ -148,9 +153,15 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
              compact_min_files: int | None = None, dry_run: bool = False, progress: bool | None = None,
              command: str = "", budget_s: float | None = None, engine: str = "local",
              spark: Any = None, spark_blocker: str | None = None,
-             orphan_grace_s: float | None = None) -> MaintainReport:
+             orphan_grace_s: float | None = None, max_tables: int | None = None) -> MaintainReport:
     """Run the due maintenance of ``name``: stale branches, compaction, column groups,
-    co-read groups (from the query log as flushed so far), re-bucketing, retention, orphan files.
+    co-read groups (from the query log as flushed so far), the physical table bound, re-bucketing,
+    retention, orphan files.
+
+    ``max_tables``: the bound on the physical tables the view reads (default
+    ``OMNI_FAMILY_MAX_TABLES``; checked before any task runs, so a bad value changes nothing):
+    past it, the least-read feature tables merge into column groups
+    (:mod:`governance.table_bound`).
 
     ``budget_s``: a task starts only while the run is within it (the rest is left to the
     next run and named in the report); stale branches are always swept.
@@ -172,7 +183,10 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     """
     from governance.retention import RetentionPolicy, apply_retention
 
+    from governance.table_bound import max_tables_setting
+
     started = time.perf_counter()
+    bound = max_tables_setting(max_tables)  # a bad setting fails here, before any task changed anything
     ns, table = split_qualified(name)
     state = store.load(ns, table)
     policy = policy or RetentionPolicy(keep_last=keep_last or DEFAULT_KEEP_LAST)
@@ -218,6 +232,16 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
             report.coread = coread.coread_regroup(store, name, dry_run=dry_run, progress=progress,
                                                   min_reads=coread.MIN_READS,
                                                   command=command or f"maintain {state.table.identifier}")
+        except (PinConflict, CommitConflictError) as e:
+            report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
+    from governance.table_bound import bound_tables
+
+    # after the regroup and the co-read move (which adds a table), so the count they leave is
+    # the one bounded; before re-bucketing, which then sizes the merged group with the rest
+    if within_budget(f"physical table bound (the view reads at most {bound} tables)"):
+        try:
+            report.table_bound = bound_tables(store, name, max_tables=bound, dry_run=dry_run, progress=progress,
+                                              command=command or f"maintain {state.table.identifier}")
         except (PinConflict, CommitConflictError) as e:
             report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
     from governance.rebucket import rebucket

@@ -1,0 +1,162 @@
+"""The physical table bound (governance/table_bound.py): maintenance keeps the view under
+``OMNI_FAMILY_MAX_TABLES`` tables by merging the least-read feature tables into column groups.
+
+A 7-feature family (base + 7 feature tables = 8 tables the view reads) with a bound of 5:
+the narrow regroup is not due (7 tables would move, fewer than OMNI_GROUP_DUE_TABLES' 8),
+so only the bound can bring it down. Logged reads of w000-w002 make w003-w006 the least
+read. Embedded SQLite catalog, real Parquet, real query log.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from catalog_ext.errors import ConfigError
+from governance import maintenance
+from governance.table_bound import plan_table_bound, view_tables
+from omni_iceberg.api import Omni
+from omni_iceberg.cli import main as cli_main
+from omni_iceberg.demo.wide import wide_features
+from tests.pages import pages_jsonl
+
+HOT = "SELECT count(*) AS n, avg(w000) AS a, avg(w001) AS b, avg(w002) AS c FROM web WHERE w000 > 10"
+COLUMNS = ["_ai_unique_id_", "_ai_append_name_", *[f"w{i:03d}" for i in range(7)]]
+
+
+@pytest.fixture
+def omni(omni_home, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNI_FAMILY_MAX_TABLES", "5")
+    o = Omni(config=omni_home)
+    o.create_table("web")
+    features = wide_features(7)
+    o.register_features("web", features)
+    o.submit("web", [str(pages_jsonl(tmp_path, "a", 9))], batch="a", progress=False)
+    o.backfill("web", [f.name for f in features], isolation="inline", progress=False)
+    return o
+
+
+def _count(omni: Omni, as_of: int | None = None) -> int:
+    return len(view_tables(omni.state("web", as_of=as_of)))
+
+
+def _rows(omni: Omni, as_of: int | None = None) -> list[dict]:
+    return sorted(omni.read("web", columns=COLUMNS, as_of=as_of).to_pylist(), key=lambda r: r["_ai_unique_id_"])
+
+
+def _feature_table(omni: Omni, feature: str) -> str:
+    state = omni.state("web")
+    return next(pc.table for pc in state.physical_columns_of(feature) if state.physical_table(pc.table).role == "feature")
+
+
+def test_maintain_merges_the_least_read_tables_under_the_bound_and_every_value_stays(omni):
+    assert _count(omni) == 8
+    rows, hot = _rows(omni), omni.query(HOT).to_pylist()
+    assert sum(r["w003"] is not None for r in rows) == 9  # the family holds values to keep
+    for _ in range(2):
+        omni.query(HOT)
+    cold = {_feature_table(omni, f"w{i:03d}") for i in range(3, 7)}
+    before = omni.state("web")
+
+    report = omni.maintain("web")
+
+    bound = report.table_bound
+    assert bound is not None and "regroup" in bound, bound["describe"]
+    plan = bound["plan"]
+    # 8 -> 5: the 4 least-read tables (no logged read) make one new group; the 3 read ones stay alone
+    assert (plan["tables_before"], plan["tables_after"], plan["max_tables"]) == (8, 5, 5)
+    assert set(plan["merge"]) == cold and plan["reads"] == {k: 0 for k in plan["merge"]}
+    # the narrow regroup ran first and was not due
+    assert any(t.startswith("column groups (when >= 8") for t in report.tasks)
+    assert "not due" in report.column_groups["describe"]
+    after = omni.state("web")
+    assert _count(omni) == 5
+    assert all(after.physical_table(k).emptied for k in cold)
+    assert len({pc.table for f in ("w003", "w004", "w005", "w006") for pc in after.read_parts(f)}) == 1
+    assert {pc.table for pc in after.read_parts("w000")} == {_feature_table(omni, "w000")}  # read: left alone
+    assert _rows(omni) == rows and omni.query(HOT).to_pylist() == hot
+    # the old version reads its old layout, the same values
+    assert _count(omni, as_of=before.version) == 8
+    assert _rows(omni, as_of=before.version) == rows
+    assert "physical table bound" in report.describe() and "-> 5 table(s)" in report.describe()
+
+    again = omni.maintain("web")  # under the bound now: nothing more moves
+    assert "nothing to merge (5 <= 5)" in again.table_bound["describe"] and "regroup" not in again.table_bound
+    assert _rows(omni) == rows
+
+
+def test_advise_shows_the_planned_merge_and_why_before_maintain_runs(omni, capsys):
+    version = omni.state("web").version
+    advice = omni.advise("web")  # nothing logged yet: the bound is proposed all the same
+    assert [p.kind for p in advice.proposals] == ["bound"]
+    first = advice.proposals[0]
+    assert len(first.tables) == 4 and "OMNI_FAMILY_MAX_TABLES=5" in first.benefit
+    assert "the view reads 8 physical tables" in first.benefit and "leaving 5" in first.benefit
+
+    for _ in range(3):
+        omni.query(HOT)
+    advice = omni.advise("web")
+    bound = next(p for p in advice.proposals if p.kind == "bound")
+    cold = [_feature_table(omni, f"w{i:03d}") for i in range(3, 7)]
+    assert bound.tables == cold  # least read first, ties in registration order
+    assert "0 logged reads touched them" in bound.benefit
+    assert bound.command == f"omni regroup {advice.logical_table} --tables {','.join(cold)}"
+    assert omni.state("web").version == version  # advising changed nothing
+
+    home = str(omni.config.home)
+    assert cli_main(["--home", home, "advise", "web"]) == 0
+    out = capsys.readouterr().out
+    assert "bound: w003, w004, w005, w006" in out and "more than OMNI_FAMILY_MAX_TABLES=5" in out
+    assert cli_main(["--home", home, "maintain", "web", "--dry-run", "--json"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert dry["table_bound"]["plan"]["merge"] == cold and "regroup" not in dry["table_bound"]
+    assert omni.state("web").version == version
+
+    # what advise proposed is what maintain does
+    report = omni.maintain("web")
+    assert report.table_bound["plan"]["merge"] == cold and _count(omni) == 5
+
+
+def test_the_bound_runs_in_maintenance_after_a_commit_when_auto_maintain_is_on(omni, tmp_path, monkeypatch):
+    rows = _rows(omni)
+    monkeypatch.setattr(maintenance, "AUTO_MAINTAIN_EVERY", 1)  # every commit maintains
+    old = omni.state("web")
+    omni.submit("web", [str(pages_jsonl(tmp_path, "b", 3))], batch="b", progress=False)
+    assert _count(omni) == 5  # the submit's commit was followed by maintenance, which merged
+    new = _rows(omni)
+    assert [r for r in new if r["_ai_append_name_"] == "a"] == [r for r in rows if r["_ai_append_name_"] == "a"]
+    assert sum(r["_ai_append_name_"] == "b" for r in new) == 3
+    assert _rows(omni, as_of=old.version) == rows and _count(omni, as_of=old.version) == 8
+
+
+@pytest.mark.parametrize("raw", ["0", "1", "-3", "forty"])
+def test_a_bound_below_two_or_not_a_number_is_a_clear_error_and_changes_nothing(omni, monkeypatch, raw):
+    monkeypatch.setenv("OMNI_FAMILY_MAX_TABLES", raw)
+    version = omni.state("web").version
+    with pytest.raises(ConfigError, match=r"OMNI_FAMILY_MAX_TABLES='?" + raw) as err:
+        omni.maintain("web")
+    assert ">= 2" in str(err.value) or "whole number" in str(err.value)
+    with pytest.raises(ConfigError, match="OMNI_FAMILY_MAX_TABLES"):
+        omni.advise("web")
+    assert omni.state("web").version == version and _count(omni) == 8
+
+
+def test_an_explicit_bound_is_checked_and_an_unreachable_one_says_why(omni):
+    with pytest.raises(ConfigError, match=r"OMNI_FAMILY_MAX_TABLES=1: .* >= 2"):
+        plan_table_bound(omni.store, "web", max_tables=1)
+    with pytest.raises(ConfigError, match="OMNI_FAMILY_MAX_TABLES=True"):
+        plan_table_bound(omni.store, "web", max_tables=True)
+    # the 7 feature tables into one group: base + group = 2, the least a family reaches
+    plan = plan_table_bound(omni.store, "web", max_tables=2, reads=[])
+    assert (plan.tables_after, len(plan.merge), plan.why_not) == (2, 7, "")
+    # after that merge only the base and a group are left: nothing more can move
+    from governance.table_bound import bound_tables
+
+    bound_tables(omni.store, "web", max_tables=2, reads=[])
+    from governance.column_groups import split_columns
+
+    split_columns(omni.store, "web", ["w000"])  # a third table: a column group of its own
+    plan = plan_table_bound(omni.store, "web", max_tables=2, reads=[])
+    assert plan.empty and plan.tables_before == 3
+    assert "column groups are not merged with each other" in plan.why_not
