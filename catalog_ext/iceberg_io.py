@@ -59,7 +59,24 @@ def write_data_files(table: Any, data: pa.Table, write_uuid: uuid.UUID, counter:
                      spec_id: int | None = None) -> list[Any]:
     """Write ``data`` as Parquet data files of ``table``, partitioned per its spec ``spec_id``
     (default: the table's default spec); commit nothing."""
-    from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, _dataframe_to_data_files
+    return [data_file for data_file, _ in write_data_files_with_rows(table, data, write_uuid, counter, spec_id)]
+
+
+def write_data_files_with_rows(table: Any, data: pa.Table, write_uuid: uuid.UUID, counter: itertools.count,
+                               spec_id: int | None = None) -> list[tuple[Any, pa.Table]]:
+    """:func:`write_data_files`, each data file with the rows it holds, in its row order.
+
+    pyiceberg decides which rows go to which file (partitions, then bin-packing by size)
+    and keeps that to itself in ``_dataframe_to_data_files``; the same steps are taken
+    here with its own helpers, so the tasks' rows can be handed on: the id index indexes
+    a file from them instead of reading it back (``omni_iceberg.index.staged``).
+    ``write_file`` returns one file per task, in task order (an ordered executor map).
+    """
+    from pyiceberg.io.pyarrow import (_check_pyarrow_schema_compatible, _determine_partitions, bin_pack_arrow_table,
+                                      pyarrow_to_schema, write_file)
+    from pyiceberg.table import DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE, TableProperties, WriteTask
+    from pyiceberg.utils.config import Config
+    from pyiceberg.utils.properties import property_as_int
 
     _check_pyarrow_schema_compatible(
         table.metadata.schema(), provided_schema=data.schema, format_version=table.metadata.format_version
@@ -67,9 +84,21 @@ def write_data_files(table: Any, data: pa.Table, write_uuid: uuid.UUID, counter:
     if data.num_rows == 0:
         return []
     metadata = row_groups.for_write(_with_spec(table.metadata, spec_id), data)  # row groups sized by bytes
-    return list(
-        _dataframe_to_data_files(table_metadata=metadata, df=data, io=table.io, write_uuid=write_uuid, counter=counter)
-    )
+    target = property_as_int(metadata.properties, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+                             TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT)
+    task_schema = pyarrow_to_schema(
+        data.schema, name_mapping=metadata.schema().name_mapping,
+        downcast_ns_timestamp_to_us=Config().get_bool(DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE) or False,
+        format_version=metadata.format_version)
+    spec = metadata.spec()
+    parts = ([(None, data)] if spec.is_unpartitioned() else
+             [(p.partition_key, p.arrow_table_partition)
+              for p in _determine_partitions(spec=spec, schema=metadata.schema(), arrow_table=data)])
+    tasks = [WriteTask(write_uuid=write_uuid, task_id=next(counter), record_batches=batches, partition_key=key,
+                       schema=task_schema)
+             for key, rows in parts for batches in bin_pack_arrow_table(rows, target)]
+    files = list(write_file(io=table.io, table_metadata=metadata, tasks=iter(tasks)))
+    return [(f, pa.Table.from_batches(t.record_batches)) for f, t in zip(files, tasks, strict=True)]
 
 
 def use_spec(tx: Any, spec_id: int | None) -> None:

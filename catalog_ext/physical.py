@@ -243,7 +243,8 @@ class StagingBranchTakenError(OmniError):
 class StagedWriteHook(Protocol):
     """Something that follows a staged write (the id index does; see ``FamilyStore.staged_write``).
 
-    ``files_written`` sees the data files the writer wrote itself, as they are written;
+    ``files_written`` sees the data files the writer wrote itself, as they are written,
+    and the rows each holds in its row order (``rows``; None where the writer lacks them);
     ``before_commit`` runs right before each logical commit attempt's compare-and-swap,
     when the branch holds exactly what the commit will pin - the place to catch up with
     files written by others (Spark executors) or changed by a rebase. ``abandoned`` runs
@@ -251,7 +252,7 @@ class StagedWriteHook(Protocol):
     can still be read back and undone.
     """
 
-    def files_written(self, writer: "StagedWrite", files: list[Any]) -> None: ...
+    def files_written(self, writer: "StagedWrite", files: list[Any], rows: list[pa.Table] | None = None) -> None: ...
 
     def before_commit(self, writer: "StagedWrite") -> None: ...
 
@@ -353,10 +354,11 @@ class StagedWrite:
             return
         data = self._held[0] if len(self._held) == 1 else pa.concat_tables(self._held)
         self._held, self._held_bytes, self._held_batch = [], 0, None
-        files = iceberg_io.write_data_files(self.table, data, self._uuid, self._counter, self.spec_id)
+        written = iceberg_io.write_data_files_with_rows(self.table, data, self._uuid, self._counter, self.spec_id)
+        files = [f for f, _ in written]
         self.pending_files += files
-        for hook in self.hooks:
-            hook.files_written(self, files)
+        for hook in self.hooks:  # the rows too: the id index takes a file's ids from them, not from the file
+            hook.files_written(self, files, [rows for _, rows in written])
 
     def before_commit(self) -> None:
         """Called by the logical commit before each compare-and-swap (see :class:`StagedWriteHook`)."""

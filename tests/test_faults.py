@@ -388,7 +388,7 @@ def _lose_to_a_rebucket(home: Path, omni: Omni, features: list[str]) -> tuple[in
     class RebucketMeanwhile:  # a staged-write hook, after the id index's: its entries are complete
         done = False
 
-        def files_written(self, writer, files):
+        def files_written(self, writer, files, rows=None):
             pass
 
         def abandoned(self, writer):

@@ -387,8 +387,11 @@ class IndexWriter:
                                  {FILE_PREFIX + fkey: rec.to_bytes(), self._key: self.record.to_bytes()})
         return count
 
-    def add_files(self, files: Sequence[tuple[str, str]]) -> int:
+    def add_files(self, files: Sequence[tuple[str, str] | tuple[str, str, IndexedRows | None]]) -> int:
         """Index several files (``(path, batch)``) in as few backend writes as ``PUT_BATCH`` allows.
+
+        A file given as ``(path, batch, rows)`` is indexed from ``rows`` (what its writer
+        held: :func:`~omni_iceberg.index.inline.given_for_index`), the others are read back.
 
         Fewer, larger transactions matter: ids are random, so every write touches leaf
         pages all over the index, and each touched page is copied once per transaction -
@@ -399,12 +402,14 @@ class IndexWriter:
 
         if self.record.complete:
             raise IndexCorruptError(f"run {self.run} of {self.table} is already complete; start a new run")
-        todo = [(p, b) for p, b in dict.fromkeys(files) if file_key(p).hex() not in self.record.files]
+        given = {f[0]: f[2] for f in files if len(f) > 2 and f[2] is not None}
+        todo = [(p, b) for p, b in dict.fromkeys((f[0], f[1]) for f in files)
+                if file_key(p).hex() not in self.record.files]
         total = 0
         group: list[tuple[str, str, IndexedRows]] = []
         rows_in_group = 0
         for path, batch in todo:
-            rows = read_for_index(path, self.io)
+            rows = given[path] if path in given else read_for_index(path, self.io)
             if len(rows) > PUT_BATCH:
                 total += self._add(path, batch, rows)
                 continue

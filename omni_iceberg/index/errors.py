@@ -21,3 +21,9 @@ class IndexCorruptError(OmniError):
     """The index holds something it never writes (two files under one key, an unreadable record)."""
 
     exit_code = 5
+
+
+class IndexInputError(OmniError):
+    """A writer handed the index rows that do not match the data file it says they are from."""
+
+    exit_code = 5

@@ -541,8 +541,54 @@ def read_for_index(path: str, io: Any = None) -> IndexedRows:
         wanted = candidates(pf.metadata, pf.schema_arrow)
         heads = list(dict.fromkeys([ID_COLUMN] + [name for name, _ in wanted]))
         table = pf.read(columns=heads)
-    ids = table.column(ID_COLUMN)
-    values = [(name, leaf(table, name)) for name, _ in wanted]
+    return index_rows(table.column(ID_COLUMN), [(name, leaf(table, name)) for name, _ in wanted])
+
+
+def given_for_index(path: str, rows: pa.Table, io: Any = None) -> tuple[pa.Array, list[tuple[str, pa.Array]]] | None:
+    """What :func:`read_for_index` reads of data file ``path`` - its ids and its candidate
+    leaves - taken from ``rows``, the file's rows as its writer held them, in its row order.
+
+    Only the footer is read: which leaves are candidates is judged from it, exactly as for
+    a file read back, and each leaf takes the file's type (a writer may hold an int32 the
+    table stores as a long), so the entries come out the same. Returns ``(ids, leaves)``
+    for :func:`index_rows`; None when ``rows`` do not hold a leaf under the file's name
+    or cannot take its type (pyiceberg renames columns that Avro cannot name): the caller
+    reads the file back then.
+    """
+    import pyarrow.parquet as pq
+
+    with open_input(path, io) as f:
+        pf = pq.ParquetFile(f)
+        wanted = candidates(pf.metadata, pf.schema_arrow)
+        id_type = pf.schema_arrow.field(ID_COLUMN).type if ID_COLUMN in pf.schema_arrow.names else None
+    if id_type is None or ID_COLUMN not in rows.column_names:
+        return None
+    values = []
+    for name, typ in [(ID_COLUMN, id_type), *wanted]:
+        try:
+            arr = _given_leaf(rows, name)
+            values.append((name, arr if arr.type == typ else arr.cast(typ)))
+        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None
+    return values[0][1], values[1:]
+
+
+def _given_leaf(rows: pa.Table, dotted: str) -> pa.Array:
+    """:func:`leaf` of an in-memory table, chunk by chunk: combining a struct column first
+    would copy every child - the raw content too - for the few small leaves wanted."""
+    head, *rest = dotted.split(".")
+    parts = []
+    for arr in rows.column(head).chunks:
+        for sub in rest:
+            arr = pc.struct_field(arr, sub)
+        parts.append(arr)
+    if not parts:  # no rows (pyiceberg writes no empty file): read it back
+        raise KeyError(dotted)
+    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+
+
+def index_rows(ids: pa.Array | pa.ChunkedArray, values: list[tuple[str, pa.Array]]) -> IndexedRows:
+    """A file's ids and candidate leaves (row order) as :class:`IndexedRows`: the layout is planned here."""
     layout = plan(values)
     if not layout.slots:
         return IndexedRows(ids, layout, None)

@@ -3,8 +3,11 @@
 :class:`IndexingHook` is a :attr:`FamilyStore.write_hooks` entry, so ingest, backfill
 (local and Spark) and governance rewrites index their files the same way:
 
-* ``files_written``: a file the writer wrote itself is indexed at once (its ids are
-  read back from the file: pyiceberg decides which rows land in which file);
+* ``files_written``: a file the writer wrote itself is indexed at once, from the rows
+  the writer hands over with it (``StagedWrite.flush`` knows each file's rows, in file
+  order: ``iceberg_io.write_data_files_with_rows``); only the file's footer is read, for
+  the same inline layout a read-back gives. A writer that hands no rows has the file
+  read back;
 * ``before_commit``: right before each logical commit attempt's compare-and-swap, the
   run's record is brought in line with what its branch holds at that moment - files
   others wrote (Spark executors, the ingest race re-check's rewrites) are indexed, files
@@ -33,6 +36,8 @@ from typing import Any, Callable
 from catalog_ext.family import FamilyState
 from catalog_ext.physical import StagedWrite, file_batch
 from omni_iceberg.index.core import IdIndex, IndexWriter
+from omni_iceberg.index.errors import IndexInputError
+from omni_iceberg.index.inline import given_for_index, index_rows
 from omni_iceberg.index.keys import file_key
 
 
@@ -49,22 +54,30 @@ class WriterIndexing:
         self.run: IndexWriter = index.writer(writer.identifier, writer.run_id)
         self.run.io = writer.table.io
         self._pending: list[Future] = []
-        self._queued: list[tuple[str, str]] = []
+        #: (path, batch, the file's ids and candidate leaves from its writer, or None: read it back)
+        self._queued: list[tuple[str, str, Any]] = []
         #: hex keys of the files this process indexed for the run: only these are withdrawn
         #: (a file of an earlier attempt under the same run id may be another story)
         self._mine: set[str] = set()
         self._queued_rows = 0
         self._lock = threading.Lock()
 
-    def files_written(self, writer: StagedWrite, files: list[Any]) -> None:
-        """Index the files in the background: reading them back and writing entries overlaps
+    def files_written(self, writer: StagedWrite, files: list[Any], rows: list[Any] | None = None) -> None:
+        """Index the files in the background: making and writing their entries overlaps
         with the writer preparing its next chunk (the machine's other core), and
-        :meth:`before_commit` waits for it - entries are still durable before the commit."""
+        :meth:`before_commit` waits for it - entries are still durable before the commit.
+
+        ``rows``: each file's rows as the writer held them (see the module docstring). Their
+        counts are checked against the files' before any of them is queued: a writer that
+        hands rows of another file would index ids at positions that hold other rows, so
+        it is refused (:class:`IndexInputError`) and nothing of these files is indexed.
+        Only their ids and small leaves are kept until the background thread takes them."""
         for done in [f for f in self._pending if f.done()]:
             done.result()  # a failure surfaces at the next write, not only at the commit
         self._pending = [f for f in self._pending if not f.done()]
+        given = [None] * len(files) if rows is None else self._given(writer, files, rows)
         with self._lock:
-            self._queued += [(f.file_path, batch_of(writer.table, f)) for f in files]
+            self._queued += [(f.file_path, batch_of(writer.table, f), g) for f, g in zip(files, given)]
             self._queued_rows += sum(int(getattr(f, "record_count", 0) or 0) for f in files)
             due = self._queued_rows >= BACKGROUND_ROWS
             if due:
@@ -76,11 +89,25 @@ class WriterIndexing:
         """Index every file queued so far: files written while the thread was busy go
         together, in fewer and larger index transactions."""
         with self._lock:
-            paths, self._queued = self._queued, []
-        if paths:
+            queued, self._queued = self._queued, []
+        if queued:
             self.run.reopen()
-            self.run.add_files(paths)
-            self._mine.update(file_key(p).hex() for p, _ in paths)
+            self.run.add_files([(p, b, None if g is None else index_rows(*g)) for p, b, g in queued])
+            self._mine.update(file_key(p).hex() for p, _, _ in queued)
+
+    @staticmethod
+    def _given(writer: StagedWrite, files: list[Any], rows: list[Any]) -> list[Any]:
+        """Each file's ids and candidate leaves from its rows (None: read it back); see :meth:`files_written`."""
+        if len(rows) != len(files):
+            raise IndexInputError(f"the writer of {writer.identifier} (run {writer.run_id}) handed the id index "
+                                  f"rows for {len(rows)} data files with {len(files)} files: none of them is indexed")
+        for f, r in zip(files, rows):
+            if r is not None and r.num_rows != f.record_count:
+                raise IndexInputError(
+                    f"the writer of {writer.identifier} (run {writer.run_id}) handed the id index {r.num_rows} ids "
+                    f"for data file {f.file_path}, which holds {f.record_count} rows: none of the {len(files)} "
+                    f"files of this write is indexed")
+        return [None if r is None else given_for_index(f.file_path, r, writer.table.io) for f, r in zip(files, rows)]
 
     def drain(self) -> None:
         """Index what is still queued, wait for the background work; raise its failure."""
