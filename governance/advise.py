@@ -119,6 +119,11 @@ def advise(ctx: OmniContext, name: str, *, apply: bool = False, progress: bool |
     advice = Advice(state.table.identifier, state.version, len(reads),
                     dict(Counter(r.get("query_engine", "omni") for r in reads)))
     bound = _bound(ctx, state, reads)
+    fresh = state.fresh_materialized_tables()
+    for m in state.materializations:  # what omni maintain does next without asking the log
+        if m.table_key not in fresh:
+            advice.notes.append(f"materialization {state.physical_table(m.table_key).identifier} is stale (read by "
+                                "nobody until refreshed): omni maintain refreshes it before bounding the tables")
     if not reads:
         advice.notes.append(f"no query or export of {state.table.identifier} is logged yet: run some "
                             "(omni sql, omni export), then ask again")

@@ -2,7 +2,7 @@
 
 :func:`maintain` (``omni maintain``) runs every due task of a logical table in order:
 leftover branches, compaction, column groups, co-read groups, the physical table bound
-(:mod:`governance.table_bound`), re-bucketing, retention (:mod:`governance.retention`),
+(:mod:`governance.table_bound`) once stale materializations are refreshed, re-bucketing, retention (:mod:`governance.retention`),
 then orphan files (:func:`sweep_orphans`: here, or found by
 Iceberg's ``remove_orphan_files`` on Spark for a big family).
 """
@@ -40,6 +40,8 @@ class MaintainReport:
     column_groups: dict[str, Any] | None = None  # governance.column_groups.regroup's report
     coread: dict[str, Any] | None = None  # governance.coread.coread_regroup's report
     table_bound: dict[str, Any] | None = None  # governance.table_bound.bound_tables's report
+    #: governance.materialize.refresh_materializations's reports, one per stale copy (None: not started)
+    refreshed: list[dict[str, Any]] | None = None
     rebucket: dict[str, Any] | None = None  # governance.rebucket.rebucket's report
     #: physical tables that did not yet declare their unique keys (made before omni set it)
     unique_keys_declared: list[str] = field(default_factory=list)
@@ -53,7 +55,7 @@ class MaintainReport:
                 "unique_keys_declared": self.unique_keys_declared,
                 "cleanup": self.cleanup.to_dict() if self.cleanup else None,
                 "compaction": self.compaction, "column_groups": self.column_groups, "coread": self.coread,
-                "table_bound": self.table_bound,
+                "table_bound": self.table_bound, "refreshed": self.refreshed,
                 "rebucket": self.rebucket, "orphan_engine": self.orphan_engine, "index_seal": self.index_seal,
                 "retention": self.retention.to_dict() if self.retention else None}
 
@@ -76,6 +78,10 @@ class MaintainReport:
             lines.append(self.column_groups["describe"])
         if self.coread is not None:
             lines.append(self.coread["describe"])
+        if self.refreshed is not None:
+            copies = [r["plan"]["identifier"] + f" ({r['plan']['action']})" for r in self.refreshed]
+            lines.append("stale materializations: " + (", ".join(copies) + (" would be refreshed" if self.dry_run
+                                                                           else " refreshed") if copies else "none"))
         if self.table_bound is not None:
             lines.append(self.table_bound["describe"])
         if self.rebucket is not None:
@@ -155,8 +161,8 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
              spark: Any = None, spark_blocker: str | None = None,
              orphan_grace_s: float | None = None, max_tables: int | None = None) -> MaintainReport:
     """Run the due maintenance of ``name``: stale branches, compaction, column groups,
-    co-read groups (from the query log as flushed so far), the physical table bound, re-bucketing,
-    retention, orphan files.
+    co-read groups (from the query log as flushed so far), stale materializations, the physical
+    table bound, re-bucketing, retention, orphan files.
 
     ``max_tables``: the bound on the physical tables the view reads (default
     ``OMNI_FAMILY_MAX_TABLES``; checked before any task runs, so a bad value changes nothing):
@@ -182,7 +188,6 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
     orphans go last, to find files that neither left any metadata.
     """
     from governance.retention import RetentionPolicy, apply_retention
-
     from governance.table_bound import max_tables_setting
 
     started = time.perf_counter()
@@ -234,10 +239,20 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
                                                   command=command or f"maintain {state.table.identifier}")
         except (PinConflict, CommitConflictError) as e:
             report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
+    from governance.materialize import refresh_materializations
+
+    # before the table bound: a fresh copy is read (it drives the view) in place of the tables
+    # it covers, so the bound must count the layout the refresh leaves; moves never make a copy
+    # stale (freshness is the values' data versions, not where they live)
+    if within_budget("stale materializations refreshed"):
+        try:
+            report.refreshed = refresh_materializations(store, name, dry_run=dry_run, progress=progress)
+        except (PinConflict, CommitConflictError) as e:
+            report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
     from governance.table_bound import bound_tables
 
-    # after the regroup and the co-read move (which adds a table), so the count they leave is
-    # the one bounded; before re-bucketing, which then sizes the merged group with the rest
+    # after the regroup, the co-read move (which adds a table) and the refresh, so the count they
+    # leave is the one bounded; before re-bucketing, which then sizes the merged group with the rest
     if within_budget(f"physical table bound (the view reads at most {bound} tables)"):
         try:
             report.table_bound = bound_tables(store, name, max_tables=bound, dry_run=dry_run, progress=progress,

@@ -160,3 +160,32 @@ def test_an_explicit_bound_is_checked_and_an_unreachable_one_says_why(omni):
     plan = plan_table_bound(omni.store, "web", max_tables=2, reads=[])
     assert plan.empty and plan.tables_before == 3
     assert "column groups are not merged with each other" in plan.why_not
+
+
+def test_maintain_refreshes_a_stale_materialization_and_bounds_the_layout_it_leaves(omni, tmp_path):
+    from governance.materialize import materialize
+
+    materialize(omni.store, "web", ["w000", "w001"])
+    omni.submit("web", [str(pages_jsonl(tmp_path, "b", 4))], batch="b", progress=False)
+    omni.backfill("web", ["w000", "w001"], isolation="inline", progress=False)
+    stale = omni.state("web")
+    assert not stale.fresh_materialized_tables()  # batch b is not in the copy: nobody reads it
+    rows = _rows(omni)
+    assert sum(r["w000"] is not None for r in rows) == 13
+    advice = omni.advise("web")
+    assert any("is stale" in n and "omni maintain refreshes it" in n for n in advice.notes), advice.notes
+
+    report = omni.maintain("web")
+
+    assert [r["plan"]["action"] for r in report.refreshed] == ["append"] and report.refreshed[0]["rows_written"] == 4
+    assert "stale materializations: " in report.describe() and "(append) refreshed" in report.describe()
+    assert "regroup" in report.table_bound
+    after = omni.state("web")
+    assert after.fresh_materialized_tables()
+    # the fresh copy drives the view in place of w000's and w001's tables: base, copy and 5 feature
+    # tables is 7; the 3 least-read of those (w002-w004) merge into one group
+    assert _count(omni) == 5 and report.table_bound["plan"]["tables_before"] == 7
+    assert len({pc.table for f in ("w002", "w003", "w004") for pc in after.read_parts(f)}) == 1
+    assert _rows(omni) == rows and _rows(omni, as_of=stale.version) == rows
+    again = omni.maintain("web", dry_run=True)
+    assert again.refreshed == [] and "stale materializations: none" in again.describe()
