@@ -1,8 +1,8 @@
 """Spark's registration hook, the ``omni_iceberg.engines`` entry point named ``spark``.
 
-Spark offers five capabilities (:data:`omni_iceberg.engines.CAPABILITIES`): ``backfill``,
-``rewrite`` (compaction, re-bucketing, materialization, the orphan sweep), ``export``, ``sql`` and
-``settings``. It offers no ``ingest``. Importing this module imports no pyspark: the
+Spark offers six capabilities (:data:`omni_iceberg.engines.CAPABILITIES`): ``backfill``,
+``rewrite`` (compaction, re-bucketing, materialization, the orphan sweep), ``ingest``, ``export``,
+``sql`` and ``settings``. Importing this module imports no pyspark: the
 factories and functions load the Spark modules when first called.
 """
 
@@ -21,6 +21,7 @@ def register() -> None:
 
     offer("backfill", "spark", spark_engine)
     offer("rewrite", "spark", spark_rewrite)
+    offer("ingest", "spark", spark_ingest)
     offer("export", "spark", spark_export)
     offer("sql", "spark", execute_sql)
     offer("settings", "spark", settings)
@@ -61,9 +62,17 @@ def spark_export(ctx: OmniContext, **options: Any) -> Any:
     return build(ctx, **options)
 
 
+def spark_ingest(ctx: OmniContext, **options: Any) -> Any:
+    """:func:`spark_udfs.ingest.spark_ingest`: a :class:`~spark_udfs.ingest.SparkIngest`."""
+    from spark_udfs.ingest import spark_ingest as build
+
+    return build(ctx, **options)
+
+
 spark_engine.unavailable = unavailable  # type: ignore[attr-defined]
 spark_rewrite.unavailable = unavailable  # type: ignore[attr-defined]
 spark_export.unavailable = unavailable  # type: ignore[attr-defined]
+spark_ingest.unavailable = unavailable  # type: ignore[attr-defined]
 
 
 def execute_sql(ctx: OmniContext, sql_text: str, master: str | None = None) -> Any:

@@ -496,7 +496,7 @@ def test_the_spark_plugin_registers_without_importing_pyspark(tmp_path):
             "import spark_udfs.plugin as p\n"
             "p.register()\n"
             "assert lookup('backfill', 'spark') is p.spark_engine and lookup('rewrite', 'spark') is p.spark_rewrite\n"
-            "assert capabilities_of('spark') == ['backfill', 'rewrite', 'export', 'sql', 'settings'], capabilities_of('spark')\n"
+            "assert capabilities_of('spark') == ['backfill', 'rewrite', 'ingest', 'export', 'sql', 'settings'], capabilities_of('spark')\n"
             "assert not [m for m in sys.modules if m.startswith('pyspark')], 'registration imported pyspark'\n"
             "print('ok')\n")
     root = Path(__file__).resolve().parents[1]

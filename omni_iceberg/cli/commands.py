@@ -106,9 +106,14 @@ def pin(args, omni, command_line: str) -> int:
 
 
 def submit(args, omni, command_line: str) -> int:
-    report = omni.submit(args.name, args.sources, args.batch, field_map=args.map, kind=args.kind,
-                         max_reject_ratio=args.max_reject_ratio, progress=progress(args), command=command_line,
-                         follow_links=args.follow_links)
+    options = {"field_map": args.map, "kind": args.kind, "max_reject_ratio": args.max_reject_ratio,
+               "command": command_line, "follow_links": args.follow_links}
+    runner = _submit_engine(args, omni)
+    if runner is None:
+        report = omni.submit(args.name, args.sources, args.batch, progress=progress(args), **options)
+    else:
+        with runner:
+            report = runner.submit(args.name, args.sources, args.batch, **options)
     for message in report.warnings:
         print(f"omni: warning: {message}", file=sys.stderr)
     for message in report.reject_messages:
@@ -120,6 +125,41 @@ def submit(args, omni, command_line: str) -> int:
     out["already_committed"] = report.already_committed
     emit(args, out, lambda: render.submit_text(report))
     return 0
+
+
+def _submit_engine(args, omni) -> Any:
+    """The Spark ``ingest`` engine ``--engine`` asks for (master checked), or None for this process.
+
+    ``auto``: local where Spark cannot run (the embedded catalog, no pyspark), else Spark when
+    the source files weigh OMNI_SPARK_THRESHOLD_BYTES or more. Said on stderr when not local.
+    """
+    engine = getattr(args, "engine", "local")
+    master = getattr(args, "spark_master", None)
+    if engine == "local":
+        if master:
+            raise ConfigError(f"a Spark master ({master}) was given for engine 'local': use --engine spark")
+        return None
+    from omni_iceberg.engines import lookup, unavailable
+
+    blocker = unavailable("ingest", "spark", omni.config)
+    if blocker:
+        if engine == "spark":
+            raise ConfigError(f"omni submit --engine spark cannot run here: {blocker}")
+        return None  # auto: Spark cannot run here
+    runner = lookup("ingest", "spark")(omni.context, master=master)
+    runner.check()  # an unreachable master fails before any work
+    if engine == "auto":
+        from catalog_ext import settings
+
+        size, threshold = runner.source_bytes(args.sources, args.kind, args.follow_links), \
+            int(settings.value("OMNI_SPARK_THRESHOLD_BYTES"))
+        if size < threshold:
+            print(f"omni: --engine auto: local (the sources weigh {size} B, below the Spark threshold of "
+                  f"{threshold} B)", file=sys.stderr)
+            runner.close()
+            return None
+        print(f"omni: --engine auto: spark (the sources weigh {size} B, at or above {threshold} B)", file=sys.stderr)
+    return runner
 
 
 # ---- look -----------------------------------------------------------------------------------

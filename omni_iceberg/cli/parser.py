@@ -134,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     # ---- add rows ----------------------------------------------------------------------------
     s = command(sub, "submit", "ingest sources as one batch (one logical commit)",
                 "omni submit web crawl.warc.gz --batch cc",
-                "omni submit web data/*.jsonl --batch wiki --map text=raw_data --max-reject-ratio 0.01")
+                "omni submit web data/*.jsonl --batch wiki --map text=raw_data --max-reject-ratio 0.01",
+                "omni submit web crawl/ --batch cc2 --engine spark --spark-master spark://host:7077")
     s.add_argument("name", help="logical table to ingest into")
     s.add_argument("sources", nargs="+", help="files or folders to read (jsonl, parquet, csv, warc, html, code, pdf)")
     s.add_argument("--batch", required=True, help="batch tag, stored in _ai_append_name_")
@@ -145,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="commit nothing when more than this fraction of records is rejected")
     s.add_argument("--follow-links", action="store_true",
                    help="read symbolic links in a folder that lead out of it (default: each is a reject)")
+    s.add_argument("--engine", choices=["local", "spark", "auto"], default="local",
+                   help="who reads, parses and dedups: this process, Spark (one task per source file; the same rows, "
+                   "ids and rejects), or auto: Spark when the source files reach OMNI_SPARK_THRESHOLD_BYTES "
+                   "(never on the embedded catalog)")
+    s.add_argument("--spark-master", metavar="URL",
+                   help="with --engine spark/auto: an existing Spark cluster, e.g. spark://host:7077 "
+                   "(default: local[2])")
 
     # ---- look ----------------------------------------------------------------------------
     st = command(sub, "status", "batches, columns, physical tables, version", "omni status web",

@@ -821,3 +821,12 @@ def _abandon(writer: StagedWrite) -> None:
 def iter_items(sources: Iterable[str], kind: str | None = None):
     """Re-exported for benchmarks: the same reader stream submit uses."""
     return iter_sources(list(sources), kind)
+
+
+# ---- the steps another engine reuses: the Spark engine (spark_udfs/ingest.py) runs the per-file
+# steps in its tasks and the rest on its driver, so both engines accept, reject, id and commit alike
+Chunk, Pending, settle, take_block, map_record, map_block, field_names = (
+    _Chunk, _Pending, _settle, _take_block, _map_record, _map_block, _field_names)
+reject, raw_field_types, check_declared_schemas, check_outcome = (
+    _reject, _raw_field_types, _check_declared_schemas, _check_outcome)
+save_rejects, add_raw_fields, commit_batch, abandon = _save_rejects, _add_raw_fields, _commit, _abandon

@@ -86,6 +86,9 @@ def source_files(path: str | os.PathLike[str], suffixes: tuple[str, ...],
     Order is :func:`~.html_dir.iter_files`'s: sorted by code point, a folder's files before
     its sub-folders'; hidden folders and ``__pycache__`` are skipped.
     """
+    if isinstance(path, SourceFile):  # one file listed before (a Spark task reads the files a driver listed)
+        yield path
+        return
     p = Path(path)
     if p.is_dir():
         yield from _walk(p, suffixes, policy)

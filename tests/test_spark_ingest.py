@@ -1,0 +1,172 @@
+"""``omni submit --engine spark``: the local engine's rows, ids, rejects and counts, from Spark tasks.
+
+The equality test submits the same input to two tables of one PostgreSQL catalog - one
+through the local engine, one through the Spark engine on the suite's Spark session - and
+holds them equal batch by batch: JSONL files with duplicates inside a file and across
+files, a bad line, an empty record, a truncated gzip file, and a field whose type the
+first file fixes and the second contradicts (the second file is read again with it); an
+HTML folder; a Parquet file; and a batch re-submitting earlier content. The CLI tests
+check the flags and their errors without starting a JVM.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from catalog_ext.errors import ConfigError
+from omni_iceberg.api import Omni
+from omni_iceberg.cli import main
+from omni_iceberg.cli.parser import build_parser
+
+KEY = "_ai_unique_id_"
+REJECT_FIELDS = ("source_file", "line", "offset", "field", "reason")
+
+
+def _page(i: int, tag: str = "doc") -> str:
+    return f"<html><body><h1>{tag} {i}</h1><p>Text of {tag} {i}; digits {i * 7}!</p></body></html>"
+
+
+def _jsonl(path: Path, records: list, bad: list[str] = ()) -> Path:
+    lines = [json.dumps(r) for r in records] + list(bad)
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def _inputs(tmp: Path) -> list[tuple[str, list[str], dict]]:
+    """(batch, sources, submit options) in submit order."""
+    a1 = _jsonl(tmp / "a1.jsonl", [
+        {"raw_data": _page(0), "url": "u0", "score": 1},
+        {"raw_data": _page(1), "url": "u1", "score": 2},
+        {"raw_data": _page(0), "url": "u0-again"},  # duplicate inside the file: the first stays
+        {"raw_data": "   ", "url": "blank"},  # empty raw content: a reject
+        {"raw_data": _page(2), "url": "u2"},
+    ], bad=['{"raw_data": "unterminated'])  # bad JSON: a reject naming the line
+    a2 = _jsonl(tmp / "a2.jsonl", [
+        {"raw_data": _page(1), "url": "u1-from-a2"},  # duplicate of a1's row: a1's row stays
+        {"raw_data": _page(3), "url": "u3", "score": "high"},  # a1 made score a long: a reject
+        {"raw_data": _page(4), "url": "u4", "lang": "en"},
+        {"raw_data": _page(5), "url": "u5", "score": 5},
+    ])
+    broken = tmp / "a3.jsonl.gz"
+    whole = gzip.compress("".join(json.dumps({"raw_data": _page(i, "gz")}) + "\n" for i in range(50)).encode())
+    broken.write_bytes(whole[: len(whole) // 2])  # truncated: the lines before the break, then a reject
+    html = tmp / "site"
+    (html / "sub").mkdir(parents=True)
+    (html / "index.html").write_text(_page(10, "site"))
+    (html / "copy.html").write_text(_page(10, "site"))  # same page twice in the folder
+    (html / "sub" / "a.html").write_text(_page(11, "site"))
+    (html / "sub" / "old.html").write_text(_page(2))  # the raw text of a row of batch a: an earlier batch's
+    pq.write_table(pa.table({"text": [_page(0), _page(20, "pq"), _page(21, "pq"), _page(20, "pq"), None],
+                             "n": [1, 2, 3, 4, 5]}), tmp / "c.parquet")
+    again = _jsonl(tmp / "d.jsonl", [{"raw_data": _page(i)} for i in range(0, 8)])  # 0-2, 4, 5 are in batch a
+    return [("a", [str(a1), str(a2), str(broken)], {}),
+            ("b", [str(html)], {}),
+            ("c", [str(tmp / "c.parquet")], {"field_map": ["text=raw_data"]}),
+            ("d", [str(again)], {})]
+
+
+def _rows(omni: Omni, name: str, batch: str) -> list[dict]:
+    rows = omni.read(name, batches=[batch]).to_pylist()
+    return sorted(rows, key=lambda r: r[KEY])
+
+
+def _rejects(omni: Omni, name: str, batch: str) -> list[tuple]:
+    return sorted(tuple(r[k] for k in REJECT_FIELDS) for r in omni.rejects(name, batch).to_pylist())
+
+
+def test_spark_ingest_holds_the_local_engines_rows_ids_rejects_and_counts(spark, tmp_path):
+    from spark_udfs.ingest import SparkIngest
+
+    omni = Omni(config=spark.config)
+    local, remote = "ingest_eq_local", "ingest_eq_spark"
+    omni.create_table(local)
+    omni.create_table(remote)
+    engine = SparkIngest(omni.context, spark=spark.session)
+    counts = ("read", "written", "duplicates", "rejected")
+    inputs = _inputs(tmp_path)
+    for batch, sources, options in inputs:
+        want = omni.submit(local, sources, batch, progress=False, **options)
+        got = engine.submit(remote, sources, batch, **options)
+        assert {k: getattr(got, k) for k in counts} == {k: getattr(want, k) for k in counts}, batch
+        assert got.logical_version is not None and not got.already_committed
+        assert sorted(got.new_fields) == sorted(want.new_fields), batch
+        assert sorted(got.reject_messages) == sorted(want.reject_messages), batch
+        assert _rows(omni, remote, batch) == _rows(omni, local, batch), batch
+        assert _rejects(omni, remote, batch) == _rejects(omni, local, batch), batch
+    # what the input holds, counted by hand: the figures the two engines agree on are the right ones
+    batch_a = _rows(omni, remote, "a")
+    urls = [r["RawData"]["url"] for r in batch_a if r["RawData"]["url"] is not None]
+    assert sorted(urls) == ["u0", "u1", "u2", "u4", "u5"]  # the first of each content; u3 rejected
+    assert {r["RawData"]["url"]: r["RawData"]["score"] for r in batch_a if r["RawData"]["url"]} == \
+        {"u0": 1, "u1": 2, "u2": None, "u4": None, "u5": 5}
+    gz_rows = len(batch_a) - 5
+    assert 0 < gz_rows < 50  # the lines before the break, no more
+    a = omni.state(remote).batch("a")
+    # a1: 6 lines, a2: 4, the gz file: its lines before the break plus one reject for the break
+    assert (a.read, a.rows, a.duplicates, a.rejected) == (6 + 4 + gz_rows + 1, 5 + gz_rows, 2, 4)
+    reasons = [r[4] for r in _rejects(omni, remote, "a")]
+    assert any("expected long, got string" in r for r in reasons)
+    assert any("empty raw content" in r for r in reasons)
+    assert any(r[0].endswith("a3.jsonl.gz") for r in _rejects(omni, remote, "a"))
+    # one task per file (3 JSONL, 4 pages, 1 Parquet, 1 JSONL); a2 read again with a1's type of score
+    assert engine.tasks == [3, 1, 4, 1, 1]
+    d = omni.state(remote).batch("d")
+    assert (d.read, d.rows, d.duplicates) == (8, 3, 5)  # pages 0-2, 4 and 5 came with batch a (3 was rejected)
+    # the same ids in both tables, each once
+    ids = lambda name: sorted(omni.read(name, columns=[KEY]).column(KEY).to_pylist())  # noqa: E731
+    assert ids(remote) == ids(local) and len(set(ids(remote))) == len(ids(remote))
+    # the batch is committed once: the same name again is answered from the version
+    again = engine.submit(remote, inputs[0][1], "a")
+    assert again.already_committed and again.written == a.rows
+    engine.close()
+
+
+def test_submit_takes_an_engine_and_a_master():
+    args = build_parser().parse_args(["submit", "web", "x.jsonl", "--batch", "b", "--engine", "spark",
+                                      "--spark-master", "spark://h:7077"])
+    assert (args.engine, args.spark_master) == ("spark", "spark://h:7077")
+    assert build_parser().parse_args(["submit", "web", "x.jsonl", "--batch", "b"]).engine == "local"
+
+
+@pytest.fixture
+def embedded(tmp_path):
+    omni = Omni(home=tmp_path / "home")
+    omni.create_table("web")
+    _jsonl(tmp_path / "x.jsonl", [{"raw_data": _page(i)} for i in range(5)] + [{"raw_data": _page(0)}])
+    return omni
+
+
+def test_the_embedded_catalog_refuses_spark_and_auto_stays_local(embedded, tmp_path, capsys):
+    home = ["--home", str(tmp_path / "home")]
+    src = str(tmp_path / "x.jsonl")
+    assert main([*home, "submit", "web", src, "--batch", "s", "--engine", "spark"]) == 2
+    assert "embedded SQLite" in capsys.readouterr().err
+    assert main([*home, "submit", "web", src, "--batch", "l", "--spark-master", "spark://h:7077"]) == 2
+    assert "was given for engine 'local'" in capsys.readouterr().err
+    assert not embedded.state("web").batches  # nothing committed by either
+    assert main([*home, "--json", "submit", "web", src, "--batch", "auto", "--engine", "auto"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["read"], out["written"], out["duplicates"]) == (6, 5, 1)
+
+
+def test_an_unreachable_master_fails_before_any_work(pg_server, tmp_path, capsys):
+    config = ["--catalog", pg_server.sqlalchemy_uri, "--warehouse", (tmp_path / "wh").as_uri(),
+              "--home", str(tmp_path / "home")]
+    omni = Omni(catalog=pg_server.sqlalchemy_uri, warehouse=(tmp_path / "wh").as_uri(), home=tmp_path / "home")
+    omni.create_table("unreachable_web")
+    _jsonl(tmp_path / "x.jsonl", [{"raw_data": _page(1)}])
+    code = main([*config, "submit", "unreachable_web", str(tmp_path / "x.jsonl"), "--batch", "b", "--engine",
+                 "spark", "--spark-master", "spark://127.0.0.1:1"])
+    assert code == 2
+    assert "Spark master spark://127.0.0.1:1 is unreachable" in capsys.readouterr().err
+    assert not omni.state("unreachable_web").batches and omni.rejects("unreachable_web").num_rows == 0
+    with pytest.raises(ConfigError, match="unreachable"):
+        from omni_iceberg.engines import lookup
+
+        lookup("ingest", "spark")(omni.context, master="spark://127.0.0.1:1").check()
