@@ -16,10 +16,11 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from catalog_ext.errors import ConfigError
+from catalog_ext.errors import ConfigError, RejectLimitExceededError
 from omni_iceberg.api import Omni
 from omni_iceberg.cli import main
 from omni_iceberg.cli.parser import build_parser
@@ -124,6 +125,21 @@ def test_spark_ingest_holds_the_local_engines_rows_ids_rejects_and_counts(spark,
     # the batch is committed once: the same name again is answered from the version
     again = engine.submit(remote, inputs[0][1], "a")
     assert again.already_committed and again.written == a.rows
+    # a batch refused after the read (too many rejects) commits nothing, keeps its rejects, frees the name
+    version = omni.state(remote).version
+    with pytest.raises(RejectLimitExceededError, match="nothing committed"):
+        engine.submit(remote, inputs[0][1], "refused", max_reject_ratio=0.01)
+    assert omni.state(remote).version == version and omni.state(remote).batch("refused") is None
+    rejects = omni.rejects(remote)
+    assert rejects.filter(pc.equal(rejects.column("batch"), "refused")).num_rows == a.rejected
+    # Spark's append is on the version the commit pinned; no staging branch is left; the id index
+    # learned the rows at the commit (the store's index hook read the files Spark wrote)
+    base = omni.state(remote).base_table
+    table = omni.catalog.load_table(base.identifier)
+    assert not [r for r in table.metadata.refs if r.startswith("omni-stage")]
+    labels = {s.summary.additional_properties.get("omni.ingest-part") for s in table.snapshots()}
+    assert "spark" in labels
+    assert omni.verify_index(remote).ok and omni.verify_index(local).ok
     engine.close()
 
 
