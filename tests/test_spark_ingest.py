@@ -5,14 +5,18 @@ through the local engine, one through the Spark engine on the suite's Spark sess
 holds them equal batch by batch: JSONL files with duplicates inside a file and across
 files, a bad line, an empty record, a truncated gzip file, and a field whose type the
 first file fixes and the second contradicts (the second file is read again with it); an
-HTML folder; a Parquet file; and a batch re-submitting earlier content. The CLI tests
-check the flags and their errors without starting a JVM.
+HTML folder; a Parquet file; and a batch re-submitting earlier content. The cluster test runs
+``omni submit --engine spark`` as a user does, on the suite's standalone cluster
+(:class:`tests.services.spark_cluster.SparkTestCluster`). The CLI tests check the flags and
+their errors without starting a JVM.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,6 +29,7 @@ from omni_iceberg.api import Omni
 from omni_iceberg.cli import main
 from omni_iceberg.cli.parser import build_parser
 
+REPO = Path(__file__).resolve().parents[1]
 KEY = "_ai_unique_id_"
 REJECT_FIELDS = ("source_file", "line", "offset", "field", "reason")
 
@@ -186,3 +191,40 @@ def test_an_unreachable_master_fails_before_any_work(pg_server, tmp_path, capsys
         from omni_iceberg.engines import lookup
 
         lookup("ingest", "spark")(omni.context, master="spark://127.0.0.1:1").check()
+
+
+def _omni_cli(config, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "omni_iceberg.cli", "--catalog", config.catalog_uri, "--warehouse",
+                           config.warehouse, "--home", str(config.home), *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=900)
+
+
+def test_spark_submit_on_a_cluster_gives_the_local_engines_batch(pg_server, tmp_path):
+    """The ``omni`` command in a child process, as a user runs it, on the standalone cluster: the
+    tasks run in the cluster's executors (omni shipped by PYTHONPATH), not in the driver."""
+    from catalog_ext.config import OmniConfig
+    from tests.services.spark_cluster import SparkTestCluster
+
+    config = OmniConfig.resolve(catalog=pg_server.sqlalchemy_uri, warehouse=(tmp_path / "wh").as_uri(),
+                                home=tmp_path / "home", catalog_name="omni")
+    omni = Omni(config=config)
+    inputs = _inputs(tmp_path)
+    for name in ("cluster_local", "cluster_spark"):
+        omni.create_table(name)
+    a_sources, b_sources = inputs[0][1], inputs[1][1]
+    for batch, sources in (("a", a_sources), ("b", b_sources)):
+        omni.submit("cluster_local", sources, batch, progress=False)
+    with SparkTestCluster(tmp_path / "spark") as cluster:
+        done = [_omni_cli(config, "--json", "--no-progress", "submit", "cluster_spark", *sources, "--batch", batch,
+                          "--engine", "spark", "--spark-master", cluster.master_url)
+                for batch, sources in (("a", a_sources), ("b", b_sources))]
+        for d in done:
+            assert d.returncode == 0, d.stderr[-6000:] + cluster.logs()
+    for (batch, _), d in zip((("a", None), ("b", None)), done):
+        got, want = json.loads(d.stdout), omni.state("cluster_local").batch(batch)
+        assert (got["read"], got["written"], got["duplicates"], got["rejected"]) == \
+            (want.read, want.rows, want.duplicates, want.rejected), batch
+        assert _rows(omni, "cluster_spark", batch) == _rows(omni, "cluster_local", batch), batch
+        assert _rejects(omni, "cluster_spark", batch) == _rejects(omni, "cluster_local", batch), batch
+    assert "omni: rejected:" in done[0].stderr  # the reject messages are printed as the local engine prints them
+    assert omni.verify_index("cluster_spark").ok
