@@ -12,7 +12,9 @@ What runs where:
   refuse (no records, all rejected, ``--max-reject-ratio``), evolves the RawData struct
   for new fields, and makes the ONE logical commit through the local engine's commit
   (same batch summary, ``submit_id``, race re-check).
-- **the executors**, one Spark task per source file, read, parse, map fields and
+- **the executors**, one Spark task per source file (consecutive files share a task once
+  there are more than :data:`TASKS_PER_CORE` a core; at least one task per
+  :data:`GROUP_BYTES` of input), read, parse, map fields and
   compute ids with the local engine's per-record and per-block functions, and drop the
   duplicates within their file exactly as the local engine does (the first row with some
   content is kept). A task returns its accepted rows as Arrow chunks plus a summary: its
@@ -84,6 +86,10 @@ if TYPE_CHECKING:
 
 #: the snapshot property labelling the branch snapshot Spark's append made (StagedWrite.attach reads it)
 LABEL = "omni.ingest-part"
+#: a read job has one task per file up to this many tasks per core Spark has, then groups of files
+TASKS_PER_CORE = 4
+#: ... and at least one task per this many bytes of input
+GROUP_BYTES = 128 << 20
 #: the columns of the first job's rows: (file index, "rows" or "summary", payload)
 _READ_SCHEMA = "file INT, kind STRING, payload BINARY"
 _FILE_COLUMN = "_omni_file"
@@ -102,11 +108,13 @@ class SparkIngestError(OmniError):
 
 @dataclass(frozen=True)
 class FileTask:
-    """One source file of the batch: its place in the batch's file order, its reader, the file."""
+    """One source file of the batch: its place in the batch's file order, its reader, the file,
+    and its size on disk when listed (what groups small files into one task)."""
 
     index: int
     kind: str
     file: SourceFile
+    size: int = 0
 
 
 @dataclass(frozen=True)
@@ -251,12 +259,12 @@ def _read_partition(shared: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[
     job = shared.value
     schema = pa.schema([("file", pa.int32()), ("kind", pa.string()), ("payload", pa.binary())])
     for rb in batches:
-        for task_bytes in rb.column(0).to_pylist():
-            task, given = pickle.loads(task_bytes)
-            for kind, payload in read_file(job, task, given):
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array([task.index], pa.int32()), pa.array([kind]), pa.array([payload], pa.binary())],
-                    schema=schema)
+        for group in rb.column(0).to_pylist():
+            for task, given in pickle.loads(group):  # the files of one task, in batch order
+                for kind, payload in read_file(job, task, given):
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array([task.index], pa.int32()), pa.array([kind]), pa.array([payload], pa.binary())],
+                        schema=schema)
 
 
 def _decode_partition(columns: list[tuple[str, str]], batch: str,
@@ -286,20 +294,42 @@ def plan_files(sources: list[str], kind: str | None, policy: ReadPolicy) -> list
     for path in sources:
         reader = reader_for(path, kind)
         for found in source_files(path, reader.suffixes, policy):  # type: ignore[attr-defined]
-            out.append(found if isinstance(found, RecordProblem) else FileTask(len(out), reader.kind, found))
+            out.append(found if isinstance(found, RecordProblem) else
+                       FileTask(len(out), reader.kind, found, _size(found)))
     return out
+
+
+def _size(file: SourceFile) -> int:
+    try:
+        return os.stat(file.target).st_size
+    except OSError:
+        return 0  # the reader makes it a reject
+
+
+def group_files(todo: list[Any], slots: int, group_bytes: int | None = None) -> list[list[Any]]:
+    """``todo`` ((FileTask, given) pairs in batch order) cut into consecutive groups, one Spark task
+    each: one file a task up to ``slots`` files, then about equal bytes a task, with as many tasks
+    as ``slots`` or as ``group_bytes`` (:data:`GROUP_BYTES`) of input need, whichever is more.
+    A folder of many small pages is then a few tasks, not one per page."""
+    if len(todo) <= slots:
+        return [[one] for one in todo]
+    wanted = min(len(todo), max(slots, -(-sum(t.size for t, _ in todo) // (group_bytes or GROUP_BYTES))))
+    # a file weighs its bytes plus one (opening a file costs something too, and empty files
+    # must still spread); each goes to the group its middle falls in
+    weights = [t.size + 1 for t, _ in todo]
+    share = sum(weights) / wanted
+    groups: list[list[Any]] = [[] for _ in range(wanted)]
+    before = 0
+    for one, weight in zip(todo, weights):
+        groups[min(wanted - 1, int((before + weight / 2) / share))].append(one)
+        before += weight
+    return [g for g in groups if g]
 
 
 def source_bytes(sources: list[str], kind: str | None = None, follow_links: bool = False) -> int:
     """What the files of ``sources`` weigh on disk (``--engine auto``'s measure)."""
-    total = 0
-    for entry in plan_files(sources, kind, ReadPolicy(follow_links=follow_links)):
-        if isinstance(entry, FileTask):
-            try:
-                total += os.stat(entry.file.target).st_size
-            except OSError:
-                pass  # the reader makes it a reject
-    return total
+    return sum(e.size for e in plan_files(sources, kind, ReadPolicy(follow_links=follow_links))
+               if isinstance(e, FileTask))
 
 
 def check_map_on_first_records(sources: list[str], kind: str | None, field_map: dict[str, str],
@@ -378,8 +408,9 @@ class SparkIngest(SparkSessionOwner):
         options.pop("app_name", None)
         super().__init__(ctx.config, spark=spark, master=master, **options)
         self.ctx = ctx
-        #: Spark tasks of the read job(s): one per source file (a second job reads files again)
+        #: Spark tasks and files of each read job (a second job reads some files again)
         self.tasks: list[int] = []
+        self.files: list[int] = []
 
     def check(self) -> None:
         """Fail before any work when the master does not answer (a ConfigError, exit 2)."""
@@ -514,9 +545,11 @@ class SparkIngest(SparkSessionOwner):
 
         sc = spark.sparkContext
         shared = sc.broadcast(job)
-        self.tasks.append(len(todo))
-        specs = [(pickle.dumps((t, given)),) for t, given in todo]
-        files = spark.createDataFrame(sc.parallelize(specs, len(specs)), "task BINARY")  # one file a task
+        groups = group_files(todo, TASKS_PER_CORE * max(1, sc.defaultParallelism))
+        self.tasks.append(len(groups))
+        self.files.append(len(todo))
+        specs = [(pickle.dumps(group),) for group in groups]
+        files = spark.createDataFrame(sc.parallelize(specs, len(specs)), "task BINARY")  # one group a task
         return files.mapInArrow(lambda batches: _read_partition(shared, batches), _READ_SCHEMA).persist(
             StorageLevel.MEMORY_AND_DISK)
 

@@ -228,3 +228,21 @@ def test_spark_submit_on_a_cluster_gives_the_local_engines_batch(pg_server, tmp_
         assert _rejects(omni, "cluster_spark", batch) == _rejects(omni, "cluster_local", batch), batch
     assert "omni: rejected:" in done[0].stderr  # the reject messages are printed as the local engine prints them
     assert omni.verify_index("cluster_spark").ok
+
+
+def test_small_files_share_tasks_in_batch_order():
+    from spark_udfs.ingest import FileTask, group_files
+
+    def todo(sizes):
+        return [(FileTask(i, "html_dir", None, size), {}) for i, size in enumerate(sizes)]
+
+    few = todo([10, 10, 10])
+    assert group_files(few, slots=4) == [[one] for one in few]  # up to the slots: one file a task
+    many = todo([10] * 20)
+    groups = group_files(many, slots=4)
+    assert [[t.index for t, _ in g] for g in groups] == [list(range(k, k + 5)) for k in range(0, 20, 5)]
+    # more bytes than the slots' share: at least one task per group_bytes (whole files: about)
+    big = group_files(todo([100] * 10), slots=2, group_bytes=150)
+    assert [[t.index for t, _ in g] for g in big] == [[0], [1, 2], [3], [4, 5], [6], [7, 8], [9]]
+    empty = group_files(todo([0] * 9), slots=3)  # files of no bytes still spread over the slots
+    assert [len(g) for g in empty] == [3, 3, 3]
