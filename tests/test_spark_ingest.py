@@ -137,13 +137,14 @@ def test_spark_ingest_holds_the_local_engines_rows_ids_rejects_and_counts(spark,
     assert omni.state(remote).version == version and omni.state(remote).batch("refused") is None
     rejects = omni.rejects(remote)
     assert rejects.filter(pc.equal(rejects.column("batch"), "refused")).num_rows == a.rejected
-    # Spark's append is on the version the commit pinned; no staging branch is left; the id index
+    # Spark's append is the snapshot the commit pinned; no staging branch is left; the id index
     # learned the rows at the commit (the store's index hook read the files Spark wrote)
     base = omni.state(remote).base_table
     table = omni.catalog.load_table(base.identifier)
     assert not [r for r in table.metadata.refs if r.startswith("omni-stage")]
-    labels = {s.summary.additional_properties.get("omni.ingest-part") for s in table.snapshots()}
-    assert "spark" in labels
+    pinned = table.snapshot_by_id(base.snapshot_id)  # the commit pins Spark's append itself, nothing on top
+    assert pinned.summary.additional_properties.get("omni.ingest-part") == "spark"
+    assert pinned.summary.additional_properties.get("omni.batch") == "d"
     assert omni.verify_index(remote).ok and omni.verify_index(local).ok
     engine.close()
 

@@ -774,7 +774,7 @@ def _save_rejects(store: FamilyStore, rejects: list[dict[str, Any]]) -> None:
 
 def _commit(store, namespace, name, writer: StagedWrite, report: SubmitReport, batch: str,
             sources: list[str], types: dict[str, str], command: str, check: WinnerCheck | None) -> FamilyState:
-    if writer.data_files:
+    if writer.data_files and writer.pending_files:  # the Spark engine's files are on the branch already
         writer.stage()
     now = int(time.time() * 1000)
 
