@@ -247,3 +247,26 @@ def test_small_files_share_tasks_in_batch_order():
     assert [[t.index for t, _ in g] for g in big] == [[0], [1, 2], [3], [4, 5], [6], [7, 8], [9]]
     empty = group_files(todo([0] * 9), slots=3)  # files of no bytes still spread over the slots
     assert [len(g) for g in empty] == [3, 3, 3]
+
+
+def test_uuid_tables_keep_every_row_with_its_own_id(spark, tmp_path):
+    """No content ids, no dedup: every accepted record is a row, with a fresh id, on either engine."""
+    from spark_udfs.ingest import SparkIngest
+
+    omni = Omni(config=spark.config)
+    omni.create_table("ingest_uuid_local", id_mode="uuid")
+    omni.create_table("ingest_uuid_spark", id_mode="uuid")
+    sources = _inputs(tmp_path)[0][1]
+    want = omni.submit("ingest_uuid_local", sources, "a", progress=False)
+    with SparkIngest(omni.context, spark=spark.session) as engine:
+        got = engine.submit("ingest_uuid_spark", sources, "a")
+    counts = ("read", "written", "duplicates", "rejected")
+    assert {k: getattr(got, k) for k in counts} == {k: getattr(want, k) for k in counts}
+    assert got.duplicates == 0 and got.dedup == "none"
+
+    def without_ids(name):
+        return sorted(json.dumps(r["RawData"], sort_keys=True) for r in _rows(omni, name, "a"))
+
+    assert without_ids("ingest_uuid_spark") == without_ids("ingest_uuid_local")
+    ids = omni.read("ingest_uuid_spark", columns=[KEY]).column(KEY).to_pylist()
+    assert len(set(ids)) == len(ids) == got.written
