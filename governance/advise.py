@@ -15,7 +15,7 @@ the engine and its latency) and proposes:
 - **a materialization** (:mod:`governance.materialize`): the columns read together by
   queries and exports that joined several physical tables - those reads would scan one
   table. Benefit: the reads and joins it removes;
-- **a column split** (:func:`governance.column_groups.split_columns`): a column group that
+- **a column split** (:mod:`governance.cold_split`, which ``omni maintain`` applies): a column group that
   logged reads keep using while most of its bytes sit in columns no logged read asked for.
   Benefit: those cold bytes stop being rewritten with the group (every merge of a new
   batch rewrites the group's files of that batch) and stop widening its schema; a move,
@@ -49,10 +49,6 @@ if TYPE_CHECKING:
 MAX_COLUMNS = 32
 #: a materialization is proposed for reads that joined at least this many physical tables
 MIN_TABLES_JOINED = 3
-#: a split is proposed for a group read at least this often whose never-read columns hold
-#: at least this share of its bytes
-MIN_SPLIT_READS = 3
-MIN_COLD_SHARE = 0.5
 
 
 @dataclass
@@ -105,6 +101,7 @@ class Advice:
 
 
 def advise(ctx: OmniContext, name: str, *, apply: bool = False, progress: bool | None = None) -> Advice:
+    from governance.cold_split import column_bytes_by_table
     from governance.column_groups import regroup, split_columns
     from governance.coread import logged_reads
     from governance.materialize import materialize
@@ -133,7 +130,7 @@ def advise(ctx: OmniContext, name: str, *, apply: bool = False, progress: bool |
                 advice.applied.append({"kind": bound.kind, "report": bound_tables(
                     ctx.store, name, reads=reads, progress=progress, command=bound.command)})
         return advice
-    by_table = _column_bytes_by_table(ctx.catalog, state)
+    by_table = column_bytes_by_table(ctx.catalog, state)
     sizes: dict[str, int] = {}
     for (path, _key), size in by_table.items():
         sizes[path] = sizes.get(path, 0) + size
@@ -273,54 +270,17 @@ def _materialize(state: FamilyState, reads: list[dict[str, Any]], sizes: dict[st
 
 def _split(state: FamilyState, reads: list[dict[str, Any]], by_table: dict[tuple[str, str], int]
            ) -> Proposal | None:
-    """Cold columns out of the column group whose reads skip the most bytes (see the module docstring)."""
-    best = None
-    for t in state.tables:
-        if t.role != "column-group" or t.emptied:
-            continue
-        members = [c.path for c in state.columns if any(pc.table == t.key for pc in state.physical_columns_of(c.path))]
-        readers = [r for r in reads if any(pc.table == t.key for c in r["columns"] for pc in state.read_parts(c))]
-        used = {c for r in readers for c in r["columns"]}
-        cold = [c for c in members if c not in used]
-        total = sum(by_table.get((c, t.key), 0) for c in members)
-        cold_bytes = sum(by_table.get((c, t.key), 0) for c in cold)
-        if (len(readers) < MIN_SPLIT_READS or not cold or len(cold) == len(members) or not total
-                or cold_bytes / total < MIN_COLD_SHARE):
-            continue
-        if best is None or cold_bytes > best[0]:
-            best = (cold_bytes, total, t, cold, readers)
-    if best is None:
+    """Cold columns out of the column group whose reads skip the most bytes (governance/cold_split.py)."""
+    from governance.cold_split import plan_cold_split
+    from governance.table_bound import SETTING, max_tables_setting, view_tables
+
+    split = plan_cold_split(state, reads, by_table)
+    if split is None:
         return None
-    cold_bytes, total, t, cold, readers = best
+    count, bound = len(view_tables(state)), max_tables_setting()
+    waits = (f"; omni maintain waits with it: the view reads {count} physical tables and a split adds one, past "
+             f"{SETTING}={bound}" if count + 1 > bound else "; omni maintain applies it")
     return Proposal(
-        "split", cold[:MAX_COLUMNS], len(readers), len(reads), sum(r["latency_ms"] for r in readers), 0,
-        f"{len(readers)} of {len(reads)} logged reads used column group {t.identifier}, none of them these "
-        f"{len(cold)} column(s): {cold_bytes / total:.0%} of its bytes ({cold_bytes / 2**20:.2f} MiB), which every "
-        "merge of a new batch rewrites with the group; a move to a table of their own, not a copy",
-        f"omni regroup {state.table.identifier} --split {','.join(cold[:MAX_COLUMNS])}",
-        dict(Counter(r.get("query_engine", "omni") for r in readers)))
-
-
-def _column_bytes_by_table(catalog: Any, state: FamilyState) -> dict[tuple[str, str], int]:
-    """(logical column, physical table key) -> Parquet bytes of its values there at ``state``
-    (data file column sizes; materialized copies left out)."""
-    out: dict[tuple[str, str], int] = {}
-    for t in state.tables:
-        if t.snapshot_id is None or t.role == "materialized":
-            continue
-        table = catalog.load_table(t.identifier)
-        schema = table.schema()
-        by_id: dict[int, int] = {}
-        for task in table.scan(snapshot_id=t.snapshot_id).plan_files():
-            for fid, size in (task.file.column_sizes or {}).items():
-                by_id[fid] = by_id.get(fid, 0) + size
-        for col in state.columns:
-            for pc in state.physical_columns_of(col.path):
-                if pc.table != t.key:
-                    continue
-                try:
-                    field_id = schema.find_field(pc.name).field_id
-                except ValueError:
-                    continue
-                out[(col.path, t.key)] = out.get((col.path, t.key), 0) + by_id.get(field_id, 0)
-    return out
+        "split", split.columns, split.readers, len(reads), split.latency_ms, 0,
+        f"{split.reason(len(reads))}; a move to a table of their own, not a copy{waits}",
+        f"omni regroup {state.table.identifier} --split {','.join(split.columns)}", split.engines)

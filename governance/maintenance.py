@@ -1,7 +1,8 @@
 """Maintenance of a logical table's family: every due governance task, in order.
 
 :func:`maintain` (``omni maintain``) runs every due task of a logical table in order:
-leftover branches, compaction, column groups, co-read groups, the physical table bound
+leftover branches, compaction, column groups, co-read groups, cold columns split out of read
+groups (:mod:`governance.cold_split`), the physical table bound
 (:mod:`governance.table_bound`) once stale materializations are refreshed, re-bucketing, retention (:mod:`governance.retention`),
 then orphan files (:func:`sweep_orphans`: here, or found by
 Iceberg's ``remove_orphan_files`` on Spark for a big family).
@@ -39,6 +40,7 @@ class MaintainReport:
     compaction: dict[str, Any] | None = None  # governance.compaction.compact's report
     column_groups: dict[str, Any] | None = None  # governance.column_groups.regroup's report
     coread: dict[str, Any] | None = None  # governance.coread.coread_regroup's report
+    cold_split: dict[str, Any] | None = None  # governance.cold_split.split_cold_columns's report
     table_bound: dict[str, Any] | None = None  # governance.table_bound.bound_tables's report
     #: governance.materialize.refresh_materializations's reports, one per stale copy (None: not started)
     refreshed: list[dict[str, Any]] | None = None
@@ -55,7 +57,8 @@ class MaintainReport:
                 "unique_keys_declared": self.unique_keys_declared,
                 "cleanup": self.cleanup.to_dict() if self.cleanup else None,
                 "compaction": self.compaction, "column_groups": self.column_groups, "coread": self.coread,
-                "table_bound": self.table_bound, "refreshed": self.refreshed,
+                "cold_split": self.cold_split, "table_bound": self.table_bound,
+                "refreshed": self.refreshed,
                 "rebucket": self.rebucket, "orphan_engine": self.orphan_engine, "index_seal": self.index_seal,
                 "retention": self.retention.to_dict() if self.retention else None}
 
@@ -78,6 +81,8 @@ class MaintainReport:
             lines.append(self.column_groups["describe"])
         if self.coread is not None:
             lines.append(self.coread["describe"])
+        if self.cold_split is not None:
+            lines.append(self.cold_split["describe"])
         if self.refreshed is not None:
             copies = [r["plan"]["identifier"] + f" ({r['plan']['action']})" for r in self.refreshed]
             lines.append("stale materializations: " + (", ".join(copies) + (" would be refreshed" if self.dry_run
@@ -161,7 +166,8 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
              spark: Any = None, spark_blocker: str | None = None,
              orphan_grace_s: float | None = None, max_tables: int | None = None) -> MaintainReport:
     """Run the due maintenance of ``name``: stale branches, compaction, column groups,
-    co-read groups (from the query log as flushed so far), stale materializations, the physical
+    co-read groups (from the query log as flushed so far), cold columns out of read groups, stale
+    materializations, the physical
     table bound, re-bucketing, retention, orphan files.
 
     ``max_tables``: the bound on the physical tables the view reads (default
@@ -237,6 +243,17 @@ def maintain(store: FamilyStore, name: str, *, keep_last: int | None = None, pol
             report.coread = coread.coread_regroup(store, name, dry_run=dry_run, progress=progress,
                                                   min_reads=coread.MIN_READS,
                                                   command=command or f"maintain {state.table.identifier}")
+        except (PinConflict, CommitConflictError) as e:
+            report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
+    from governance.cold_split import MIN_COLD_SHARE, MIN_SPLIT_READS, split_cold_columns
+
+    # after the co-read move (the reads it serves then read the new table, not the group), and
+    # only within the table bound (a split adds a table): checked by split_cold_columns
+    if within_budget(f"cold columns (a group read >= {MIN_SPLIT_READS} times, >= {MIN_COLD_SHARE:.0%} of its "
+                     "bytes never read)"):
+        try:
+            report.cold_split = split_cold_columns(store, name, max_tables=bound, dry_run=dry_run, progress=progress,
+                                                   command=command or f"maintain {state.table.identifier}")
         except (PinConflict, CommitConflictError) as e:
             report.tasks[-1] += f" - lost to a concurrent writer, retried next run ({e})"
     from governance.materialize import refresh_materializations

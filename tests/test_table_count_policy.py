@@ -189,3 +189,48 @@ def test_maintain_refreshes_a_stale_materialization_and_bounds_the_layout_it_lea
     assert _rows(omni) == rows and _rows(omni, as_of=stale.version) == rows
     again = omni.maintain("web", dry_run=True)
     assert again.refreshed == [] and "stale materializations: none" in again.describe()
+
+
+def test_maintain_splits_the_cold_columns_out_of_a_read_group_within_the_bound(omni):
+    from governance.column_groups import regroup
+
+    regroup(omni.store, "web")  # the 7 narrow tables into one group: base + group
+    assert _count(omni) == 2
+    rows = _rows(omni)
+    for _ in range(3):
+        omni.query(HOT)  # reads w000-w002 of the group: w003-w006, 4 of its 7 long columns, are never read
+    split = next(p for p in omni.advise("web").proposals if p.kind == "split")
+    assert split.columns == ["w003", "w004", "w005", "w006"] and split.reads == 3
+    assert split.benefit.endswith("; omni maintain applies it")
+    before = omni.state("web")
+
+    report = omni.maintain("web")
+
+    assert "split" in report.cold_split, report.cold_split["describe"]
+    assert report.cold_split["plan"]["columns"] == ["w003", "w004", "w005", "w006"]
+    after = omni.state("web")
+    assert _count(omni) == 3 and report.cold_split["logical_version"] == before.version + 1  # one commit
+    cold = {pc.table for f in ("w003", "w004", "w005", "w006") for pc in after.read_parts(f)}
+    hot = {pc.table for f in ("w000", "w001", "w002") for pc in after.read_parts(f)}
+    assert len(cold) == 1 and len(hot) == 1 and cold != hot
+    assert _rows(omni) == rows and _rows(omni, as_of=before.version) == rows
+    assert _count(omni, as_of=before.version) == 2
+    again = omni.maintain("web")  # the group's reads now use every column it keeps: nothing more
+    assert "none to split" in again.cold_split["describe"] and "split" not in again.cold_split
+
+
+def test_a_cold_split_waits_while_it_would_pass_the_bound(omni, monkeypatch):
+    from governance.column_groups import regroup
+
+    regroup(omni.store, "web")
+    monkeypatch.setenv("OMNI_FAMILY_MAX_TABLES", "2")
+    for _ in range(3):
+        omni.query(HOT)
+    split = next(p for p in omni.advise("web").proposals if p.kind == "split")
+    assert "omni maintain waits with it: the view reads 2 physical tables" in split.benefit
+    report = omni.maintain("web")
+    assert "not applied: the view reads 2 physical tables and a split adds one, past OMNI_FAMILY_MAX_TABLES=2" \
+        in report.cold_split["describe"] and "split" not in report.cold_split
+    state = omni.state("web")  # (maintain's re-bucketing may have made a version: no split did)
+    assert _count(omni) == 2 and not any(t.key.startswith("g_split_") for t in state.tables)
+    assert {pc.table for pc in state.read_parts("w003")} == {pc.table for pc in state.read_parts("w000")}
