@@ -126,7 +126,7 @@ def lookup_rows(catalog: Any, state: FamilyState, index: IdIndex, ids: Sequence[
                                  rows=part.num_rows)
         else:  # some row needs its data file (or the index lags): rows located one by one
             located = entries[key].locations() if key in entries else None
-            (part, access), asked = _table_part(view, key, cols, wanted, state, force_scan, located), None
+            part, access, asked = _table_part(view, key, cols, wanted, state, force_scan, located)
         result.tables.append(access)
         parts.append((part, asked))
     # a left join keeps its left side's rows in order: the base part's asked positions,
@@ -451,34 +451,40 @@ def data_file_io(catalog: Any, path: str) -> Any:
 
 def _table_part(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str],
                 state: FamilyState, force_scan: bool = False, located: dict[str, list[Any]] | None = None
-                ) -> tuple[pa.Table, TableAccess]:
+                ) -> tuple[pa.Table, TableAccess, np.ndarray | None]:
+    """One table's part of the answer, how it was read, and (read through the index) each
+    row's position among ``ids`` (a scan's rows come in no known order: None)."""
     meta = state.physical_table(key)
     access = TableAccess(key, meta.identifier, meta.snapshot_id, "index")
     cov = view.coverage(key)
     if force_scan:
         access.reason = "scan forced by the caller"
     elif cov.authoritative:
-        part, problem = _read_indexed(view, key, cols, ids, state, access, located)
+        part, problem, asked = _read_indexed(view, key, cols, ids, state, access, located)
         if problem is None:
             access.rows = part.num_rows
-            return part, access
+            return part, access, asked
         access.reason = problem
     else:
         access.reason = "; ".join(cov.lag)
     access.method, access.files_read = "scan", 0
     part = _scan(view, key, cols, ids, state)
     access.rows = part.num_rows
-    return part, access
+    return part, access, None
 
 
 def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: list[str], state: FamilyState,
-                  access: TableAccess, located: dict[str, list[Any]] | None = None) -> tuple[pa.Table, str | None]:
+                  access: TableAccess, located: dict[str, list[Any]] | None = None
+                  ) -> tuple[pa.Table, str | None, np.ndarray | None]:
     from omni_iceberg.index.parquet_rows import FROM_INLINE, by_file, read_located
 
     files, _ = by_file(view.locations(key, ids) if located is None else located, unique=False)
     done, problem = read_located(files, [p for p, _ in cols], data_file_io(view.catalog, next(iter(files), "")))
     if problem:
-        return pa.table({}), f"{problem}; run `omni index verify {state.table.identifier}`"
+        return pa.table({}), f"{problem}; run `omni index verify {state.table.identifier}`", None
+    # each row's asked position, so the parts join and the answer is ordered by array takes
+    at = {rid: i for i, rid in enumerate(ids)}
+    asked = np.fromiter((at[rid] for expected, _, _ in done for rid in expected), np.int64)
     pieces = []
     for expected, values, _ in done:
         arrays = [pa.array(expected, pa.string()), values[BATCH_COLUMN].cast(pa.string())]
@@ -490,8 +496,8 @@ def _read_indexed(view: IndexView, key: str, cols: list[tuple[str, str]], ids: l
     access.files_read = sum(1 for *_, how in done if how != FROM_INLINE)  # one piece per file read
     access.files_inline = len(files) - access.files_read  # inline pieces may merge several files
     if not pieces:
-        return _empty(cols, state), None
-    return pa.concat_tables(pieces), None
+        return _empty(cols, state), None, asked
+    return pa.concat_tables(pieces), None, asked
 
 
 def _empty(cols: list[tuple[str, str]], state: FamilyState) -> pa.Table:

@@ -1,11 +1,13 @@
 """Read single rows of a local Parquet file by decoding only the pages that hold them.
 
 pyarrow decodes whole row groups (its reader ignores page indexes), so a point read
-through the id index paid for every value of the group. Here each wanted column chunk
-is read with one ``pread``, its page headers are walked (a small Thrift compact-protocol
-decoder of ``PageHeader``), and only the data page holding each wanted row is
-decompressed and decoded - plus the chunk's dictionary page when the page is
-dictionary-encoded, decoded once and cached while it is small.
+through the id index paid for every value of the group. Here a column chunk's page
+headers are walked once (a small Thrift compact-protocol decoder of ``PageHeader``) and
+where its pages lie is cached; then only the span of the data pages holding wanted rows
+is read (one ``pread``), and each such page is decompressed and decoded once for all its
+wanted rows, which come out as one Arrow array (numpy gathers, no Python object per
+value) - plus the chunk's dictionary page when the page is dictionary-encoded, decoded
+once and cached while it is small. A column's pages' arrays are concatenated once.
 
 The reader answers exactly or not at all: anything it does not handle exactly
 (repeated columns, encodings other than PLAIN / RLE / dictionary, codecs other than
@@ -21,7 +23,7 @@ import os
 import struct
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -182,73 +184,125 @@ def _hybrid(buf: bytes, pos: int, end: int, width: int, count: int) -> np.ndarra
 
 
 _FIXED = {"INT32": ("<i4", 4), "INT64": ("<i8", 8), "FLOAT": ("<f4", 4), "DOUBLE": ("<f8", 8)}
+_ARROW_FIXED = {"INT32": pa.int32(), "INT64": pa.int64(), "FLOAT": pa.float32(), "DOUBLE": pa.float64()}
+_U32 = struct.Struct("<I").unpack_from
+_BYTE_WEIGHTS = np.array([1, 1 << 8, 1 << 16, 1 << 24], np.int64)
 
 
-def _plain(buf: bytes, pos: int, end: int, physical: str, width: int, wanted: np.ndarray) -> list:
-    """PLAIN-encoded values number ``wanted`` (ascending) of the values starting at ``pos``."""
+def _u32_at(view: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The little-endian uint32 at each byte offset ``at`` of ``view`` (in bounds: the caller checks)."""
+    return view[at[:, None] + np.arange(4)].astype(np.int64) @ _BYTE_WEIGHTS
+
+
+def _plain(buf: bytes, pos: int, end: int, physical: str, width: int, wanted: np.ndarray) -> pa.Array:
+    """PLAIN-encoded values number ``wanted`` (ascending) of the values starting at ``pos``,
+    as an Arrow array of the physical type (byte arrays as binary): numpy gathers, no
+    Python object per value."""
+    n = len(wanted)
+    last = int(wanted[-1]) if n else -1
+    view = np.frombuffer(buf, np.uint8)
     if physical in _FIXED:
         dtype, size = _FIXED[physical]
-        if len(wanted) and pos + (int(wanted[-1]) + 1) * size > end:
+        if pos + (last + 1) * size > end:
             raise Unsupported("PLAIN values past their page")
-        return np.frombuffer(buf, dtype, (int(wanted[-1]) + 1) if len(wanted) else 0, pos)[wanted].tolist()
+        return pa.array(np.frombuffer(buf, dtype, last + 1, pos)[wanted], _ARROW_FIXED[physical])
     if physical == "BOOLEAN":
-        if len(wanted) and pos + int(wanted[-1]) // 8 >= end:
+        if n and pos + last // 8 >= end:
             raise Unsupported("PLAIN booleans past their page")
-        return [bool((buf[pos + int(k) // 8] >> (int(k) % 8)) & 1) for k in wanted]
+        bits = np.unpackbits(view[pos:pos + last // 8 + 1], bitorder="little") if n else view[:0]
+        return pa.array(bits[wanted].astype(np.bool_), pa.bool_())
     if physical == "FIXED_LEN_BYTE_ARRAY":
-        if width <= 0 or (len(wanted) and pos + (int(wanted[-1]) + 1) * width > end):
+        if width <= 0 or pos + (last + 1) * width > end:
             raise Unsupported("PLAIN fixed-length values past their page")
-        return [bytes(buf[pos + int(k) * width:pos + (int(k) + 1) * width]) for k in wanted]
+        data = view[(pos + wanted * width)[:, None] + np.arange(width)].tobytes()
+        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(data)])
     if physical == "BYTE_ARRAY":
-        if not len(wanted):
-            return []
-        starts = _walk(buf, pos, end, int(wanted[-1]) + 1)
-        out = []
-        for k in wanted.tolist():
-            at = starts[k]
-            out.append(bytes(buf[at + 4:at + 4 + _U32(buf, at)[0]]))
-        return out
+        starts = _walk(buf, pos, end, last + 1)
+        return _byte_arrays(view, starts[wanted], end)
     raise Unsupported(f"physical type {physical}")
 
 
-_U32 = struct.Struct("<I").unpack_from
+def _byte_arrays(view: np.ndarray, starts: np.ndarray, end: int) -> pa.Array:
+    """The PLAIN byte arrays whose length prefixes are at ``starts``, as one binary array
+    (offsets from the lengths, the bytes in one gather)."""
+    n = len(starts)
+    lengths = _u32_at(view, starts) if n else np.zeros(0, np.int64)
+    if n and int((starts + 4 + lengths).max()) > end:
+        raise Unsupported("PLAIN byte arrays past their page")
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    if total >= 1 << 31:
+        raise Unsupported("byte arrays over 2 GiB in one page")
+    data = view[np.repeat(starts + 4 - offsets[:-1], lengths) + np.arange(total)] if total else view[:0]
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                  pa.py_buffer(data.tobytes())])
 
 
-def _walk(buf: bytes, pos: int, end: int, count: int) -> list[int]:
+#: values walked one by one between checks for a run of equal lengths
+_WALK_BLOCK = 16
+
+
+def _walk(buf: bytes, pos: int, end: int, count: int) -> np.ndarray:
     """Where each of the first ``count`` PLAIN byte arrays from ``pos`` starts (its length
-    prefix). Lengths chain the values, so this is one tight loop; pages are small."""
-    starts = []
-    append, unpack = starts.append, _U32
+    prefix). Lengths chain the values, so in general this is a loop; but runs of equal
+    lengths (ids, most urls: every value of a fixed-width column) are found with numpy:
+    after a block walked one by one whose lengths all look equal, guess the next values
+    start one length apart, check every guessed prefix at once (a strided view, no
+    gather), and keep the run up to the first wrong guess. Text of varying lengths costs
+    one subtraction a block more than the plain loop."""
+    pieces: list[np.ndarray] = []
+    walked: list[int] = []
+    append, unpack = walked.append, _U32
+    view = np.frombuffer(buf, np.uint8)
+    n, window = 0, count
     try:
-        for _ in range(count):
-            append(pos)
-            pos += 4 + unpack(buf, pos)[0]
+        while n < count:
+            block, m = pos, min(_WALK_BLOCK, count - n)
+            for _ in range(m):
+                append(pos)
+                step = 4 + unpack(buf, pos)[0]
+                pos += step
+            n += m
+            if n == count or pos - block != m * step:
+                continue
+            pieces.append(np.asarray(walked, np.int64))
+            walked.clear()
+            while n < count:  # the block's lengths were equal: guess runs of them
+                step = 4 + unpack(buf, pos)[0]
+                fit = min(count - n, window, (end - pos) // step)  # values of this length that fit the page
+                if fit < 2:
+                    break
+                prefixes = np.lib.stride_tricks.as_strided(view[pos:], (fit, 4), (step, 1))
+                same = np.ascontiguousarray(prefixes).view("<u4").ravel() == step - 4
+                run = fit if same.all() else int(np.argmin(same))
+                pieces.append(np.arange(pos, pos + run * step, step, dtype=np.int64))
+                n, pos = n + run, pos + run * step
+                if run < fit:
+                    window = max(2 * run, _WALK_BLOCK)
+                    break
+                window *= 4
     except struct.error:
         raise Unsupported("PLAIN byte arrays past their page") from None
     if pos > end:
         raise Unsupported("PLAIN byte arrays past their page")
-    return starts
+    if walked or not pieces:
+        pieces.append(np.asarray(walked, np.int64))
+    return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 
 class _Dictionary:
-    """A decoded dictionary page: values looked up by index."""
+    """A decoded dictionary page as an Arrow array of the physical type: values by index."""
 
     def __init__(self, buf: bytes, count: int, physical: str, width: int):
         self.count = count
-        self.physical = physical
-        if physical == "BYTE_ARRAY":
-            self.buf, self.starts = buf, _walk(buf, 0, len(buf), count)
-        else:
-            self.values = _plain(buf, 0, len(buf), physical, width, np.arange(count))
-        self.nbytes = len(buf) + 8 * (count + 1)
+        self.values = _plain(buf, 0, len(buf), physical, width, np.arange(count))
+        self.nbytes = self.values.nbytes
 
-    def get(self, indices: np.ndarray) -> list:
+    def get(self, indices: np.ndarray) -> pa.Array:
         if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= self.count):
             raise Unsupported("dictionary index out of range")
-        if self.physical == "BYTE_ARRAY":
-            s, b = self.starts, self.buf
-            return [bytes(b[s[i] + 4:s[i] + 4 + _U32(b, s[i])[0]]) for i in indices.tolist()]
-        return [self.values[i] for i in indices.tolist()]
+        return self.values.take(pa.array(indices, pa.int64()))
 
 
 # ---------------------------------------------------------------- codecs
@@ -317,43 +371,50 @@ def _check_type(physical: str, descr: Any, arrow_type: pa.DataType) -> None:
         raise Unsupported(f"{physical} ({kind}) as Arrow {t}")
 
 
-def _build(values: list, arrow_type: pa.DataType) -> pa.Array:
+def _physical_arrow(physical: str, width: int) -> pa.DataType:
+    """The Arrow type :func:`_plain` builds for ``physical``."""
+    if physical in _ARROW_FIXED:
+        return _ARROW_FIXED[physical]
+    return {"BOOLEAN": pa.bool_(), "BYTE_ARRAY": pa.binary()}.get(physical) or pa.binary(width)
+
+
+def _to_type(values: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+    """Physical values (see :func:`_plain`) as ``arrow_type``, built as pyarrow's reader builds it."""
     t = arrow_type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        # the cast validates UTF-8, as pyarrow's reader does: invalid bytes raise, never pass
-        return pa.array(values, pa.binary()).cast(t)
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return pa.array(values, t)
     if pa.types.is_timestamp(t) or pa.types.is_date32(t):
-        physical = pa.int64() if pa.types.is_timestamp(t) else pa.int32()
-        return pa.array(values, physical).view(t)
-    return pa.array(values, t)
+        return values.view(t)
+    if values.type == t:
+        return values
+    # binary -> string validates UTF-8, as pyarrow's reader does: invalid bytes raise, never pass
+    return values.cast(t)
 
 
 # ---------------------------------------------------------------- one column chunk
 
-def _column_rows(fd: int, path: str, group: int, col: int, chunk: Any, descr: Any, arrow_type: pa.DataType,
-                 rows: np.ndarray) -> pa.Array:
-    """Values of leaf column ``col`` at ``rows`` (ascending, distinct, within the group)."""
-    physical = chunk.physical_type
-    if descr.max_repetition_level:
-        raise Unsupported("repeated column")
-    _check_type(physical, descr, arrow_type)
-    max_def = descr.max_definition_level
-    codec = chunk.compression
-    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
-    if start is None or start < 0:
-        raise Unsupported("column chunk without page offsets")
-    size = chunk.total_compressed_size
-    buf = os.pread(fd, size, start)
-    if len(buf) != size:
-        raise Unsupported("column chunk past the end of the file")
-    dict_at: tuple[int, dict, int] | None = None
-    pos, first_row, r = 0, 0, 0
-    values: list = [None] * len(rows)
-    while r < len(rows):
-        if pos >= size:
-            raise Unsupported("rows past the column chunk's pages")
+class _Chunk(NamedTuple):
+    """Where a column chunk's pages are: walked once from its page headers, then cached."""
+
+    start: int  # file offset of the chunk's first page
+    #: per data page: (offset of its data in the chunk, compressed size, uncompressed size, page type, sub-header)
+    pages: list[tuple[int, int, int, int, dict]]
+    #: the first row of each data page, then the chunk's row count
+    first_rows: np.ndarray
+    dict_at: tuple[int, dict, int] | None  # the dictionary page: (offset of its data, header, uncompressed size)
+
+
+#: column chunks whose page layout is kept (a few hundred bytes each; a service re-reads hot groups)
+LAYOUT_CACHE_CHUNKS = 1 << 16
+_LAYOUTS: "OrderedDict[tuple, _Chunk]" = OrderedDict()
+#: (path, leaf column, Arrow type) already checked by :func:`_check_type`
+_CHECKED: "OrderedDict[tuple, bool]" = OrderedDict()
+
+
+def _layout(buf: bytes, start: int) -> _Chunk:
+    """The pages of the column chunk ``buf`` (read from file offset ``start``), from its headers."""
+    size = len(buf)
+    pos, first_row = 0, 0
+    pages, first_rows, dict_at = [], [], None
+    while pos < size:
         head, data = page_header(buf, pos)
         ptype = _int(head, 1, "type")
         usize, csize = _int(head, 2, "uncompressed_page_size"), _int(head, 3, "compressed_page_size")
@@ -381,27 +442,100 @@ def _column_rows(fd: int, path: str, group: int, col: int, chunk: Any, descr: An
             raise Unsupported(f"page type {ptype}")
         if page_rows < 0:
             raise Unsupported("negative row count")
-        end_row = first_row + page_rows
-        take = []
-        while r < len(rows) and rows[r] < end_row:
-            take.append(r)
-            r += 1
-        if take:
-            got = _page_values(buf, data, csize, usize, ptype, sub, codec, physical, descr, max_def,
-                               (rows[take] - first_row).astype(np.int64), page_rows,
-                               lambda: _dictionary(buf, dict_at, codec, physical, descr, (path, group, col)))
-            for i, v in zip(take, got):
-                values[i] = v
-        first_row = end_row
-    return _build(values, arrow_type)
+        pages.append((data, csize, usize, ptype, sub))
+        first_rows.append(first_row)
+        first_row += page_rows
+    first_rows.append(first_row)
+    return _Chunk(start, pages, np.asarray(first_rows, np.int64), dict_at)
 
 
-def _page_values(buf: bytes, data: int, csize: int, usize: int, ptype: int, sub: dict, codec: str,
-                 physical: str, descr: Any, max_def: int, at: np.ndarray, page_rows: int, dictionary: Any) -> list:
-    """Values (None for null) at rows ``at`` (ascending) of one data page."""
+def _column_rows(fd: int, path: str, group: int, col: int, chunk: Any, descr: Any, arrow_type: pa.DataType,
+                 rows: np.ndarray) -> pa.Array:
+    """Values of leaf column ``col`` at ``rows`` (ascending, distinct, within the group).
+
+    Each data page holding a wanted row is read and decoded once, its rows taken out as
+    one array; the pages' arrays are concatenated once.
+    """
+    physical = chunk.physical_type
+    if descr.max_repetition_level:
+        raise Unsupported("repeated column")
+    checked = (path, col, arrow_type)
+    with _LOCK:
+        known = checked in _CHECKED
+    if not known:  # a file's column types never change: checked once (the logical type is JSON to parse)
+        _check_type(physical, descr, arrow_type)
+        with _LOCK:
+            _CHECKED[checked] = True
+            while len(_CHECKED) > LAYOUT_CACHE_CHUNKS:
+                _CHECKED.popitem(last=False)
+    max_def = descr.max_definition_level
+    codec = chunk.compression
+    key = (path, group, col)
+    with _LOCK:
+        layout = _LAYOUTS.get(key)
+        if layout is not None:
+            _LAYOUTS.move_to_end(key)
+    buf = None
+    if layout is None:  # first read of this chunk: all of it, to walk its page headers
+        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        if start is None or start < 0:
+            raise Unsupported("column chunk without page offsets")
+        size = chunk.total_compressed_size
+        buf = os.pread(fd, size, start)
+        if len(buf) != size:
+            raise Unsupported("column chunk past the end of the file")
+        layout = _layout(buf, start)
+        with _LOCK:
+            _LAYOUTS[key] = layout
+            while len(_LAYOUTS) > LAYOUT_CACHE_CHUNKS:
+                _LAYOUTS.popitem(last=False)
+    if not len(rows):
+        return _to_type(pa.array([], _physical_arrow(physical, descr.length)), arrow_type)
+    first_rows = layout.first_rows
+    if int(rows[-1]) >= int(first_rows[-1]):
+        raise Unsupported("rows past the column chunk's pages")
+    page_of = np.searchsorted(first_rows, rows, side="right") - 1
+    # rows ascend, so each page's rows are one slice
+    cuts = np.flatnonzero(page_of[1:] != page_of[:-1]) + 1
+    needed = page_of[np.concatenate([[0], cuts])]
+    bounds = [0, *cuts.tolist(), len(rows)]
+    if buf is None:  # the layout is known: read only the span of the needed pages
+        lo = layout.pages[int(needed[0])][0]
+        last = layout.pages[int(needed[-1])]
+        span = os.pread(fd, last[0] + last[1] - lo, layout.start + lo)
+        if len(span) != last[0] + last[1] - lo:
+            raise Unsupported("column chunk past the end of the file")
+    else:
+        lo, span = 0, buf
+
+    def dictionary() -> _Dictionary:
+        def page_bytes() -> bytes:
+            if layout.dict_at is None:
+                raise Unsupported("dictionary-encoded page without a dictionary page")
+            data, head, _ = layout.dict_at
+            csize = _int(head, 3, "compressed_page_size")
+            got = buf[data:data + csize] if buf is not None else os.pread(fd, csize, layout.start + data)
+            if len(got) != csize:
+                raise Unsupported("dictionary page past the end of the file")
+            return got
+        return _dictionary(page_bytes, layout.dict_at, codec, physical, descr, key)
+
+    pieces = []
+    for n, p in enumerate(needed.tolist()):
+        data, csize, usize, ptype, sub = layout.pages[p]
+        at = rows[bounds[n]:bounds[n + 1]] - int(first_rows[p])
+        pieces.append(_page_values(span[data - lo:data - lo + csize], csize, usize, ptype, sub, codec, physical,
+                                   descr, max_def, at, int(first_rows[p + 1] - first_rows[p]), dictionary))
+    return _to_type(pa.concat_arrays(pieces) if len(pieces) > 1 else pieces[0], arrow_type)
+
+
+def _page_values(page_data: bytes, csize: int, usize: int, ptype: int, sub: dict, codec: str, physical: str,
+                 descr: Any, max_def: int, at: np.ndarray, page_rows: int, dictionary: Any) -> pa.Array:
+    """Values (null for null) at rows ``at`` (ascending) of one data page (``page_data``: its
+    bytes after the header), as an array of the physical type."""
     encoding = _int(sub, 2 if ptype == DATA_PAGE else 4, "encoding")
     if ptype == DATA_PAGE:
-        page = _decompress(codec, buf[data:data + csize], usize)
+        page = _decompress(codec, page_data, usize)
         pos, end = 0, len(page)
         if max_def:
             if _int(sub, 3, "definition_level_encoding") != RLE:
@@ -418,13 +552,15 @@ def _page_values(buf: bytes, data: int, csize: int, usize: int, ptype: int, sub:
         if rlen != 0 or dlen < 0 or dlen + rlen > csize:
             raise Unsupported("v2 level lengths")
         compressed = sub.get(7, True)
-        body = buf[data + dlen:data + csize]
+        body = page_data[dlen:csize]
         page = _decompress(codec, body, usize - dlen) if compressed is True else bytes(body)
         if compressed is not True and compressed is not False:
             raise Unsupported("v2 is_compressed not a boolean")
-        levels_buf, levels_at, levels_end = buf, data, data + dlen
+        levels_buf, levels_at, levels_end = page_data, 0, dlen
         pos, end = 0, len(page)
     last = int(at[-1])
+    if last >= page_rows:
+        raise Unsupported("row past its page")
     if max_def:
         width = max_def.bit_length()
         levels = _hybrid(levels_buf, levels_at, levels_end, width, last + 1)
@@ -436,7 +572,7 @@ def _page_values(buf: bytes, data: int, csize: int, usize: int, ptype: int, sub:
         valid = present[at]
         k = before[at][valid]
     else:
-        valid = np.ones(len(at), bool)
+        valid = None
         k = at
     if encoding == PLAIN:
         got = _plain(page, pos, end, physical, descr.length, k)
@@ -445,7 +581,7 @@ def _page_values(buf: bytes, data: int, csize: int, usize: int, ptype: int, sub:
             raise Unsupported("dictionary indices missing")
         width = page[pos]
         idx = _hybrid(page, pos + 1, end, width, int(k[-1]) + 1) if len(k) else np.empty(0, np.int64)
-        got = dictionary().get(idx[k]) if len(k) else []
+        got = dictionary().get(idx[k])
     elif encoding == RLE and physical == "BOOLEAN":  # v2 pages' booleans: length-prefixed, width 1
         if pos + 4 > end:
             raise Unsupported("boolean RLE past its page")
@@ -453,16 +589,19 @@ def _page_values(buf: bytes, data: int, csize: int, usize: int, ptype: int, sub:
         if pos + 4 + n > end:
             raise Unsupported("boolean RLE past its page")
         bits = _hybrid(page, pos + 4, pos + 4 + n, 1, int(k[-1]) + 1) if len(k) else np.empty(0, np.int64)
-        got = [bool(v) for v in bits[k].tolist()]
+        got = pa.array(bits[k].astype(np.bool_), pa.bool_())
     else:
         raise Unsupported(f"encoding {encoding}")
-    out, it = [], iter(got)
-    for ok in valid.tolist():
-        out.append(next(it) if ok else None)
-    return out
+    if valid is None or valid.all():
+        return got
+    # nulls where a wanted row has none: a take through null indices
+    where = np.zeros(len(at), np.int64)
+    where[valid] = np.arange(len(got))
+    return got.take(pa.array(where, pa.int64(), mask=~valid))
 
 
-def _dictionary(buf: bytes, dict_at: Any, codec: str, physical: str, descr: Any, key: tuple) -> _Dictionary:
+def _dictionary(page_bytes: Any, dict_at: Any, codec: str, physical: str, descr: Any, key: tuple) -> _Dictionary:
+    """The chunk's decoded dictionary, cached by ``key``; ``page_bytes()`` reads its page when not."""
     with _LOCK:
         hit = _DICTS.get(key)
         if hit is not None:
@@ -479,8 +618,7 @@ def _dictionary(buf: bytes, dict_at: Any, codec: str, physical: str, descr: Any,
     count = _int(sub, 1, "num_values")
     if usize > DICT_MAX_BYTES:
         raise Unsupported(f"dictionary of {usize} bytes")
-    decoded = _Dictionary(_decompress(codec, buf[data:data + _int(head, 3, "compressed_page_size")], usize),
-                          count, physical, descr.length)
+    decoded = _Dictionary(_decompress(codec, page_bytes(), usize), count, physical, descr.length)
     with _LOCK:
         _DICTS[key] = (decoded, decoded.nbytes)
         _DICT_BYTES[0] += decoded.nbytes
@@ -514,10 +652,25 @@ def read_rows(local_path: str, meta: Any, schema: pa.Schema, group: int, rows: l
     """
     rows = np.asarray(rows, np.int64)
     wanted, back = np.unique(rows, return_inverse=True)
-    rg = meta.row_group(group)
-    if len(wanted) and (wanted[0] < 0 or wanted[-1] >= rg.num_rows):
-        raise Unsupported("row outside its group")
+    got = read_file_rows(local_path, meta, schema, [(group, wanted)], columns, leaves)
+    if np.array_equal(wanted, rows):
+        return got
+    back_arr = pa.array(back, pa.int64())
+    return {c: arr.take(back_arr) for c, arr in got.items()}
+
+
+def read_file_rows(local_path: str, meta: Any, schema: pa.Schema, rows_by_group: list[tuple[int, np.ndarray]],
+                   columns: list[str], leaves: dict[str, int] | None = None) -> dict[str, pa.Array]:
+    """Values of leaf ``columns`` (dotted) of a local file at rows of several row groups:
+    ``[(group, rows)]``, each group's rows ascending and distinct. Per column, the groups'
+    values in the order given, concatenated once; the file is opened once.
+
+    Raises :class:`Unsupported` when any of them cannot be read exactly this way.
+    """
     leaves = leaves if leaves is not None else leaf_columns(meta)
+    for group, rows in rows_by_group:
+        if len(rows) and (rows[0] < 0 or rows[-1] >= meta.row_group(group).num_rows):
+            raise Unsupported("row outside its group")
     out = {}
     fd = os.open(local_path, os.O_RDONLY)
     try:
@@ -525,9 +678,10 @@ def read_rows(local_path: str, meta: Any, schema: pa.Schema, group: int, rows: l
             col = leaves.get(c)
             if col is None:
                 raise Unsupported(f"{c} is not a leaf column of the file")
-            arr = _column_rows(fd, local_path, group, col, rg.column(col), meta.schema.column(col),
-                               arrow_type_at(schema, c), wanted)
-            out[c] = arr if np.array_equal(wanted, rows) else arr.take(pa.array(back, pa.int64()))
+            typ, descr = arrow_type_at(schema, c), meta.schema.column(col)
+            pieces = [_column_rows(fd, local_path, group, col, meta.row_group(group).column(col), descr, typ, rows)
+                      for group, rows in rows_by_group]
+            out[c] = pa.concat_arrays(pieces) if len(pieces) != 1 else pieces[0]
     finally:
         os.close(fd)
     return out

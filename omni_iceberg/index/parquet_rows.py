@@ -128,23 +128,24 @@ PAGE_READ_MAX_ROWS = 64
 
 def _read_pages(path: str, meta: Any, schema: pa.Schema, starts: list[int], pos: np.ndarray,
                 group_of: np.ndarray, groups: np.ndarray, columns: list[str]) -> dict[str, pa.Array]:
-    """``read_positions`` through the page reader: each group's rows, then back in asked order."""
+    """``read_positions`` through the page reader: the distinct positions in file order,
+    grouped by row group (each page decoded once for all its rows), then one ``take``
+    per column back to the asked order (repeats included)."""
     from urllib.parse import urlparse
 
     local_path = urlparse(path).path if path.startswith("file:") else path
-    leaves = page_reads.leaf_columns(meta)
-    order = np.argsort(group_of, kind="stable")  # asked rows grouped, in group order
-    pieces: dict[str, list[pa.Array]] = {c: [] for c in columns}
-    for g in groups.tolist():
-        rows = pos[order][group_of[order] == g] - starts[g]
-        got = page_reads.read_rows(local_path, meta, schema, g, rows, columns, leaves)
-        for c in columns:
-            pieces[c].append(got[c])
-    back = pa.array(np.argsort(order, kind="stable"), pa.int64())
+    distinct, back = np.unique(pos, return_inverse=True)  # sorted: file order, so group order too
+    group_at = np.asarray(starts, np.int64)
+    group_of_distinct = np.searchsorted(group_at, distinct, side="right") - 1
+    cuts = np.flatnonzero(group_of_distinct[1:] != group_of_distinct[:-1]) + 1
+    rows_by_group = [(int(g[0]), g_rows - group_at[g[0]])
+                     for g, g_rows in zip(np.split(group_of_distinct, cuts), np.split(distinct, cuts))]
+    got = page_reads.read_file_rows(local_path, meta, schema, rows_by_group, columns, page_reads.leaf_columns(meta))
+    in_order = len(distinct) == len(pos) and bool(np.all(pos[:-1] < pos[1:]))
+    back_arr = None if in_order else pa.array(back, pa.int64())
     out = {}
     for c in columns:
-        arr = pa.concat_arrays(pieces[c]) if len(pieces[c]) > 1 else pieces[c][0]
-        arr = arr if len(groups) == 1 and np.all(order[:-1] < order[1:]) else arr.take(back)
+        arr = got[c] if back_arr is None else got[c].take(back_arr)
         if pa.types.is_large_string(arr.type):
             arr = arr.cast(pa.string())
         out[c] = arr
@@ -169,8 +170,9 @@ FROM_INLINE, FROM_FILE = "inline", "file"
 
 def read_located(files: dict[str, list[tuple[str, Any]]], columns: list[str], io: Any = None
                  ) -> tuple[list[tuple[list[str], dict[str, pa.Array], str]], str]:
-    """Read ``columns`` - and always the id and the batch (a compacted file holds several
-    batches) - of the rows at ``{path: [(id, Location)]}``.
+    """Read ``columns`` - and always the id and the batch (from the file's record when it
+    names one; a compacted file holds several batches, read from it) - of the rows at
+    ``{path: [(id, Location)]}``.
 
     A file whose inline values hold every wanted column is answered from them (no file
     opened; see :mod:`omni_iceberg.index.inline`). The others are read by position,
@@ -195,17 +197,25 @@ def read_located(files: dict[str, list[tuple[str, Any]]], columns: list[str], io
     to_read.sort(key=lambda item: item[0])  # file order: a service reading many ids sees one order
     parallel = len(to_read) > 2
 
+    without_batch = [c for c in wanted_columns if c != BATCH_COLUMN]
+
     def read(item):
         path, wanted = item
+        # a file written by one batch names it in its record: its batch column is not read
+        # (a column of one value, but a page read per row group all the same)
+        batch = wanted[0][1].batch
         # in the pool, one thread per file: pyarrow's own threads per column would only contend
-        return path, wanted, read_positions(path, [loc.position for _, loc in wanted], wanted_columns, io,
-                                            use_threads=not parallel)
+        values = read_positions(path, [loc.position for _, loc in wanted], without_batch if batch else wanted_columns,
+                                io, use_threads=not parallel)
+        if batch:
+            values[BATCH_COLUMN] = pa.array([batch], pa.string()).take(pa.array(np.zeros(len(wanted), np.int64)))
+        return path, wanted, values
 
     done = list(_pool().map(read, to_read)) if parallel else [read(i) for i in to_read]
     for path, wanted, values in done:
         ids = [rid for rid, _ in wanted]
         got = values.get(ID_COLUMN)
-        if got is None or got.to_pylist() != ids:
+        if got is None or not got.equals(pa.array(ids, got.type)):
             return [], f"index entries for {path} point at rows holding other ids"
         out.append((ids, values, FROM_FILE))
     return out, ""
