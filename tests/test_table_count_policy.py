@@ -234,3 +234,52 @@ def test_a_cold_split_waits_while_it_would_pass_the_bound(omni, monkeypatch):
     state = omni.state("web")  # (maintain's re-bucketing may have made a version: no split did)
     assert _count(omni) == 2 and not any(t.key.startswith("g_split_") for t in state.tables)
     assert {pc.table for pc in state.read_parts("w003")} == {pc.table for pc in state.read_parts("w000")}
+
+
+def test_past_the_maintenance_budget_the_merge_is_left_to_the_next_run(omni):
+    version = omni.state("web").version
+    report = maintenance.maintain(omni.store, "web", budget_s=0)  # every task starts past a budget of 0 s
+    task = next(t for t in report.tasks if t.startswith("physical table bound"))
+    assert task == "physical table bound (the view reads at most 5 tables) - not started: past the 0 s budget, " \
+                   "left to the next run"
+    assert report.table_bound is None and _count(omni) == 8 and omni.state("web").version == version
+    report = maintenance.maintain(omni.store, "web")  # the next run, without a budget, merges
+    assert report.table_bound["plan"]["tables_after"] == 5 and _count(omni) == 5
+
+
+def test_a_bad_bound_in_automatic_maintenance_warns_and_the_commit_stands(omni, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(maintenance, "AUTO_MAINTAIN_EVERY", 1)
+    monkeypatch.setenv("OMNI_FAMILY_MAX_TABLES", "0")
+    version = omni.state("web").version
+    omni.submit("web", [str(pages_jsonl(tmp_path, "b", 2))], batch="b", progress=False)
+    assert omni.state("web").version == version + 1 and _count(omni) == 8  # committed; nothing maintained
+    err = capsys.readouterr().err
+    assert "automatic maintenance of aidata.web failed: OMNI_FAMILY_MAX_TABLES='0' (environment): must be >= 2" in err
+
+
+def test_trino_reads_the_whole_width_once_maintain_bounded_the_family_with_the_default(trino, tmp_path, monkeypatch):
+    """The default bound against the measurement it comes from: SELECT * over the view of 61
+    physical tables passes Trino's default cap of 150 stages; after maintain (default bound)
+    it runs as is, and returns what it returned with the cap raised."""
+    from governance import column_groups
+
+    monkeypatch.delenv("OMNI_FAMILY_MAX_TABLES", raising=False)  # the declared default
+    monkeypatch.setattr(column_groups, "GROUP_DUE_TABLES", 10**6)  # only the bound merges here
+    o = Omni(config=trino.config)
+    o.create_table("tb_wide")
+    features = wide_features(60)
+    o.register_features("tb_wide", features)
+    o.submit("tb_wide", [str(pages_jsonl(tmp_path, "a", 4))], batch="a", progress=False)
+    o.backfill("tb_wide", [f.name for f in features], isolation="inline", progress=False)
+    assert len(view_tables(o.state("tb_wide"))) == 61
+    star = "SELECT * FROM omni.aidata.tb_wide ORDER BY _ai_unique_id_"
+    with pytest.raises(Exception, match="exceeds the allowed maximum"):
+        trino.query(star)
+    wide = trino.query(star, session={"query_max_stage_count": "400"})
+    assert len(wide) == 4 and len(wide[0]) == 5 + 60 and all(v is not None for v in wide[0][5:])
+
+    report = o.maintain("tb_wide")
+
+    assert report.table_bound["plan"]["max_tables"] == 40 and report.table_bound["plan"]["tables_after"] == 40
+    assert len(view_tables(o.state("tb_wide"))) == 40
+    assert trino.query(star) == wide  # the default cap: no session property needed any more
