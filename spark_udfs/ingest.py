@@ -455,11 +455,11 @@ class SparkIngest(SparkSessionOwner):
         base = state.base_table
         job = IngestJob(state.table.identifier, batch, report.submit_id, field_map, dict(types), dedup, policy,
                         chunk_rows, chunk_bytes, block_rows)
+        spark = self.spark  # a cluster without executors fails here, before the write is opened
+        ship_python_path(spark)
         writer = store.staged_write(state, base.identifier, base.snapshot_id, report.submit_id,
                                     {"omni.operation": "ingest", "omni.batch": batch,
                                      "omni.submit-id": report.submit_id})
-        spark = self.spark
-        ship_python_path(spark)
         cached: list[Any] = []
         rejects: list[dict[str, Any]] = []
         check = None

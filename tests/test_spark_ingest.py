@@ -270,3 +270,31 @@ def test_uuid_tables_keep_every_row_with_its_own_id(spark, tmp_path):
     assert without_ids("ingest_uuid_spark") == without_ids("ingest_uuid_local")
     ids = omni.read("ingest_uuid_spark", columns=[KEY]).column(KEY).to_pylist()
     assert len(set(ids)) == len(ids) == got.written
+
+
+def test_a_spark_submit_that_loses_the_commit_race_leaves_the_winners_ids_to_it(spark, tmp_path, monkeypatch):
+    """A local submit commits overlapping content between the Spark submit's staging and its commit:
+    the Spark batch is rebased without the ids the winner added (read from the files Spark staged),
+    counted as duplicates; every id stays unique and the index verifies."""
+    from spark_udfs import ingest as I
+
+    omni = Omni(config=spark.config)
+    name = "ingest_race_spark"
+    omni.create_table(name)
+    mine = _jsonl(tmp_path / "mine.jsonl", [{"raw_data": _page(i, "race")} for i in range(10)])
+    theirs = _jsonl(tmp_path / "theirs.jsonl", [{"raw_data": _page(i, "race")} for i in range(6, 15)])
+    commit = I.P.commit_batch
+
+    def lose_the_race(*args, **kwargs):
+        omni.submit(name, [str(theirs)], "theirs", progress=False)  # the winner commits first
+        return commit(*args, **kwargs)
+
+    monkeypatch.setattr(I.P, "commit_batch", lose_the_race)
+    with I.SparkIngest(omni.context, spark=spark.session) as engine:
+        got = engine.submit(name, [str(mine)], "mine")
+    assert (got.read, got.written, got.duplicates) == (10, 6, 4)
+    state = omni.state(name)
+    assert [(b.name, b.rows, b.duplicates) for b in state.batches] == [("theirs", 9, 0), ("mine", 6, 4)]
+    ids = omni.read(name, columns=[KEY]).column(KEY).to_pylist()
+    assert len(ids) == len(set(ids)) == 15
+    assert omni.verify_index(name).ok
