@@ -2,7 +2,8 @@
 
 The core never imports this package: :mod:`spark_udfs.plugin` registers the ``spark``
 engine's capabilities - backfill (:mod:`spark_udfs.engine`), rewrite (:mod:`spark_udfs.rewrite`:
-compaction, re-bucketing, the orphan sweep), sql (:mod:`spark_udfs.sql`) and settings -
+compaction, re-bucketing, the orphan sweep), ingest (:mod:`spark_udfs.ingest`: ``omni submit
+--engine spark``), export (:mod:`spark_udfs.export`), sql (:mod:`spark_udfs.sql`) and settings -
 through the ``omni_iceberg.engines`` entry point. Stages run as one fused
 ``mapInArrow`` pass (:mod:`spark_udfs.arrow_stage`) or, when every feature of a stage
 is a pandas UDF, as Spark pandas UDFs (:mod:`spark_udfs.pandas_stage`).
