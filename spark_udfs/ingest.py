@@ -68,7 +68,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 
-from catalog_ext.contract import BATCH_COLUMN, ID_COLUMN, RAW_CONTENT_FIELD, RAW_STAGE, check_batch_name, split_qualified
+from catalog_ext.contract import (BATCH_COLUMN, ID_COLUMN, RAW_CONTENT_FIELD, RAW_STAGE, check_batch_name,
+                                  split_qualified)
 from catalog_ext.errors import OmniError, SchemaConflictError, SourceError
 from catalog_ext.physical import arrow_type
 from catalog_ext.staging import sweep_stale_branches
@@ -489,7 +490,9 @@ class SparkIngest(SparkSessionOwner):
                 return report
             with session_conf(spark, _DECODE_CONF):
                 self._stage(spark, rows, writer, state)
-            check = WinnerCheck(_BranchIds(writer, report.written), base.snapshot_id) if dedup else None  # type: ignore[arg-type]
+            # the ids the race re-check needs are read back only if the commit is lost
+            ids = _BranchIds(writer, report.written)
+            check = WinnerCheck(ids, base.snapshot_id) if dedup else None  # type: ignore[arg-type]
             new_state = P.commit_batch(store, namespace, table_name_, writer, report, batch, sources, final_types,
                                        command, check)
         except BaseException as e:

@@ -70,10 +70,12 @@ def _inputs(tmp: Path) -> list[tuple[str, list[str], dict]]:
     (html / "sub" / "old.html").write_text(_page(2))  # the raw text of a row of batch a: an earlier batch's
     pq.write_table(pa.table({"text": [_page(0), _page(20, "pq"), _page(21, "pq"), _page(20, "pq"), None],
                              "n": [1, 2, 3, 4, 5]}), tmp / "c.parquet")
+    whole = (tmp / "c.parquet").read_bytes()
+    (tmp / "c-broken.parquet").write_bytes(whole[: len(whole) - 40])  # no footer: one reject naming the file
     again = _jsonl(tmp / "d.jsonl", [{"raw_data": _page(i)} for i in range(0, 8)])  # 0-2, 4, 5 are in batch a
     return [("a", [str(a1), str(a2), str(broken)], {}),
             ("b", [str(html)], {}),
-            ("c", [str(tmp / "c.parquet")], {"field_map": ["text=raw_data"]}),
+            ("c", [str(tmp / "c.parquet"), str(tmp / "c-broken.parquet")], {"field_map": ["text=raw_data"]}),
             ("d", [str(again)], {})]
 
 
@@ -120,8 +122,11 @@ def test_spark_ingest_holds_the_local_engines_rows_ids_rejects_and_counts(spark,
     assert any("expected long, got string" in r for r in reasons)
     assert any("empty raw content" in r for r in reasons)
     assert any(r[0].endswith("a3.jsonl.gz") for r in _rejects(omni, remote, "a"))
-    # one task per file (3 JSONL, 4 pages, 1 Parquet, 1 JSONL); a2 read again with a1's type of score
-    assert engine.tasks == [3, 1, 4, 1, 1]
+    # one task per file (3 JSONL, 4 pages, 2 Parquet, 1 JSONL); a2 read again with a1's type of score
+    assert engine.tasks == [3, 1, 4, 2, 1]
+    # the Parquet file without a footer is one reject (the batch still lands), the null text another
+    assert [r[0] for r in _rejects(omni, remote, "c")] == [str(tmp_path / "c-broken.parquet"),
+                                                             str(tmp_path / "c.parquet")]
     d = omni.state(remote).batch("d")
     assert (d.read, d.rows, d.duplicates) == (8, 3, 5)  # pages 0-2, 4 and 5 came with batch a (3 was rejected)
     # the same ids in both tables, each once
