@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -197,12 +198,20 @@ def test_an_unreachable_master_fails_before_any_work(pg_server, tmp_path, capsys
         from omni_iceberg.engines import lookup
 
         lookup("ingest", "spark")(omni.context, master="spark://127.0.0.1:1").check()
+    # auto on a shared catalog: below OMNI_SPARK_THRESHOLD_BYTES (1 TiB by default) it stays local
+    code = main([*config, "--json", "submit", "unreachable_web", str(tmp_path / "x.jsonl"), "--batch", "auto",
+                 "--engine", "auto"])
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["written"] == 1
+    size = (tmp_path / "x.jsonl").stat().st_size
+    assert f"--engine auto: local (the sources weigh {size} B, below the Spark threshold of {1 << 40} B)" \
+        in captured.err
 
 
-def _omni_cli(config, *args: str) -> subprocess.CompletedProcess:
+def _omni_cli(config, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "omni_iceberg.cli", "--catalog", config.catalog_uri, "--warehouse",
                            config.warehouse, "--home", str(config.home), *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=900, env={**os.environ, **(env or {})})
 
 
 def test_spark_submit_on_a_cluster_gives_the_local_engines_batch(pg_server, tmp_path):
@@ -221,11 +230,17 @@ def test_spark_submit_on_a_cluster_gives_the_local_engines_batch(pg_server, tmp_
     for batch, sources in (("a", a_sources), ("b", b_sources)):
         omni.submit("cluster_local", sources, batch, progress=False)
     with SparkTestCluster(tmp_path / "spark") as cluster:
+        # batch b through auto, with a threshold its pages reach
         done = [_omni_cli(config, "--json", "--no-progress", "submit", "cluster_spark", *sources, "--batch", batch,
-                          "--engine", "spark", "--spark-master", cluster.master_url)
-                for batch, sources in (("a", a_sources), ("b", b_sources))]
+                          "--engine", engine, "--spark-master", cluster.master_url,
+                          env={"OMNI_SPARK_THRESHOLD_BYTES": "1"})
+                for batch, sources, engine in (("a", a_sources, "spark"), ("b", b_sources, "auto"))]
         for d in done:
             assert d.returncode == 0, d.stderr[-6000:] + cluster.logs()
+    assert "--engine auto: spark (the sources weigh" in done[1].stderr
+    table = omni.catalog.load_table(omni.state("cluster_spark").base_table.identifier)
+    assert {s.summary.additional_properties.get("omni.batch") for s in table.snapshots()
+            if s.summary.additional_properties.get("omni.ingest-part") == "spark"} == {"a", "b"}
     for (batch, _), d in zip((("a", None), ("b", None)), done):
         got, want = json.loads(d.stdout), omni.state("cluster_local").batch(batch)
         assert (got["read"], got["written"], got["duplicates"], got["rejected"]) == \
