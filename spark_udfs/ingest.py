@@ -36,6 +36,13 @@ fields, one of them a field an earlier file typed, may name the other field in i
 reject (same count); and a new field that only duplicates of other rows hold becomes a
 (null) column all the same.
 
+What it costs beyond the local engine's work: the read job's output (the batch's accepted
+rows as Arrow chunks) is persisted by Spark - memory, then the executors' local disk - from
+the read until the write, because the types and new fields must be known from every file's
+summary before a row is decoded into the table's struct; the rows are shuffled twice (by id
+for the dedup, by bucket for the write); and each submit runs a few Spark jobs (read, count,
+write), a fixed cost of seconds (see benchmarks/spark_ingest.py for this machine's figures).
+
 Against earlier batches the embedded LMDB id index is not asked: executors cannot open
 the driver's index, so Spark reads every id of the base table (one column, pruned by
 nothing) - the cost grows with the table, like the local engine's "scan" fallback
