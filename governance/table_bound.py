@@ -140,7 +140,7 @@ def plan_table_bound(store: Any, name: str, *, max_tables: int | None = None,
                         key=lambda k: (used[k], order[k]))
 
     def after(k: int) -> tuple[int, Any]:
-        if k < 2:
+        if k < 1:
             return len(counted), None
         # plan_column_groups on the prefix (narrow or not): the regroup that will run
         p = plan_column_groups(store, state.table.identifier, tables=candidates[:k])
@@ -148,8 +148,9 @@ def plan_table_bound(store: Any, name: str, *, max_tables: int | None = None,
         return len((counted - gone) | {m.group_key for m in p.moves}), p
 
     # the count falls (or stays) as the prefix grows: each member leaves one table, and a new
-    # group takes at least two - so the shortest prefix meeting the bound is found by halving
-    lo, hi = 2, len(candidates)
+    # group takes at least two - so the shortest prefix meeting the bound is found by halving.
+    # One table can be enough: it joins an existing group of its kind (alone it makes none)
+    lo, hi = 1, len(candidates)
     best = after(hi)
     if best[0] > bound:
         chosen = best

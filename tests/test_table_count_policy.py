@@ -283,3 +283,13 @@ def test_trino_reads_the_whole_width_once_maintain_bounded_the_family_with_the_d
     assert report.table_bound["plan"]["max_tables"] == 40 and report.table_bound["plan"]["tables_after"] == 40
     assert len(view_tables(o.state("tb_wide"))) == 40
     assert trino.query(star) == wide  # the default cap: no session property needed any more
+
+
+def test_the_fewest_tables_merge_one_joins_an_existing_group(omni):
+    from governance.table_bound import bound_tables
+
+    first = bound_tables(omni.store, "web", max_tables=7, reads=[])  # a new group takes two: 8 - 2 + 1
+    assert len(first["plan"]["merge"]) == 2 and _count(omni) == 7
+    plan = plan_table_bound(omni.store, "web", max_tables=6, reads=[])
+    group = next(iter(first["plan"]["groups"]))
+    assert len(plan.merge) == 1 and plan.tables_after == 6 and list(plan.groups) == [group]  # into the same group
