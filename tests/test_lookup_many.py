@@ -106,5 +106,5 @@ def test_the_ids_asked_fall_in_many_groups_and_pages(table):
         start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
         with open(path, "rb") as f:
             f.seek(start)
-            layout = page_reads._layout(f.read(chunk.total_compressed_size), start)
-        assert len(layout.pages) >= 2, layout.first_rows
+            layout = page_reads._layout(f.read(chunk.total_compressed_size), start, row=meta.row_group(0).num_rows)
+        assert layout.complete and len(layout.pages) >= 2, layout.first_rows
