@@ -323,15 +323,21 @@ def group_files(todo: list[Any], slots: int, group_bytes: int | None = None) -> 
         return [[one] for one in todo]
     wanted = min(len(todo), max(slots, -(-sum(t.size for t, _ in todo) // (group_bytes or GROUP_BYTES))))
     # a file weighs its bytes plus one (opening a file costs something too, and empty files
-    # must still spread); each goes to the group its middle falls in
+    # must still spread). A group closes once it holds its share of what is left, so a big
+    # file does not leave the small ones after it bunched in a few tasks
     weights = [t.size + 1 for t, _ in todo]
-    share = sum(weights) / wanted
-    groups: list[list[Any]] = [[] for _ in range(wanted)]
-    before = 0
+    groups: list[list[Any]] = []
+    current: list[Any] = []
+    held, left = 0, sum(weights)
     for one, weight in zip(todo, weights):
-        groups[min(wanted - 1, int((before + weight / 2) / share))].append(one)
-        before += weight
-    return [g for g in groups if g]
+        open_groups = wanted - len(groups)
+        if current and open_groups > 1 and held + weight / 2 > (held + left) / open_groups:
+            groups.append(current)
+            current, held = [], 0
+        current.append(one)
+        held += weight
+        left -= weight
+    return groups + [current]
 
 
 def source_bytes(sources: list[str], kind: str | None = None, follow_links: bool = False) -> int:

@@ -5,7 +5,8 @@ through the local engine, one through the Spark engine on the suite's Spark sess
 holds them equal batch by batch: JSONL files with duplicates inside a file and across
 files, a bad line, an empty record, a truncated gzip file, and a field whose type the
 first file fixes and the second contradicts (the second file is read again with it); an
-HTML folder; a Parquet file; and a batch re-submitting earlier content. The cluster test runs
+HTML folder; a Parquet file and one without its footer; a batch re-submitting earlier
+content; a real crawl's WARC files; CSV with a short row; a code tree with a binary file. The cluster test runs
 ``omni submit --engine spark`` as a user does, on the suite's standalone cluster
 (:class:`tests.services.spark_cluster.SparkTestCluster`). The CLI tests check the flags and
 their errors without starting a JVM.
@@ -29,6 +30,7 @@ from catalog_ext.errors import ConfigError, RejectLimitExceededError
 from omni_iceberg.api import Omni
 from omni_iceberg.cli import main
 from omni_iceberg.cli.parser import build_parser
+from omni_iceberg.demo import corpora
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "_ai_unique_id_"
@@ -74,10 +76,21 @@ def _inputs(tmp: Path) -> list[tuple[str, list[str], dict]]:
     whole = (tmp / "c.parquet").read_bytes()
     (tmp / "c-broken.parquet").write_bytes(whole[: len(whole) - 40])  # no footer: one reject naming the file
     again = _jsonl(tmp / "d.jsonl", [{"raw_data": _page(i)} for i in range(0, 8)])  # 0-2, 4, 5 are in batch a
+    # the other readers: WARC files (a real crawl), CSV with a bad row, a code tree with a binary file
+    warcs = [str(w) for w in sorted(corpora.fetch("pywb-warcs").rglob("*.warc.gz"))]
+    (tmp / "e.csv").write_text('text,k\n"csv one",1\n"csv two",x\n"csv one",3\n"csv three"\n')
+    code = tmp / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "main.py").write_text("print('hello')\n")
+    (code / "pkg" / "util.py").write_text("def f():\n    return 1\n")
+    (code / "pkg" / "blob.c").write_text("int x;\x00\n")
     return [("a", [str(a1), str(a2), str(broken)], {}),
             ("b", [str(html)], {}),
             ("c", [str(tmp / "c.parquet"), str(tmp / "c-broken.parquet")], {"field_map": ["text=raw_data"]}),
-            ("d", [str(again)], {})]
+            ("d", [str(again)], {}),
+            ("e", warcs, {}),
+            ("f", [str(tmp / "e.csv")], {"field_map": ["text=raw_data"]}),
+            ("g", [str(code)], {})]
 
 
 def _rows(omni: Omni, name: str, batch: str) -> list[dict]:
@@ -123,8 +136,11 @@ def test_spark_ingest_holds_the_local_engines_rows_ids_rejects_and_counts(spark,
     assert any("expected long, got string" in r for r in reasons)
     assert any("empty raw content" in r for r in reasons)
     assert any(r[0].endswith("a3.jsonl.gz") for r in _rejects(omni, remote, "a"))
-    # one task per file (3 JSONL, 4 pages, 2 Parquet, 1 JSONL); a2 read again with a1's type of score
-    assert engine.tasks == [3, 1, 4, 2, 1]
+    # one task per file (3 JSONL, 4 pages, 2 Parquet, 1 JSONL, 1 CSV, 3 code files), but the 10 WARC
+    # files are more than 4 tasks for each of the session's 2 cores: they share tasks of about equal
+    # bytes (one file holds 96% of them: 3 tasks); a2 read again with a1's type of score
+    assert engine.tasks == [3, 1, 4, 2, 1, 3, 1, 3]
+    assert engine.files == [3, 1, 4, 2, 1, 10, 1, 3]
     # the Parquet file without a footer is one reject (the batch still lands), the null text another
     assert [r[0] for r in _rejects(omni, remote, "c")] == [str(tmp_path / "c-broken.parquet"),
                                                              str(tmp_path / "c.parquet")]
@@ -150,7 +166,7 @@ def test_spark_ingest_holds_the_local_engines_rows_ids_rejects_and_counts(spark,
     assert not [r for r in table.metadata.refs if r.startswith("omni-stage")]
     pinned = table.snapshot_by_id(base.snapshot_id)  # the commit pins Spark's append itself, nothing on top
     assert pinned.summary.additional_properties.get("omni.ingest-part") == "spark"
-    assert pinned.summary.additional_properties.get("omni.batch") == "d"
+    assert pinned.summary.additional_properties.get("omni.batch") == "g"  # the last batch
     assert omni.verify_index(remote).ok and omni.verify_index(local).ok
     engine.close()
 
