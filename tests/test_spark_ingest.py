@@ -195,8 +195,10 @@ def test_the_embedded_catalog_refuses_spark_and_auto_stays_local(embedded, tmp_p
     assert "was given for engine 'local'" in capsys.readouterr().err
     assert not embedded.state("web").batches  # nothing committed by either
     assert main([*home, "--json", "submit", "web", src, "--batch", "auto", "--engine", "auto"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
     assert (out["read"], out["written"], out["duplicates"]) == (6, 5, 1)
+    assert "--engine auto: local (Spark cannot run here: the catalog is embedded SQLite" in captured.err
 
 
 def test_an_unreachable_master_fails_before_any_work(pg_server, tmp_path, capsys):

@@ -145,7 +145,8 @@ def _submit_engine(args, omni) -> Any:
     if blocker:
         if engine == "spark":
             raise ConfigError(f"omni submit --engine spark cannot run here: {blocker}")
-        return None  # auto: Spark cannot run here
+        print(f"omni: --engine auto: local (Spark cannot run here: {blocker})", file=sys.stderr)
+        return None
     runner = lookup("ingest", "spark")(omni.context, master=master)
     runner.check()  # an unreachable master fails before any work
     if engine == "auto":
