@@ -176,9 +176,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "time an automatic maintain may take before it stops between steps", "seconds", 0),
     _s("OMNI_GROUP_DUE_TABLES", "int", 8, "governance",
        "maintain regroups feature tables once a family has this many", "tables", 2),
-    # 40, not 50: Trino's SELECT * over the view passes its default cap of 150 stages near 50
-    # physical tables (2-3 stages per table lookup: README, "What a query on the view costs");
-    # the rest is headroom for the stages of the query's own joins and aggregates
+    # 40, not 50: Trino plans SELECT * over the view as 3 stages per physical table, so it passes
+    # its default cap of 150 stages at 50 tables and is refused at 51 (benchmarks/RESULTS.md
+    # #table_bound); the rest is headroom for the stages of the query's own joins and aggregates
     _s("OMNI_FAMILY_MAX_TABLES", "int", 40, "governance",
        "maintain merges the least-read feature tables into column groups while the view reads more physical "
        "tables than this (Trino's SELECT * passes its default 150-stage cap near 50)", "tables", 2),
