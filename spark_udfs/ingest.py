@@ -43,6 +43,12 @@ summary before a row is decoded into the table's struct; the rows are shuffled t
 for the dedup, by bucket for the write); and each submit runs a few Spark jobs (read, count,
 write), a fixed cost of seconds (see benchmarks/spark_ingest.py for this machine's figures).
 
+Faults: a file the driver listed that is gone (or unreadable) when its task opens it is one
+reject naming it ("cannot read file: ..."), as in the local engine; the rest of the batch lands.
+A task that dies midway (its Python worker or executor killed) is Spark's to run again: a task's
+rows and summary are one output that Spark keeps only from an attempt that finished, so a retry
+neither duplicates nor loses rows (``test_spark_ingest`` kills one task on the standalone cluster).
+
 Against earlier batches the embedded LMDB id index is not asked: executors cannot open
 the driver's index, so Spark reads every id of the base table (one column, pruned by
 nothing) - the cost grows with the table, like the local engine's "scan" fallback
@@ -139,6 +145,8 @@ class IngestJob:
     chunk_rows: int
     chunk_bytes: int
     block_rows: int
+    #: TEST HOOK, None outside the fault tests: a marker file; see :func:`_test_kill_once`
+    test_kill_marker: str | None = None
 
 
 @dataclass
@@ -262,6 +270,20 @@ def read_file(job: IngestJob, task: FileTask, given: dict[str, str]) -> Iterator
     yield "summary", pickle.dumps(result)
 
 
+def _test_kill_once(marker: str | None) -> None:
+    """TEST HOOK of the fault tests (``IngestJob.test_kill_marker``, None otherwise: nothing runs).
+    The first task to claim the marker file - by removing it, which only one remover can - ends
+    its Python worker at once, midway through its output, as a killed executor loses a task.
+    Spark then runs the task again; the marker is gone, so the retry goes through."""
+    if marker is None:
+        return
+    try:
+        os.remove(marker)
+    except FileNotFoundError:
+        return
+    os._exit(17)
+
+
 def _read_partition(shared: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body of the first job: each input row names one file (and the types it is given)."""
     job = shared.value
@@ -273,6 +295,8 @@ def _read_partition(shared: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[
                     yield pa.RecordBatch.from_arrays(
                         [pa.array([task.index], pa.int32()), pa.array([kind]), pa.array([payload], pa.binary())],
                         schema=schema)
+                    if kind == "rows":
+                        _test_kill_once(job.test_kill_marker)
 
 
 def _decode_partition(columns: list[tuple[str, str]], batch: str,
@@ -425,6 +449,8 @@ class SparkIngest(SparkSessionOwner):
         #: Spark tasks and files of each read job (a second job reads some files again)
         self.tasks: list[int] = []
         self.files: list[int] = []
+        #: TEST HOOK, None outside the fault tests (see :func:`_test_kill_once`)
+        self.test_kill_marker: str | None = None
 
     def check(self) -> None:
         """Fail before any work when the master does not answer (a ConfigError, exit 2)."""
@@ -468,7 +494,7 @@ class SparkIngest(SparkSessionOwner):
         dedup = state.table.id_mode == "md5"
         base = state.base_table
         job = IngestJob(state.table.identifier, batch, report.submit_id, field_map, dict(types), dedup, policy,
-                        chunk_rows, chunk_bytes, block_rows)
+                        chunk_rows, chunk_bytes, block_rows, self.test_kill_marker)
         spark = self.spark  # a cluster without executors fails here, before the write is opened
         ship_python_path(spark)
         writer = store.staged_write(state, base.identifier, base.snapshot_id, report.submit_id,

@@ -9,7 +9,8 @@ HTML folder; a Parquet file and one without its footer; a batch re-submitting ea
 content; a real crawl's WARC files; CSV with a short row; a code tree with a binary file. The cluster test runs
 ``omni submit --engine spark`` as a user does, on the suite's standalone cluster
 (:class:`tests.services.spark_cluster.SparkTestCluster`). The CLI tests check the flags and
-their errors without starting a JVM.
+their errors without starting a JVM. The fault test, on the same cluster, deletes a file after
+the driver listed it and kills one task's Python worker once (a marker-file test hook).
 """
 
 from __future__ import annotations
@@ -336,3 +337,86 @@ def test_a_spark_submit_that_loses_the_commit_race_leaves_the_winners_ids_to_it(
     ids = omni.read(name, columns=[KEY]).column(KEY).to_pylist()
     assert len(ids) == len(set(ids)) == 15
     assert omni.verify_index(name).ok
+
+
+#: what the fault test's child process runs: the Spark engine on the cluster, with the two faults armed
+_FAULTS_SCRIPT = r'''
+import json, os, sys
+from catalog_ext.config import OmniConfig
+from omni_iceberg.api import Omni
+from spark_udfs import ingest as I
+
+args = json.loads(sys.argv[1])
+omni = Omni(config=OmniConfig.resolve(catalog=args["catalog"], warehouse=args["warehouse"], home=args["home"],
+                                      catalog_name="omni"))
+listing = I.plan_files
+
+
+def list_then_lose(sources, kind, policy):
+    # the driver listed the file; it is gone before any task opens it
+    planned = listing(sources, kind, policy)
+    if args["gone"] in sources:
+        os.remove(args["gone"])
+    return planned
+
+
+I.plan_files = list_then_lose
+out = {}
+with I.SparkIngest(omni.context, master=args["master"]) as engine:
+    gone = engine.submit("faults_spark", args["gone_sources"], "gone")
+    engine.test_kill_marker = args["marker"]
+    killed = engine.submit("faults_spark", args["killed_sources"], "killed", chunk_rows=10)
+    for name, r in (("gone", gone), ("killed", killed)):
+        out[name] = {k: getattr(r, k) for k in ("read", "written", "duplicates", "rejected")}
+    out["tasks"] = engine.tasks
+print(json.dumps(out))
+'''
+
+
+def test_spark_ingest_survives_a_lost_file_and_a_killed_task_on_a_cluster(pg_server, tmp_path):
+    """Faults on the standalone cluster, in one Spark application (a child process, as a user runs it):
+    a file the driver listed that is deleted before its task reads it ends as ONE reject naming it and
+    the rest lands; a task whose Python worker dies after sending some rows (the test hook, armed by a
+    marker file) is run again by Spark, and the batch holds no duplicate and loses nothing."""
+    from catalog_ext.config import OmniConfig
+    from tests.services.spark_cluster import SparkTestCluster
+
+    config = OmniConfig.resolve(catalog=pg_server.sqlalchemy_uri, warehouse=(tmp_path / "wh").as_uri(),
+                                home=tmp_path / "home", catalog_name="omni")
+    omni = Omni(config=config)
+    for name in ("faults_local", "faults_spark"):
+        omni.create_table(name)
+    a1, a2, a3 = _inputs(tmp_path)[0][1]
+    # 6 files of 30 records, each file's last 10 pages repeating the next file's first 10
+    killed = [str(_jsonl(tmp_path / f"k{f}.jsonl", [{"raw_data": _page(i, "kill"), "n": i}
+                                                    for i in range(f * 20, f * 20 + 30)])) for f in range(6)]
+    # the local engine's batches: the same files, without the one that disappears
+    want_gone = omni.submit("faults_local", [a1, a3], "gone", progress=False)
+    want_killed = omni.submit("faults_local", killed, "killed", progress=False)
+    marker = tmp_path / "kill-one-task"
+    marker.write_text("armed")
+    args = {"catalog": config.catalog_uri, "warehouse": config.warehouse, "home": str(config.home),
+            "gone": a2, "gone_sources": [a1, a2, a3], "killed_sources": killed, "marker": str(marker)}
+    with SparkTestCluster(tmp_path / "spark") as cluster:
+        args["master"] = cluster.master_url
+        done = subprocess.run([sys.executable, "-c", _FAULTS_SCRIPT, json.dumps(args)], cwd=REPO,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-6000:] + cluster.logs()
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    # the lost file: one more read and one more reject than the local engine without it, the rest equal
+    assert not Path(a2).exists()
+    assert got["gone"] == {"read": want_gone.read + 1, "written": want_gone.written,
+                           "duplicates": want_gone.duplicates, "rejected": want_gone.rejected + 1}
+    assert _rows(omni, "faults_spark", "gone") == _rows(omni, "faults_local", "gone")
+    extra = sorted(set(_rejects(omni, "faults_spark", "gone")) - set(_rejects(omni, "faults_local", "gone")))
+    assert extra == [(a2, None, None, None, "cannot read file: No such file or directory")]
+    # the killed task: the hook claimed the marker (one worker died), Spark retried, the batch is whole
+    assert not marker.exists()
+    assert "Lost task" in done.stderr  # Spark's scheduler saw the task fail (and ran it again)
+    assert got["killed"] == {"read": 180, "written": 130, "duplicates": 50, "rejected": 0}
+    assert (want_killed.read, want_killed.written, want_killed.duplicates) == (180, 130, 50)
+    assert _rows(omni, "faults_spark", "killed") == _rows(omni, "faults_local", "killed")
+    ids = omni.read("faults_spark", columns=[KEY], batches=["killed"]).column(KEY).to_pylist()
+    assert len(ids) == len(set(ids)) == 130
+    assert got["tasks"] == [3, 6]  # one task a file: the killed one is one of six, retried in place
+    assert omni.verify_index("faults_spark").ok
