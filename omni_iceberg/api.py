@@ -163,17 +163,68 @@ class Omni:
     # ---- add rows -----------------------------------------------------------------------
     def submit(self, name: str, sources: list[str], batch: str, *, field_map: dict[str, str] | list[str] | None = None,
                kind: str | None = None, max_reject_ratio: float | None = None, progress: bool | None = None,
-               command: str = "", follow_links: bool = False) -> SubmitReport:
+               command: str = "", follow_links: bool = False, engine: str = "local",
+               spark_master: str | None = None) -> SubmitReport:
         """Ingest ``sources`` as batch ``batch``; returns counts and the new logical version.
 
         ``follow_links`` reads symbolic links in a submitted folder that lead out of it;
-        by default each is a reject naming it.
+        by default each is a reject naming it. ``engine``: ``local`` (this process), ``spark``
+        (``spark_master``: ``spark://host:port``, default ``local[2]``) or ``auto``, as
+        ``omni submit --engine`` (:meth:`ingest_engine` says which; the same rows either way).
         """
         ns, table = split_qualified(name)
+        command = command or f"submit {ns}.{table} --batch {batch}"
+        runner, note = self.ingest_engine(engine, [str(s) for s in sources], spark_master=spark_master, kind=kind,
+                                          follow_links=follow_links)
+        if note:
+            import logging
+
+            logging.getLogger("omni_iceberg").info(note)
+        if runner is not None:
+            with runner:
+                return runner.submit(name, [str(s) for s in sources], batch, field_map=field_map, kind=kind,
+                                     max_reject_ratio=max_reject_ratio, command=command, follow_links=follow_links)
         return submit(self.store, ns, table, [str(s) for s in sources], batch, field_map=field_map, kind=kind,
-                      max_reject_ratio=max_reject_ratio, progress=progress,
-                      command=command or f"submit {ns}.{table} --batch {batch}", follow_links=follow_links,
-                      spill_dir=str(self.config.home / "spill"))
+                      max_reject_ratio=max_reject_ratio, progress=progress, command=command,
+                      follow_links=follow_links, spill_dir=str(self.config.home / "spill"))
+
+    def ingest_engine(self, engine: str, sources: list[str], *, spark_master: str | None = None,
+                      kind: str | None = None, follow_links: bool = False) -> tuple[Any, str | None]:
+        """(the Spark ``ingest`` engine ``engine`` asks for, master checked - or None for this
+        process; a note saying why, for ``auto``).
+
+        ``auto``: local where Spark cannot run (the embedded catalog, no pyspark), else Spark when
+        the source files weigh ``OMNI_SPARK_THRESHOLD_BYTES`` or more. An unreachable master, a
+        master for the local engine or ``spark`` where Spark cannot run is a ConfigError before any work.
+        """
+        from catalog_ext.errors import ConfigError
+
+        if engine not in ("local", "spark", "auto"):
+            raise ConfigError(f"unknown submit engine {engine!r}: local, spark or auto")
+        if engine == "local":
+            if spark_master:
+                raise ConfigError(f"a Spark master ({spark_master}) was given for engine 'local': use --engine spark")
+            return None, None
+        from omni_iceberg.engines import lookup, unavailable
+
+        blocker = unavailable("ingest", "spark", self.config)
+        if blocker:
+            if engine == "spark":
+                raise ConfigError(f"omni submit --engine spark cannot run here: {blocker}")
+            return None, f"--engine auto: local (Spark cannot run here: {blocker})"
+        runner = lookup("ingest", "spark")(self.context, master=spark_master)
+        runner.check()  # an unreachable master fails before any work
+        if engine == "spark":
+            return runner, None
+        from catalog_ext import settings
+
+        size, threshold = runner.source_bytes(sources, kind, follow_links), \
+            int(settings.value("OMNI_SPARK_THRESHOLD_BYTES"))
+        if size < threshold:
+            runner.close()
+            return None, (f"--engine auto: local (the sources weigh {size} B, below the Spark threshold of "
+                          f"{threshold} B)")
+        return runner, f"--engine auto: spark (the sources weigh {size} B, at or above {threshold} B)"
 
     # ---- look ---------------------------------------------------------------------------
     def status(self, name: str, as_of: int | str | None = None) -> dict[str, Any]:

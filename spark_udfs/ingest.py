@@ -364,8 +364,20 @@ def group_files(todo: list[Any], slots: int, group_bytes: int | None = None) -> 
     return groups + [current]
 
 
+def refuse_url_sources(sources: list[str]) -> None:
+    """A SourceError naming the first ``s3://`` (or other URL) source: the readers open local paths
+    only, and alone would say "source not found: s3:/lake/..." (a path that was never given)."""
+    for path in sources:
+        if "://" in path:
+            raise SourceError(
+                f"source {path}: omni submit reads local or shared-folder paths only, on either engine; "
+                "s3:// and other URL sources are not supported yet - mount the bucket on every machine "
+                "(the driver and the executors) and submit the mounted folder")
+
+
 def source_bytes(sources: list[str], kind: str | None = None, follow_links: bool = False) -> int:
     """What the files of ``sources`` weigh on disk (``--engine auto``'s measure)."""
+    refuse_url_sources(sources)
     return sum(e.size for e in plan_files(sources, kind, ReadPolicy(follow_links=follow_links))
                if isinstance(e, FileTask))
 
@@ -481,6 +493,7 @@ class SparkIngest(SparkSessionOwner):
             report.read, report.written = committed.read, committed.rows
             report.duplicates, report.rejected = committed.duplicates, committed.rejected
             return report
+        refuse_url_sources(sources)
         for path in sources:  # fail before any work when a source is missing or unknown
             reader_for(path, kind)
         sweep_stale_branches(store.catalog, state, table_keys=[state.base_table.key])

@@ -133,33 +133,11 @@ def _submit_engine(args, omni) -> Any:
     ``auto``: local where Spark cannot run (the embedded catalog, no pyspark), else Spark when
     the source files weigh OMNI_SPARK_THRESHOLD_BYTES or more. Said on stderr when not local.
     """
-    engine = getattr(args, "engine", "local")
-    master = getattr(args, "spark_master", None)
-    if engine == "local":
-        if master:
-            raise ConfigError(f"a Spark master ({master}) was given for engine 'local': use --engine spark")
-        return None
-    from omni_iceberg.engines import lookup, unavailable
-
-    blocker = unavailable("ingest", "spark", omni.config)
-    if blocker:
-        if engine == "spark":
-            raise ConfigError(f"omni submit --engine spark cannot run here: {blocker}")
-        print(f"omni: --engine auto: local (Spark cannot run here: {blocker})", file=sys.stderr)
-        return None
-    runner = lookup("ingest", "spark")(omni.context, master=master)
-    runner.check()  # an unreachable master fails before any work
-    if engine == "auto":
-        from catalog_ext import settings
-
-        size, threshold = runner.source_bytes(args.sources, args.kind, args.follow_links), \
-            int(settings.value("OMNI_SPARK_THRESHOLD_BYTES"))
-        if size < threshold:
-            print(f"omni: --engine auto: local (the sources weigh {size} B, below the Spark threshold of "
-                  f"{threshold} B)", file=sys.stderr)
-            runner.close()
-            return None
-        print(f"omni: --engine auto: spark (the sources weigh {size} B, at or above {threshold} B)", file=sys.stderr)
+    runner, note = omni.ingest_engine(getattr(args, "engine", "local"), args.sources,
+                                      spark_master=getattr(args, "spark_master", None), kind=args.kind,
+                                      follow_links=args.follow_links)
+    if note:
+        print(f"omni: {note}", file=sys.stderr)
     return runner
 
 
