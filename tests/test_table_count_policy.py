@@ -293,3 +293,12 @@ def test_the_fewest_tables_merge_one_joins_an_existing_group(omni):
     plan = plan_table_bound(omni.store, "web", max_tables=6, reads=[])
     group = next(iter(first["plan"]["groups"]))
     assert len(plan.merge) == 1 and plan.tables_after == 6 and list(plan.groups) == [group]  # into the same group
+
+
+def test_advise_apply_runs_the_planned_merge(omni):
+    rows = _rows(omni)
+    advice = omni.advise("web", apply=True)
+    [applied] = advice.applied
+    assert applied["kind"] == "bound" and applied["report"]["plan"]["merge"] == advice.proposals[0].tables
+    assert _count(omni) == 5 and _rows(omni) == rows
+    assert not omni.advise("web").proposals  # under the bound: nothing more to propose
