@@ -429,7 +429,7 @@ def test_spark_ingest_survives_a_lost_file_and_a_killed_task_on_a_cluster(pg_ser
     marker.write_text("armed")
     args = {"catalog": config.catalog_uri, "warehouse": config.warehouse, "home": str(config.home),
             "gone": a2, "gone_sources": [a1, a2, a3], "killed_sources": killed, "marker": str(marker)}
-    with SparkTestCluster(tmp_path / "spark") as cluster:
+    with SparkTestCluster(tmp_path / "spark", workers=2, cores=1) as cluster:  # 2 workers of 1 core
         args["master"] = cluster.master_url
         done = subprocess.run([sys.executable, "-c", _FAULTS_SCRIPT, json.dumps(args)], cwd=REPO,
                               capture_output=True, text=True, timeout=900)

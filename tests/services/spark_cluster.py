@@ -71,6 +71,7 @@ class StandaloneCluster:
     webui_port: int = 8080
     worker_cores: int = 1
     worker_memory: str = "1g"
+    workers: int = 1  # each with worker_cores cores (2 workers: a task can be retried on the other)
     gpus: int = 0
     gpu_discovery_script: str | None = None
     root: Path | None = None  # logs and work dir; a temp folder by default
@@ -111,12 +112,13 @@ class StandaloneCluster:
                     raise ConfigError("a worker with gpus needs gpu_discovery_script (prints the GPU addresses as JSON)")
                 worker_opts = [f"-Dspark.worker.resource.gpu.amount={self.gpus}",
                                f"-Dspark.worker.resource.gpu.discoveryScript={self.gpu_discovery_script}"]
-            self._spawn("worker", [WORKER_CLASS, "--host", self.host, "--cores", str(self.worker_cores),
+            for name in self.worker_names():
+                self._spawn(name, [WORKER_CLASS, "--host", self.host, "--cores", str(self.worker_cores),
                                    "--memory", self.worker_memory, "--webui-port", str(free_port(self.host)),
                                    "--work-dir", str(self.root / "work"), self.master_url],
-                        {"SPARK_WORKER_OPTS": " ".join(worker_opts)})
-            self._wait(lambda: any(w.get("state") == "ALIVE" for w in self.status().get("workers", [])),
-                       timeout_s, "the worker to register with the master")
+                            {"SPARK_WORKER_OPTS": " ".join(worker_opts)})
+            alive = lambda: sum(w.get("state") == "ALIVE" for w in self.status().get("workers", []))  # noqa: E731
+            self._wait(lambda: alive() >= self.workers, timeout_s, f"{self.workers} worker(s) to register")
         except BaseException:
             self.stop()
             raise
@@ -124,7 +126,7 @@ class StandaloneCluster:
 
     def stop(self) -> None:
         """End the worker (and its executors), then the master; only the processes this object started."""
-        for name in ("worker", "master"):
+        for name in (*self.worker_names(), "master"):
             proc = self._procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
@@ -150,6 +152,9 @@ class StandaloneCluster:
         return path.read_text(errors="replace")[-chars:] if path and path.exists() else ""
 
     # ---- helpers -----------------------------------------------------------------------------
+    def worker_names(self) -> list[str]:
+        return ["worker"] + [f"worker-{k}" for k in range(2, self.workers + 1)]
+
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str]) -> None:
         from spark_udfs.session import FAST_JVM_FLAGS
 
@@ -182,7 +187,7 @@ class StandaloneCluster:
 class SparkTestCluster:
     """Context manager: start on enter, always stop on exit (and at interpreter exit)."""
 
-    def __init__(self, root: Path, *, fake_gpus: int = 0, cores: int = 2, memory: str = "1g"):
+    def __init__(self, root: Path, *, fake_gpus: int = 0, cores: int = 2, memory: str = "1g", workers: int = 1):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         script = None
@@ -192,6 +197,7 @@ class SparkTestCluster:
             script.write_text("#!/bin/sh\necho '" + json.dumps({"name": "gpu", "addresses": addresses}) + "'\n")
             script.chmod(0o755)
         self.cluster = StandaloneCluster(port=0, webui_port=0, worker_cores=cores, worker_memory=memory,
+                                         workers=workers,
                                          gpus=fake_gpus, gpu_discovery_script=str(script) if script else None,
                                          root=self.root / "cluster")
 
@@ -210,7 +216,8 @@ class SparkTestCluster:
 
     def logs(self) -> str:
         """Master and worker log tails, for assertion messages."""
-        return "\n".join(f"--- {n} ---\n{self.cluster.log_tail(n)}" for n in ("master", "worker"))
+        return "\n".join(f"--- {n} ---\n{self.cluster.log_tail(n)}"
+                         for n in ("master", *self.cluster.worker_names()))
 
 
 def main(argv: list[str] | None = None) -> int:
