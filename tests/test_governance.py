@@ -264,5 +264,7 @@ def test_an_automatic_maintenance_runs_after_every_nth_version_within_its_budget
     report = maintenance.maintain(omni.store, "web", budget_s=0.0)
     assert report.compaction is None and report.column_groups is None and report.retention is None
     assert report.rebucket is None and report.coread is None and report.index_seal is None
-    # compaction, column groups, co-read groups, re-bucketing, retention, index sealing, orphan files
-    assert sum("not started: past the 0 s budget" in t for t in report.tasks) == 7
+    assert report.cold_split is None and report.table_bound is None and report.refreshed is None
+    # compaction, column groups, co-read groups, cold columns, stale materializations, the table
+    # bound, re-bucketing, retention, index sealing, orphan files
+    assert sum("not started: past the 0 s budget" in t for t in report.tasks) == 10
