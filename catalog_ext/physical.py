@@ -155,7 +155,7 @@ def create_physical_table(
         UNIQUE_KEYS_PROPERTY: f"{ID_COLUMN},{BATCH_COLUMN}",
         **properties,
     }
-    table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=table_props)
+    catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=table_props)
     snapshot_id = first_snapshot_id(catalog, identifier)
     return catalog.load_table(identifier), snapshot_id
 

@@ -7,7 +7,6 @@ Every command goes through the Python API, so the CLI and the API offer the same
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from catalog_ext.errors import ConfigError, InvalidIdentifierError

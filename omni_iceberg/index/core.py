@@ -32,7 +32,7 @@ from omni_iceberg.index.backend import (FILE_PREFIX, RUN_PREFIX, EntryArrays, En
 from omni_iceberg.index.errors import IndexCorruptError
 from omni_iceberg.index.file_input import open_input
 from omni_iceberg.index.file_table import FileTable
-from omni_iceberg.index.inline import IndexedRows, Layout, split_rows
+from omni_iceberg.index.inline import IndexedRows, Layout
 from omni_iceberg.index.keys import file_key, id_key, id_matrix
 
 #: entries per backend write: bounds a writer's memory (~200 B an entry while it is built)

@@ -377,15 +377,15 @@ def _inline_by_position(state: FamilyState, plan: _LookupPlan, entries: dict[str
     file_table = next(iter(entries.values())).file_table
     null_structs = pa.array(missing, pa.bool_()) if missing.any() else None  # a stage of an id not found
     arrays = []
-    for field, (kind, what) in zip(plan.schema, plan.shapes):  # every field but the last, _found
+    for out_field, (kind, what) in zip(plan.schema, plan.shapes):  # every field but the last, _found
         if kind == "key":  # the batch: its name by code (row_batch is -1 where no row was found)
             arrays.append(asked_ids if what == ID_COLUMN else
                           file_table.batch_names().take(pa.array(row_batch, pa.int64(), mask=missing)))
         elif kind == "stage":
-            children = [columns.get(path, pa.nulls(n, f.type)) for (_, path), f in zip(what, field.type)]
-            arrays.append(pa.StructArray.from_arrays(children, fields=list(field.type), mask=null_structs))
+            children = [columns.get(path, pa.nulls(n, f.type)) for (_, path), f in zip(what, out_field.type)]
+            arrays.append(pa.StructArray.from_arrays(children, fields=list(out_field.type), mask=null_structs))
         else:
-            arrays.append(columns.get(what, pa.nulls(n, field.type)))
+            arrays.append(columns.get(what, pa.nulls(n, out_field.type)))
     arrays.append(pa.array(found_rows, pa.bool_()))
     result.not_found = [wanted[i] for i in np.flatnonzero(missing).tolist()]
     result.tables.extend(accesses)
