@@ -74,7 +74,6 @@ import os
 import pickle
 import re
 import time
-import uuid
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterator
@@ -484,14 +483,8 @@ class SparkIngest(SparkSessionOwner):
         check_batch_name(batch)
         policy = ReadPolicy(follow_links=follow_links)
         field_map = F.parse_field_map(field_map)
-        state = store.load(namespace, table_name_)
-        report = P.SubmitReport(logical_table=state.table.identifier, batch=batch, submit_id=uuid.uuid4().hex[:16])
-        committed = state.batch(batch)
-        if committed is not None:
-            report.already_committed = True
-            report.logical_version = committed.version
-            report.read, report.written = committed.read, committed.rows
-            report.duplicates, report.rejected = committed.duplicates, committed.rejected
+        state, report = P.open_report(store, namespace, table_name_, batch)
+        if report.already_committed:
             return report
         refuse_url_sources(sources)
         for path in sources:  # fail before any work when a source is missing or unknown

@@ -215,14 +215,8 @@ def submit(
     check_batch_name(batch)
     policy = ReadPolicy(follow_links=follow_links)  # a malformed limit in the environment stops here
     field_map = F.parse_field_map(field_map)
-    state = store.load(namespace, name)
-    report = SubmitReport(logical_table=state.table.identifier, batch=batch, submit_id=uuid.uuid4().hex[:16])
-    committed = state.batch(batch)
-    if committed is not None:
-        report.already_committed = True
-        report.logical_version = committed.version
-        report.read, report.written = committed.read, committed.rows
-        report.duplicates, report.rejected = committed.duplicates, committed.rejected
+    state, report = open_report(store, namespace, name, batch)
+    if report.already_committed:
         return report
     for path in sources:  # fail before any write when a source is missing or unknown
         reader_for(path, kind)
@@ -338,6 +332,23 @@ def submit(
     report.logical_version = new_state.version
     report.seconds = round(time.perf_counter() - started, 3)
     return report
+
+
+def open_report(store: FamilyStore, namespace: str, name: str, batch: str) -> tuple[FamilyState, SubmitReport]:
+    """The table's state and the report of this submit attempt (a fresh ``submit_id``).
+
+    A batch of that name already committed makes the resubmit a no-op on every engine: the
+    report then says ``already_committed`` and carries the committed batch's counts.
+    """
+    state = store.load(namespace, name)
+    report = SubmitReport(logical_table=state.table.identifier, batch=batch, submit_id=uuid.uuid4().hex[:16])
+    committed = state.batch(batch)
+    if committed is not None:
+        report.already_committed = True
+        report.logical_version = committed.version
+        report.read, report.written = committed.read, committed.rows
+        report.duplicates, report.rejected = committed.duplicates, committed.rejected
+    return state, report
 
 
 def _check_outcome(report: SubmitReport, sources: list[str], batch: str, state: FamilyState,
