@@ -127,3 +127,51 @@ def test_rows_that_name_a_leaf_otherwise_have_the_file_read_back(tmp_path):
     assert ids.to_pylist() == ["0" * 32, "f" * 32] and [n for n, _ in leaves] == ["url"]
     assert inline.given_for_index(str(path), table.rename_columns(["_ai_unique_id_", "link"])) is None
     assert inline.given_for_index(str(path), pa.table({"url": ["a", "b"]})) is None
+
+
+class _RunsWhenAsked:
+    """An executor that runs a task only when someone waits for it: an index thread that
+    never catches up on its own, the worst case for a writer that queues ids for it."""
+
+    class _Task:
+        def __init__(self, fn):
+            self.fn, self.ran = fn, False
+
+        def done(self) -> bool:
+            return self.ran
+
+        def result(self):
+            if not self.ran:
+                self.ran = True
+                self.fn()
+
+    def submit(self, fn):
+        return self._Task(fn)
+
+
+def test_a_writer_faster_than_the_index_waits_instead_of_queueing_the_whole_batch(omni, tmp_path, monkeypatch):
+    from catalog_ext import physical
+    from omni_iceberg.index import staged
+    from omni_iceberg.ingest import pipeline
+
+    monkeypatch.setattr(staged, "_background", lambda: _RunsWhenAsked())
+    monkeypatch.setattr(staged, "BACKGROUND_ROWS", 100)
+    monkeypatch.setattr(staged, "MAX_BACKLOG_ROWS", 400)
+    monkeypatch.setattr(physical, "WRITE_BUFFER_BYTES", 16_000)  # a flush every ~100 records
+    backlog, writes = [], []
+    real = staged.WriterIndexing.files_written
+
+    def files_written(self, writer, files, rows=None):
+        real(self, writer, files, rows)
+        writes.append(sum(f.record_count for f in files))
+        backlog.append(self._backlog_rows)
+
+    monkeypatch.setattr(staged.WriterIndexing, "files_written", files_written)
+    report = pipeline.submit(omni.store, "aidata", "web", [str(_jsonl(tmp_path / "a.jsonl"))], "b1",
+                             chunk_rows=100, progress=False)
+    assert report.written == ROWS and len(writes) >= 10
+    # ids held for the index stay under the bound plus one write, whatever the batch's size
+    assert max(backlog) < 400 + max(writes), (max(backlog), max(writes))
+    assert omni.verify_index("web").ok
+    index = omni.context.open_index(omni.state("web").table.identifier)
+    assert len(list(index.backend.scan_entries())) == ROWS

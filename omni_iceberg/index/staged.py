@@ -60,6 +60,8 @@ class WriterIndexing:
         #: (a file of an earlier attempt under the same run id may be another story)
         self._mine: set[str] = set()
         self._queued_rows = 0
+        #: rows queued and not yet taken by the background thread (what the queue holds in memory)
+        self._backlog_rows = 0
         self._lock = threading.Lock()
 
     def files_written(self, writer: StagedWrite, files: list[Any], rows: list[Any] | None = None) -> None:
@@ -78,18 +80,29 @@ class WriterIndexing:
         given = [None] * len(files) if rows is None else self._given(writer, files, rows)
         with self._lock:
             self._queued += [(f.file_path, batch_of(writer.table, f), g) for f, g in zip(files, given)]
-            self._queued_rows += sum(int(getattr(f, "record_count", 0) or 0) for f in files)
+            written_rows = sum(int(getattr(f, "record_count", 0) or 0) for f in files)
+            self._queued_rows += written_rows
+            self._backlog_rows += written_rows
             due = self._queued_rows >= BACKGROUND_ROWS
             if due:
                 self._queued_rows = 0
+            behind = self._backlog_rows >= MAX_BACKLOG_ROWS
+        if behind:  # the writer outpaces the index: wait, or the queued ids grow with the batch
+            self.wait()
         if due:
             self._pending.append(_background().submit(self._add))
+
+    def wait(self) -> None:
+        """Wait for the background work queued so far; raise its failure."""
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
 
     def _add(self) -> None:
         """Index every file queued so far: files written while the thread was busy go
         together, in fewer and larger index transactions."""
         with self._lock:
-            queued, self._queued = self._queued, []
+            queued, self._queued, self._backlog_rows = self._queued, [], 0
         if queued:
             self.run.reopen()
             self.run.add_files([(p, b, None if g is None else index_rows(*g)) for p, b, g in queued])
@@ -111,9 +124,7 @@ class WriterIndexing:
 
     def drain(self) -> None:
         """Index what is still queued, wait for the background work; raise its failure."""
-        pending, self._pending = self._pending, []
-        for f in pending:
-            f.result()
+        self.wait()
         self._queued_rows = 0
         self._add()
 
@@ -163,6 +174,10 @@ class WriterIndexing:
 #: rows of written files queued before the background thread indexes them together: larger
 #: index transactions copy fewer leaf pages per entry (see ``IndexWriter.add_files``)
 BACKGROUND_ROWS = 100_000
+#: rows queued for the background thread past which a writer waits for it: the queue holds
+#: each file's ids and small leaves, so without a bound it grows with the batch whenever
+#: the writer is faster than the index (a short-record ingest is)
+MAX_BACKLOG_ROWS = 4 * BACKGROUND_ROWS
 _BACKGROUND: list[ThreadPoolExecutor] = []
 _BACKGROUND_LOCK = threading.Lock()
 
